@@ -1,0 +1,134 @@
+/* How a request is cut up and carried out.
+ *
+ * A request's tensors are one virtual buffer of `total` elements, cut into
+ * segments of chunk_bytes. Segment g belongs to thread owner(g): every rank
+ * derives the same assignment, so thread i of every rank works on the same
+ * segments in the same order over its own communicator, with no negotiation.
+ * A single tensor is reduced in place. Several tensors are packed segment by
+ * segment into the team's fusion buffer (slot g mod window), reduced there and
+ * unpacked: the owning thread does that copy, so packing is spread over the
+ * threads and overlaps the other threads' communication.
+ */
+#include <string.h>
+
+#include "team.h"
+
+static const void *input_of(const mlc_tensor *t) { return t->source ? t->source : t->data; }
+
+/* Copy elements [start, start+count) of the request's concatenated tensors
+ * to (to_fused) or from a contiguous buffer. */
+void mlc_copy_range(const mlc_request *req, int64_t start, int64_t count, char *fused, int to_fused) {
+    const int es = mlc_dtype_size(req->dtype);
+    int lo = 0, hi = req->ntensors - 1;
+    while (lo < hi) { /* last tensor whose start <= start */
+        int mid = (lo + hi + 1) / 2;
+        if (req->starts[mid] <= start) lo = mid; else hi = mid - 1;
+    }
+    for (int t = lo; t < req->ntensors && count > 0; t++) {
+        int64_t within = start - req->starts[t];
+        int64_t n = req->tensors[t].count - within;
+        if (n <= 0) continue;
+        if (n > count) n = count;
+        const mlc_tensor *tensor = &req->tensors[t];
+        if (to_fused) memcpy(fused, (const char *)input_of(tensor) + within * es, n * es);
+        else memcpy((char *)tensor->data + within * es, fused, n * es);
+        fused += n * es;
+        start += n;
+        count -= n;
+    }
+}
+
+static mlc_xfer worker_xfer(mlc_worker *w, const mlc_request *req) {
+    mlc_xfer x = {w->comm, w->team->ctx->rank, w->team->ctx->size, req->dtype,
+                  mlc_dtype_size(req->dtype), w->scratch, w->scratch_bytes, w->message};
+    return x;
+}
+
+static int reduce_batch(const mlc_xfer *x, const mlc_request *req, mlc_segment *batch, int nb) {
+    if (req->algorithm == MLC_ALG_RING) return mlc_allreduce_ring(x, batch, nb, req->op);
+    for (int i = 0; i < nb; i++) {
+        int rc = mlc_allreduce_recursive_doubling(x, batch[i].data, batch[i].count, req->op);
+        if (rc) return rc;
+    }
+    return MLC_OK;
+}
+
+static int allreduce_part(mlc_worker *w, mlc_request *req) {
+    mlc_team *team = w->team;
+    const mlc_xfer x = worker_xfer(w, req);
+    const int64_t seg = mlc_segment_elems(req->total, team->chunk_bytes / x.elem_size, team->nthreads,
+                                          MLC_RING_BATCH, MLC_MIN_SEGMENT_BYTES / x.elem_size);
+    const int64_t nseg = mlc_segment_count(req->total, seg);
+    const int fused = req->ntensors > 1;
+    const int64_t window = fused ? team->window_segments : nseg;
+    mlc_segment batch[MLC_RING_BATCH];
+    int64_t starts[MLC_RING_BATCH];
+    int nb = 0, rc;
+
+    for (int64_t g = 0; g < nseg; g++) {
+        if (mlc_segment_owner(g, window, team->nthreads) != w->index) continue;
+        int64_t start = g * seg, count = req->total - start < seg ? req->total - start : seg;
+        char *data = fused ? team->fusion + (g % window) * team->chunk_bytes
+                           : (char *)req->tensors[0].data + start * x.elem_size;
+        if (fused) mlc_copy_range(req, start, count, data, 1);
+        else if (req->tensors[0].source && req->tensors[0].source != req->tensors[0].data)
+            memcpy(data, (const char *)req->tensors[0].source + start * x.elem_size, count * x.elem_size);
+        batch[nb].data = data;
+        batch[nb].count = count;
+        starts[nb++] = start;
+        if (nb < MLC_RING_BATCH && g + (int64_t)team->nthreads < nseg) continue;
+        if ((rc = reduce_batch(&x, req, batch, nb))) return rc;
+        if (fused)
+            for (int i = 0; i < nb; i++) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
+        nb = 0;
+    }
+    /* The loop flushes when no later segment can be this thread's; this is a guard. */
+    if (nb && (rc = reduce_batch(&x, req, batch, nb))) return rc;
+    if (nb && fused)
+        for (int i = 0; i < nb; i++) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
+    return MLC_OK;
+}
+
+static int broadcast_part(mlc_worker *w, mlc_request *req) {
+    mlc_team *team = w->team;
+    const mlc_xfer x = worker_xfer(w, req);
+    int64_t g = 0;
+    /* Broadcast needs no fusion: each tensor is cut into its own segments. */
+    for (int t = 0; t < req->ntensors; t++) {
+        int64_t bytes = req->tensors[t].count * x.elem_size;
+        for (int64_t off = 0; off < bytes; off += team->chunk_bytes, g++) {
+            if (g % team->nthreads != w->index) continue;
+            int64_t len = bytes - off < team->chunk_bytes ? bytes - off : team->chunk_bytes;
+            int rc = mlc_broadcast_binomial(&x, (char *)req->tensors[t].data + off, len, req->root);
+            if (rc) return rc;
+        }
+    }
+    return MLC_OK;
+}
+
+int mlc_execute_part(mlc_worker *w, mlc_request *req) {
+    w->message[0] = '\0';
+    if (req->kind == MLC_KIND_BROADCAST) return broadcast_part(w, req);
+    return allreduce_part(w, req);
+}
+
+/* A small request on the caller's thread: no hand-off to the team, so the
+ * latency is that of the algorithm alone. */
+int mlc_execute_inline(mlc_team *team, mlc_request *req) {
+    const int es = mlc_dtype_size(req->dtype);
+    mlc_xfer x = {team->caller_comm, team->ctx->rank, team->ctx->size, req->dtype, es,
+                  team->caller_scratch, team->latency_bytes, team->caller_message};
+    int rc = MLC_OK;
+    team->caller_message[0] = '\0';
+    if (req->kind == MLC_KIND_BROADCAST) {
+        for (int t = 0; t < req->ntensors && rc == MLC_OK; t++)
+            rc = mlc_broadcast_binomial(&x, req->tensors[t].data, req->tensors[t].count * es, req->root);
+        return rc;
+    }
+    const int in_place = req->ntensors == 1 && input_of(&req->tensors[0]) == req->tensors[0].data;
+    char *buf = in_place ? req->tensors[0].data : team->caller_pack;
+    if (!in_place) mlc_copy_range(req, 0, req->total, buf, 1);
+    rc = mlc_allreduce_recursive_doubling(&x, buf, req->total, req->op);
+    if (rc == MLC_OK && !in_place) mlc_copy_range(req, 0, req->total, buf, 0);
+    return rc;
+}

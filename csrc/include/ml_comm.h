@@ -1,0 +1,144 @@
+/* ml_comm public C API.
+ *
+ * This file is also the cffi declaration (ml_comm/_build_ffi.py feeds it to
+ * ffi.cdef), so it holds no preprocessor lines: C files include <stddef.h> and
+ * <stdint.h> before it (csrc/core.h does that). Every constant that Python needs
+ * is defined here once and read by Python through cffi.
+ *
+ * Ownership: a context wraps one MPI communicator (it dups it); teams hang off a
+ * context; requests hang off a team. There is no global state.
+ */
+
+enum mlc_dtype {
+    MLC_FLOAT32 = 0,
+    MLC_FLOAT64 = 1,
+    MLC_FLOAT16 = 2,
+    MLC_BFLOAT16 = 3,
+    MLC_INT32 = 4,
+    MLC_INT64 = 5,
+    MLC_NUM_DTYPES = 6
+};
+
+enum mlc_reduce_op {
+    MLC_OP_SUM = 0,
+    MLC_OP_AVERAGE = 1
+};
+
+/* Algorithm ids accepted by mlc_team_set_algorithm and config_team(alg=...). */
+enum mlc_algorithm {
+    MLC_ALG_AUTO = 0,               /* latency path below the threshold, ring above */
+    MLC_ALG_RING = 1,               /* pipelined ring reduce-scatter + allgather */
+    MLC_ALG_RECURSIVE_DOUBLING = 2, /* log2(n) exchanges of the whole buffer */
+    MLC_NUM_ALGORITHMS = 3
+};
+
+enum mlc_status {
+    MLC_OK = 0,
+    MLC_ERR_ARG = 1,          /* bad argument (message says which) */
+    MLC_ERR_NOMEM = 2,
+    MLC_ERR_MPI = 3,          /* an MPI call failed (message has MPI's text) */
+    MLC_ERR_THREAD_LEVEL = 4, /* MPI is not initialised at MPI_THREAD_MULTIPLE */
+    MLC_ERR_STATE = 5,        /* object shut down or in use */
+    MLC_PENDING = 6           /* mlc_request_test: not finished yet */
+};
+
+typedef struct mlc_context mlc_context;
+typedef struct mlc_team mlc_team;
+typedef struct mlc_request mlc_request;
+
+/* One buffer of a (possibly fused) reduction. The result is written to data;
+ * the input is read from source when it is not NULL (out-of-place, which saves
+ * the caller a copy), else from data (in place). */
+typedef struct mlc_tensor {
+    void *data;
+    const void *source;
+    int64_t count;
+} mlc_tensor;
+
+/* Called once, from a communication thread, when a request finishes.
+ * status is MLC_OK or an error code; the request's message says more. */
+typedef void (*mlc_callback)(void *user_data, int status);
+
+/* Per-team counters, for the periodic report. */
+typedef struct mlc_team_stats {
+    int64_t calls;          /* reductions finished */
+    int64_t bytes;          /* payload bytes reduced */
+    double busy_seconds;    /* summed per request: submit to completion */
+    double wait_seconds;    /* time callers spent blocked in mlc_request_wait */
+} mlc_team_stats;
+
+const char *mlc_version(void);
+const char *mlc_status_name(int status);
+int mlc_dtype_size(int dtype);
+
+/* ---- context ---- */
+/* comm_handle_address: address of an MPI_Comm (mpi4py: MPI._addressof(comm)).
+ * On failure returns NULL and writes a message into err. */
+mlc_context *mlc_context_create(uintptr_t comm_handle_address, char *err, size_t errlen);
+void mlc_context_destroy(mlc_context *ctx);
+int mlc_context_rank(const mlc_context *ctx);
+int mlc_context_size(const mlc_context *ctx);
+int mlc_context_barrier(mlc_context *ctx);
+const char *mlc_mpi_library_version(char *buf, size_t len);
+
+/* ---- teams ---- */
+/* nthreads persistent communication threads, each on its own dup of the
+ * context's communicator. fusion_bytes sizes the buffer that packs multi-tensor
+ * reductions; chunk_bytes is the pipelining segment size. */
+int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_t chunk_bytes,
+                    mlc_team **out, char *err, size_t errlen);
+void mlc_team_destroy(mlc_team *team);
+int mlc_team_set_algorithm(mlc_team *team, int algorithm);
+/* Reductions with fewer bytes than this take the latency path under MLC_ALG_AUTO. */
+int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes);
+int64_t mlc_team_chunk_bytes(const mlc_team *team);
+int mlc_team_nthreads(const mlc_team *team);
+void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
+
+/* Asynchronous allreduce of the concatenation of tensors (all of one dtype), in
+ * place. Tensors of one request are reduced as one buffer; more than one tensor
+ * goes through the fusion buffer. callback may be NULL; *out may be NULL when
+ * the caller never waits (then the team frees the request itself). */
+int mlc_team_allreduce_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                             int op, mlc_callback callback, void *user_data, mlc_request **out);
+/* Blocking allreduce; small buffers run on the caller's thread. */
+int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
+                       char *err, size_t errlen);
+/* The same for one buffer, the common case, without building a tensor list. */
+int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
+                              size_t errlen);
+/* Asynchronous / blocking broadcast of root's buffers into every rank's. */
+int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                             int root, mlc_callback callback, void *user_data, mlc_request **out);
+int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                       int root, char *err, size_t errlen);
+
+/* ---- requests ---- */
+int mlc_request_wait(mlc_request *req);
+int mlc_request_test(mlc_request *req); /* MLC_PENDING, MLC_OK or an error */
+const char *mlc_request_message(const mlc_request *req);
+void mlc_request_free(mlc_request *req); /* after wait/test said finished */
+
+/* ---- schedules: pure functions, tested without MPI ---- */
+/* Balanced partition of count elements into nblocks: block b's offset/length. */
+void mlc_block_range(int64_t count, int nblocks, int b, int64_t *offset, int64_t *length);
+/* Ring: the block a rank sends / receives at a reduce-scatter or allgather step. */
+int mlc_ring_rs_send_block(int rank, int size, int step);
+int mlc_ring_rs_recv_block(int rank, int size, int step);
+int mlc_ring_ag_send_block(int rank, int size, int step);
+int mlc_ring_ag_recv_block(int rank, int size, int step);
+/* Segments: total elements cut into segments of seg_elems; fusion window of
+ * window_segments segments; thread that owns segment g. */
+int64_t mlc_segment_count(int64_t total, int64_t seg_elems);
+/* Segment length for a request: chunk_elems, or less so that every thread gets
+ * a full ring batch, but never below min_elems. */
+int64_t mlc_segment_elems(int64_t total, int64_t chunk_elems, int nthreads, int batch, int64_t min_elems);
+int mlc_segment_owner(int64_t g, int64_t window_segments, int nthreads);
+/* Recursive doubling with a fold for non-powers of two. */
+int mlc_rd_pow2_floor(int size);
+int mlc_rd_fold_partner(int rank, int size); /* -1: rank takes no part in the fold */
+int mlc_rd_partner(int rank, int size, int step); /* -1: rank idles in the doubling */
+int mlc_rd_nsteps(int size);
+/* Binomial tree broadcast rooted at root. */
+int mlc_binomial_parent(int rank, int root, int size); /* -1 for the root */
+int mlc_binomial_children(int rank, int root, int size, int *children, int max_children);

@@ -1,0 +1,87 @@
+/* Schedules: which block, peer or thread each step uses. Pure functions of
+ * (rank, size, step, counts) so that every rank derives the same plan with no
+ * negotiation; tests/unit/test_schedules.py simulates them for 1..16 ranks. */
+#include "core.h"
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+void mlc_block_range(int64_t count, int nblocks, int b, int64_t *offset, int64_t *length) {
+    /* The first count % nblocks blocks get one extra element. */
+    int64_t base = count / nblocks, extra = count % nblocks;
+    *offset = b * base + (b < extra ? b : extra);
+    *length = base + (b < extra ? 1 : 0);
+}
+
+/* Ring reduce-scatter: at step s a rank sends the block it has accumulated
+ * s+1 contributions into and receives the next one; after size-1 steps it holds
+ * the full sum of block (rank+1) mod size. Allgather then circulates the sums. */
+int mlc_ring_rs_send_block(int rank, int size, int step) { return mod(rank - step, size); }
+int mlc_ring_rs_recv_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
+int mlc_ring_ag_send_block(int rank, int size, int step) { return mod(rank + 1 - step, size); }
+int mlc_ring_ag_recv_block(int rank, int size, int step) { return mod(rank - step, size); }
+
+int64_t mlc_segment_count(int64_t total, int64_t seg_elems) {
+    return seg_elems <= 0 ? 0 : (total + seg_elems - 1) / seg_elems;
+}
+
+int64_t mlc_segment_elems(int64_t total, int64_t chunk_elems, int nthreads, int batch, int64_t min_elems) {
+    int64_t lanes = (int64_t)nthreads * batch;
+    int64_t even = (total + lanes - 1) / lanes;
+    int64_t seg = even < chunk_elems ? even : chunk_elems;
+    if (seg < min_elems) seg = min_elems < chunk_elems ? min_elems : chunk_elems;
+    return seg > 0 ? seg : 1;
+}
+
+/* Segment g lands in fusion slot g mod window_segments; a slot always belongs
+ * to the same thread, so two requests never touch one slot from two threads. */
+int mlc_segment_owner(int64_t g, int64_t window_segments, int nthreads) {
+    return (int)((g % window_segments) % nthreads);
+}
+
+int mlc_rd_pow2_floor(int size) {
+    int p = 1;
+    while (p * 2 <= size) p *= 2;
+    return p;
+}
+
+int mlc_rd_nsteps(int size) {
+    int steps = 0;
+    for (int p = mlc_rd_pow2_floor(size); p > 1; p /= 2) steps++;
+    return steps;
+}
+
+/* Ranks past the largest power of two fold their data into rank - p2 first and
+ * get the result back at the end. */
+int mlc_rd_fold_partner(int rank, int size) {
+    int p2 = mlc_rd_pow2_floor(size);
+    if (rank >= p2) return rank - p2;
+    if (rank < size - p2) return rank + p2;
+    return -1;
+}
+
+int mlc_rd_partner(int rank, int size, int step) {
+    if (rank >= mlc_rd_pow2_floor(size)) return -1;
+    return rank ^ (1 << step);
+}
+
+/* Binomial tree on ranks relative to root: parent clears the lowest set bit. */
+int mlc_binomial_parent(int rank, int root, int size) {
+    int rel = mod(rank - root, size);
+    if (rel == 0) return -1;
+    return mod((rel & (rel - 1)) + root, size);
+}
+
+int mlc_binomial_children(int rank, int root, int size, int *children, int max_children) {
+    int rel = mod(rank - root, size), n = 0;
+    /* Children are rel + 2^k for 2^k below rel's lowest set bit (all k for the root),
+     * listed largest subtree first so the deepest branch starts earliest. */
+    int limit = rel == 0 ? size : (rel & -rel);
+    int top = 1;
+    while (top * 2 < limit) top *= 2;
+    for (int k = top; k >= 1; k /= 2) {
+        if (k >= limit || rel + k >= size) continue;
+        if (n < max_children) children[n] = mod(rel + k + root, size);
+        n++;
+    }
+    return n;
+}

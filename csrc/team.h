@@ -1,0 +1,80 @@
+/* Team internals shared by team.c (threads, queue, requests) and execute.c
+ * (how one thread carries out its part of a request). */
+#ifndef MLC_TEAM_H
+#define MLC_TEAM_H
+
+#include <stdatomic.h>
+
+#include "core.h"
+
+/* Segments a thread keeps in flight in one ring call (see allreduce_ring.c). */
+#define MLC_RING_BATCH 2
+/* Mid-sized requests are cut finer than chunk_bytes to keep every thread busy,
+ * down to this size, below which per-message costs dominate. */
+#define MLC_MIN_SEGMENT_BYTES (32 * 1024)
+
+enum mlc_request_kind { MLC_KIND_ALLREDUCE, MLC_KIND_BROADCAST };
+
+struct mlc_request {
+    mlc_team *team;
+    uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
+    int kind, dtype, op, root, algorithm;
+    int ntensors;
+    mlc_tensor *tensors; /* copy of the caller's list */
+    int64_t *starts;     /* starts[i]: element offset of tensor i in the concatenation */
+    int heap;            /* tensors/starts/the request itself were malloc'ed */
+    int64_t total;       /* elements */
+    int workers_left;
+    int finished;
+    int detached; /* nobody waits: the team frees it when done */
+    int status;
+    char message[MLC_MSG_LEN];
+    mlc_callback callback;
+    void *user_data;
+    double submitted_at;
+    mlc_request *next;
+};
+
+typedef struct mlc_worker {
+    mlc_team *team;
+    int index;
+    pthread_t thread;
+    MPI_Comm comm; /* this thread's own dup */
+    char *scratch;
+    int64_t scratch_bytes;
+    uint64_t last_seq; /* last request this thread has finished */
+    char message[MLC_MSG_LEN];
+} mlc_worker;
+
+struct mlc_team {
+    mlc_context *ctx;
+    int nthreads;
+    int64_t chunk_bytes;     /* segment size; a multiple of 8 so every dtype tiles it */
+    int64_t window_segments; /* fusion buffer size in segments */
+    char *fusion;
+    int algorithm;
+    int64_t latency_bytes;
+
+    pthread_mutex_t lock; /* guards the queue, request state and stats */
+    pthread_cond_t work_cv, done_cv;
+    mlc_request *head, *tail;
+    uint64_t next_seq;
+    _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
+    int shutting_down;
+    mlc_worker *workers;
+
+    /* Blocking small operations run on the caller's thread, on their own communicator. */
+    pthread_mutex_t caller_lock;
+    MPI_Comm caller_comm;
+    char *caller_pack, *caller_scratch;
+    char caller_message[MLC_MSG_LEN];
+
+    mlc_team_stats stats;
+};
+
+/* execute.c */
+int mlc_execute_part(mlc_worker *w, mlc_request *req);
+int mlc_execute_inline(mlc_team *team, mlc_request *req);
+void mlc_copy_range(const mlc_request *req, int64_t start, int64_t count, char *fused, int to_fused);
+
+#endif

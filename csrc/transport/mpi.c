@@ -1,0 +1,83 @@
+/* Point-to-point transport over MPI: the only file that sends or receives.
+ * Byte counts go through the MPI-4 large-count (_c) calls so a buffer above
+ * 2 GiB is not truncated. The communicator is the calling thread's own dup, so
+ * one tag suffices: messages of different threads never meet. */
+#include <sched.h>
+#include <stdio.h>
+
+#include "core.h"
+
+#define MLC_TAG 7
+
+int mlc_mpi_error(char *message, int mpi_code, const char *what) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(mpi_code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", mpi_code);
+    if (message) snprintf(message, MLC_MSG_LEN, "%s failed: %.200s", what, text);
+    return MLC_ERR_MPI;
+}
+
+#define CHECK(call, what, x)                                        \
+    do {                                                            \
+        int rc_ = (call);                                           \
+        if (rc_ != MPI_SUCCESS) return mlc_mpi_error((x)->message, rc_, what); \
+    } while (0)
+
+/* Waits poll and yield instead of blocking in MPI: a blocked MPI call spins,
+ * and with more communication threads than cores (several ranks per node, or
+ * compute threads beside them) spinning threads starve the very peers they wait
+ * for. sched_yield costs nothing when no other thread is runnable. */
+static int wait_all(const mlc_xfer *x, int n, MPI_Request *reqs, const char *what) {
+    int done = 0;
+    for (;;) {
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mlc_mpi_error(x->message, rc, what);
+        if (done) return MLC_OK;
+        sched_yield();
+    }
+}
+
+int mlc_tp_isend(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, MPI_Request *req) {
+    CHECK(MPI_Isend_c(buf, bytes, MPI_BYTE, dest, MLC_TAG, x->comm, req), "MPI_Isend", x);
+    return MLC_OK;
+}
+
+int mlc_tp_irecv(const mlc_xfer *x, void *buf, int64_t bytes, int src, MPI_Request *req) {
+    CHECK(MPI_Irecv_c(buf, bytes, MPI_BYTE, src, MLC_TAG, x->comm, req), "MPI_Irecv", x);
+    return MLC_OK;
+}
+
+int mlc_tp_sendrecv(const mlc_xfer *x, const void *sbuf, int64_t sbytes, int dest,
+                    void *rbuf, int64_t rbytes, int src) {
+    MPI_Request reqs[2];
+    int rc;
+    if ((rc = mlc_tp_irecv(x, rbuf, rbytes, src, &reqs[0]))) return rc;
+    if ((rc = mlc_tp_isend(x, sbuf, sbytes, dest, &reqs[1]))) return rc;
+    return wait_all(x, 2, reqs, "MPI_Sendrecv");
+}
+
+int mlc_tp_send(const mlc_xfer *x, const void *buf, int64_t bytes, int dest) {
+    MPI_Request req;
+    int rc = mlc_tp_isend(x, buf, bytes, dest, &req);
+    return rc ? rc : wait_all(x, 1, &req, "MPI_Send");
+}
+
+int mlc_tp_recv(const mlc_xfer *x, void *buf, int64_t bytes, int src) {
+    MPI_Request req;
+    int rc = mlc_tp_irecv(x, buf, bytes, src, &req);
+    return rc ? rc : wait_all(x, 1, &req, "MPI_Recv");
+}
+
+int mlc_tp_waitany(const mlc_xfer *x, int n, MPI_Request *reqs, int *index) {
+    int flag = 0;
+    for (;;) {
+        int rc = MPI_Testany(n, reqs, index, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mlc_mpi_error(x->message, rc, "MPI_Testany");
+        if (flag) return MLC_OK;
+        sched_yield();
+    }
+}
+
+int mlc_tp_waitall(const mlc_xfer *x, int n, MPI_Request *reqs) {
+    return wait_all(x, n, reqs, "MPI_Waitall");
+}

@@ -1,0 +1,28 @@
+"""MPI start-up through mpi4py, at MPI_THREAD_MULTIPLE."""
+
+from __future__ import annotations
+
+import mpi4py
+
+from .errors import MLCommError
+
+
+def init_mpi():
+    """Start MPI if nobody has (idempotent) and return mpi4py's MPI module."""
+    if mpi4py.rc.thread_level != "multiple" and not _mpi_imported():
+        mpi4py.rc.thread_level = "multiple"
+    from mpi4py import MPI
+
+    if not MPI.Is_initialized():
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)
+    if MPI.Is_finalized():
+        raise MLCommError(
+            "MPI has already been finalized in this process; ml_comm cannot restart it"
+        )
+    return MPI
+
+
+def _mpi_imported() -> bool:
+    import sys
+
+    return "mpi4py.MPI" in sys.modules

@@ -1,0 +1,154 @@
+"""Schedules are pure functions of (rank, size, step, counts): simulate them
+symbolically, without MPI, for 1..16 ranks and awkward counts, and check that
+every element ends up with every rank's contribution exactly once."""
+
+from __future__ import annotations
+
+import pytest
+from ml_comm._core import ffi, lib
+
+SIZES = range(1, 17)
+
+
+def counts_for(n: int) -> list[int]:
+    return sorted({0, 1, max(n - 1, 0), n, n + 1, 7, 1001, 3 * n + 2})
+
+
+def block_range(count: int, nblocks: int, b: int) -> tuple[int, int]:
+    off, length = ffi.new("int64_t *"), ffi.new("int64_t *")
+    lib.mlc_block_range(count, nblocks, b, off, length)
+    return off[0], length[0]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_block_range_partitions_exactly_and_evenly(n):
+    for count in counts_for(n):
+        pos, lengths = 0, []
+        for b in range(n):
+            off, length = block_range(count, n, b)
+            assert off == pos, (count, n, b)
+            pos += length
+            lengths.append(length)
+        assert pos == count
+        assert max(lengths) - min(lengths) <= 1
+
+
+def simulate_ring(n: int, count: int) -> list[list[frozenset]]:
+    """Each element holds the set of ranks summed into it; returns every rank's buffer."""
+    bufs = [[frozenset([r])] * count for r in range(n)]
+
+    def block(b):
+        off, length = block_range(count, n, b)
+        return range(off, off + length)
+
+    for s in range(n - 1):
+        sent = {}
+        for r in range(n):
+            b = lib.mlc_ring_rs_send_block(r, n, s)
+            sent[(r + 1) % n] = (b, [bufs[r][i] for i in block(b)])
+        for r in range(n):
+            b, data = sent[r]
+            assert lib.mlc_ring_rs_recv_block(r, n, s) == b, "receiver expects another block"
+            for i, contrib in zip(block(b), data):
+                assert not (bufs[r][i] & contrib), "a contribution would be added twice"
+                bufs[r][i] = bufs[r][i] | contrib
+    everyone = frozenset(range(n))
+    for r in range(n):
+        owned = lib.mlc_ring_ag_send_block(r, n, 0)
+        assert all(bufs[r][i] == everyone for i in block(owned)), "owner lacks the full sum"
+    for s in range(n - 1):
+        sent = {}
+        for r in range(n):
+            b = lib.mlc_ring_ag_send_block(r, n, s)
+            sent[(r + 1) % n] = (b, [bufs[r][i] for i in block(b)])
+        for r in range(n):
+            b, data = sent[r]
+            assert lib.mlc_ring_ag_recv_block(r, n, s) == b
+            for i, contrib in zip(block(b), data):
+                bufs[r][i] = contrib
+    return bufs
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_ring_gives_every_rank_the_full_sum(n):
+    for count in counts_for(n):
+        everyone = frozenset(range(n))
+        for buf in simulate_ring(n, count):
+            assert buf == [everyone] * count
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_recursive_doubling_with_fold(n):
+    p2 = lib.mlc_rd_pow2_floor(n)
+    assert p2 <= n < 2 * p2 and p2 & (p2 - 1) == 0
+    held = [frozenset([r]) for r in range(n)]
+    # fold: extra ranks hand their data to a partner below p2
+    for r in range(p2, n):
+        partner = lib.mlc_rd_fold_partner(r, n)
+        assert lib.mlc_rd_fold_partner(partner, n) == r
+        held[partner] |= held[r]
+    for r in range(n - p2, p2):
+        assert lib.mlc_rd_fold_partner(r, n) == -1
+    for k in range(lib.mlc_rd_nsteps(n)):
+        nxt = list(held)
+        for r in range(p2):
+            partner = lib.mlc_rd_partner(r, n, k)
+            assert lib.mlc_rd_partner(partner, n, k) == r
+            assert not (held[r] & held[partner]), "overlapping partial sums"
+            nxt[r] = held[r] | held[partner]
+        held = nxt
+    for r in range(p2, n):
+        assert lib.mlc_rd_partner(r, n, 0) == -1
+        held[r] = held[lib.mlc_rd_fold_partner(r, n)]
+    assert held == [frozenset(range(n))] * n
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_binomial_tree_reaches_every_rank_once(n):
+    children = ffi.new("int[64]")
+    for root in range(n):
+        assert lib.mlc_binomial_parent(root, root, n) == -1
+        has = {root}
+        frontier = [root]
+        while frontier:
+            r = frontier.pop(0)
+            k = lib.mlc_binomial_children(r, root, n, children, 64)
+            for c in list(children)[:k]:
+                assert lib.mlc_binomial_parent(c, root, n) == r
+                assert c not in has, "a rank would receive twice"
+                has.add(c)
+                frontier.append(c)
+        assert has == set(range(n))
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("extra_slots", [0, 1, 3, 50])
+def test_segment_owner_gives_each_slot_to_one_thread(nthreads, extra_slots):
+    window = 2 * nthreads + extra_slots  # the team makes at least two slots per thread
+    slot_owner = {}
+    for g in range(5 * window + 3):
+        owner = lib.mlc_segment_owner(g, window, nthreads)
+        assert 0 <= owner < nthreads
+        assert slot_owner.setdefault(g % window, owner) == owner
+    mine = [
+        [g for g in range(5 * window) if lib.mlc_segment_owner(g, window, nthreads) == t]
+        for t in range(nthreads)
+    ]
+    for segs in mine:
+        # a thread's ring batch (two consecutive segments of its own) never shares a slot
+        assert all(a % window != b % window for a, b in zip(segs, segs[1:]))
+
+
+@pytest.mark.parametrize("total", [0, 1, 7, 1000, 1 << 20, (1 << 26) + 3])
+@pytest.mark.parametrize("nthreads", [1, 2, 4])
+def test_segment_elems(total, nthreads):
+    chunk, min_elems = 1 << 18, 1 << 13
+    seg = lib.mlc_segment_elems(total, chunk, nthreads, 2, min_elems)
+    assert 1 <= seg <= chunk
+    nseg = lib.mlc_segment_count(total, seg)
+    assert nseg * seg >= total and (nseg - 1) * seg < max(total, 1)
+    if total >= chunk * nthreads * 2:
+        assert seg == chunk
+    elif total >= min_elems * nthreads * 2:
+        assert nseg >= nthreads * 2 - 1  # every thread gets (nearly) a full batch
+    assert lib.mlc_segment_count(total, 0) == 0

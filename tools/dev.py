@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Developer entry point: one command per job, each sets up `.venv` itself.
+
+    python3 tools/dev.py train   # 2-rank data-parallel training on scikit-learn's digits
+    python3 tools/dev.py test    # the whole test suite: unit tests, then MPI tests at 1-4 ranks
+    python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
+    python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
+
+Only the standard library is used here, so it runs on a bare Python 3.11.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+PY = VENV / "bin" / "python"
+MPIEXEC = VENV / "bin" / "mpiexec"
+# Every MPI run is killed after this long so that a hung rank never hangs CI.
+MPI_RUN_TIMEOUT_S = int(os.environ.get("ML_COMM_TEST_TIMEOUT", "600"))
+TEST_RANKS = (1, 2, 3, 4)
+
+
+def run(cmd: list[str | Path], timeout: float | None = None, env: dict | None = None) -> int:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    try:
+        return subprocess.run([str(c) for c in cmd], cwd=ROOT, timeout=timeout, env=env).returncode
+    except subprocess.TimeoutExpired:
+        print(f"!! timed out after {timeout} s: {' '.join(str(c) for c in cmd)}", flush=True)
+        return 124
+
+
+def source_fingerprint() -> str:
+    """Hash of everything that goes into the installed package, to know when to reinstall."""
+    h = hashlib.sha256()
+    files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
+    files += sorted((ROOT / "csrc").rglob("*.[ch]"))
+    files += sorted((ROOT / "ml_comm").rglob("_build_ffi.py"))
+    for f in files:
+        h.update(str(f.relative_to(ROOT)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def ensure_venv(extras: str = "test,examples") -> None:
+    stamp = VENV / ".ml_comm-installed"
+    want = f"{source_fingerprint()} {extras}"
+    if stamp.exists() and stamp.read_text() == want and PY.exists():
+        return
+    if not PY.exists():
+        if run([sys.executable, "-m", "venv", VENV]) != 0:
+            sys.exit("could not create .venv")
+        run([PY, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+    # Editable: the compiled core lands next to the sources, so tests and examples run the tree.
+    if run([PY, "-m", "pip", "install", "-q", "-e", f".[{extras}]"]) != 0:
+        sys.exit("pip install of ml_comm failed (see the compiler output above)")
+    stamp.write_text(want)
+
+
+def mpirun(n: int, args: list[str | Path], timeout: float = MPI_RUN_TIMEOUT_S) -> int:
+    return run([MPIEXEC, "-n", str(n), *args], timeout=timeout)
+
+
+def cmd_train() -> int:
+    ensure_venv()
+    return mpirun(2, [PY, "examples/digits_numpy.py"])
+
+
+def cmd_test() -> int:
+    ensure_venv()
+    failures = []
+    if run([PY, "-m", "pytest", "-q", "tests/unit"], timeout=MPI_RUN_TIMEOUT_S) != 0:
+        failures.append("unit")
+    if cmd_tsan() != 0:
+        failures.append("C core under ThreadSanitizer")
+    for n in TEST_RANKS:
+        rc = mpirun(
+            n, [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider", "tests/mpi"]
+        )
+        if rc != 0:
+            failures.append(f"mpi n={n} (exit {rc})")
+    if failures:
+        print("FAILED:", ", ".join(failures))
+        return 1
+    print("all test runs passed: unit, tsan, mpi n=" + ",".join(map(str, TEST_RANKS)))
+    return 0
+
+
+def cmd_bench() -> int:
+    ensure_venv()
+    n = int(os.environ.get("NP", "2"))
+    return mpirun(n, [PY, "benchmarks/allreduce.py", *sys.argv[2:]], timeout=3600)
+
+
+def cmd_tsan() -> int:
+    ensure_venv()
+    return run([PY, "tools/sanitizers.py", "--sanitizer", "thread"], timeout=MPI_RUN_TIMEOUT_S)
+
+
+COMMANDS = {"train": cmd_train, "test": cmd_test, "bench": cmd_bench, "tsan": cmd_tsan}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        sys.exit(__doc__)
+    sys.exit(COMMANDS[sys.argv[1]]())
