@@ -374,8 +374,10 @@ def gradients(grads: Sequence[np.ndarray], team: int = 0) -> list[np.ndarray]:
     handle = s.team(team)
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"gradients takes a list of numpy arrays, got {type(grads).__name__}")
-    inputs = [np.ascontiguousarray(_as_array(g, f"gradients[{i}]")) for i, g in enumerate(grads)]
-    outputs = [np.empty_like(a) for a in inputs]
+    # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
+    # (np.ascontiguousarray would make them 1-d).
+    inputs = [np.asarray(_as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
+    outputs = [np.empty(a.shape, a.dtype) for a in inputs]
     requests = []
     keep = []
     try:
@@ -443,7 +445,7 @@ def check_buffers_match(values, flag: int = 1) -> int:
     arrays = [values] if isinstance(values, np.ndarray) else list(values)
     digest = hashlib.blake2b(digest_size=16)
     for i, a in enumerate(arrays):
-        a = np.ascontiguousarray(_as_array(a, f"check_buffers_match value {i}"))
+        a = np.asarray(_as_array(a, f"check_buffers_match value {i}"), order="C")
         digest.update(f"{a.dtype.str}{a.shape}".encode())
         digest.update(a.tobytes())
     mine = np.frombuffer(digest.digest(), dtype=np.int64).copy()

@@ -74,6 +74,11 @@ def cmd_train() -> int:
 def cmd_test() -> int:
     ensure_venv()
     failures = []
+    lint = ["ml_comm", "tools", "tests", "examples", "benchmarks"]
+    if run([PY, "-m", "ruff", "check", *lint]) or run(
+        [PY, "-m", "ruff", "format", "--check", *lint]
+    ):
+        failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
     if run([PY, "-m", "pytest", "-q", "tests/unit"], timeout=MPI_RUN_TIMEOUT_S) != 0:
         failures.append("unit")
     if cmd_tsan() != 0:
@@ -87,7 +92,7 @@ def cmd_test() -> int:
     if failures:
         print("FAILED:", ", ".join(failures))
         return 1
-    print("all test runs passed: unit, tsan, mpi n=" + ",".join(map(str, TEST_RANKS)))
+    print("all test runs passed: ruff, unit, tsan, mpi n=" + ",".join(map(str, TEST_RANKS)))
     return 0
 
 

@@ -1,0 +1,242 @@
+"""mc.gradients: a new list averaged over ranks, exact for every dtype and size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi_helpers import DTYPE_IDS, DTYPES, MSGLEN, SIZE_SPECS, Checks, expected_average, make_input
+
+import ml_comm as mc
+
+pytestmark = pytest.mark.mpi
+
+# Far above every sync point the suite reaches: the team stays synchronous.
+ALWAYS_SYNC = 1_000_000
+
+
+def check_gradients(c: Checks, session, specs, team=0, tag=""):
+    """specs: list of (shape, dtype, seed). Runs one mc.gradients call and checks
+    the result element by element, the inputs, and cross-rank identity."""
+    grads = [make_input(session.rank, shape, dt, seed) for shape, dt, seed in specs]
+    before = [g.copy() for g in grads]
+    out = mc.gradients(grads, team=team)
+    c.true(isinstance(out, list), f"{tag} gradients returned {type(out).__name__}, want list")
+    out = list(out)
+    c.true(len(out) == len(grads), f"{tag} {len(out)} results for {len(grads)} gradients")
+    for i, ((shape, dt, seed), g, b, o) in enumerate(zip(specs, grads, before, out)):
+        what = f"{tag} gradient {i} ({np.dtype(dt).name}{tuple(np.shape(g))})"
+        c.equal(o, expected_average(shape, dt, session.nranks, seed), what)
+        c.equal(g, b, f"{what} input was modified")
+        if isinstance(o, np.ndarray):
+            c.true(o is not g, f"{what}: result is the input object")
+            c.true(o.size == 0 or not np.shares_memory(o, g), f"{what}: result shares input memory")
+    c.same_on_all_ranks(out, f"{tag} results")
+    return out
+
+
+@pytest.mark.parametrize("size", list(SIZE_SPECS), ids=[f"size={s}" for s in SIZE_SPECS])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_single_array(session, dtype, size):
+    c = Checks()
+    count = SIZE_SPECS[size](session.nranks)
+    check_gradients(c, session, [((count,), dtype, 0)])
+    c.finish()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_list_of_one_dtype_larger_than_msglen(session, dtype):
+    """Many arrays of one dtype adding up to ~3x msglen: streamed through the
+    fusion buffer; each keeps its own place in the list."""
+    c = Checks()
+    n = session.nranks
+    shapes = [(1001,), (7,), (), (0,), (n + 1,), (33, 31), (2, 3, 5), (MSGLEN - 3,), (1,), (4096,)]
+    specs = [(s, dtype, i) for i, s in enumerate(shapes)]
+    assert sum(int(np.prod(s)) for s in shapes) > 2 * MSGLEN
+    check_gradients(c, session, specs)
+    c.finish()
+
+
+def test_mixed_dtypes_and_shapes(session):
+    """One list mixing every dtype, 0-d arrays, empty arrays and multi-dim shapes."""
+    c = Checks()
+    n = session.nranks
+    shapes = [(), (0,), (3, 4), (n,), (2, 0, 3), (1001,), (7, 1), (), (n - 1,), (257,)]
+    specs = []
+    for i in range(len(DTYPES) * 3):
+        specs.append((shapes[i % len(shapes)], DTYPES[(i * 5) % len(DTYPES)], i))
+    out = check_gradients(c, session, specs, tag="mixed")
+    c.true(mc.check_buffers_match(out) == 0, "check_buffers_match(results) != 0")
+    c.finish()
+
+
+def test_mixed_list_larger_than_msglen(session):
+    c = Checks()
+    specs = [((1500 + 17 * i,), DTYPES[i % len(DTYPES)], i) for i in range(12)]
+    assert sum(s[0][0] for s in specs) > 4 * MSGLEN
+    check_gradients(c, session, specs, tag="mixed>msglen")
+    c.finish()
+
+
+def test_large_array_many_segments(session):
+    """200003 float32 = ~3125 segments of 256 bytes, ~49x msglen."""
+    c = Checks()
+    check_gradients(c, session, [((200_003,), np.float32, 3)], tag="large f32")
+    check_gradients(c, session, [((50_001,), np.float64, 4)], tag="large f64")
+    c.finish()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_zero_dim(session, dtype):
+    """0-d arrays keep shape (): alone, two of them, and amid 1-d arrays."""
+    c = Checks()
+    check_gradients(c, session, [((), dtype, 1)], tag="alone")
+    check_gradients(c, session, [((), dtype, 2), ((), dtype, 3)], tag="pair")
+    check_gradients(c, session, [((5,), dtype, 4), ((), dtype, 5), ((0,), dtype, 6)], tag="amid")
+    c.finish()
+
+
+def test_empty_list(session):
+    c = Checks()
+    out = mc.gradients([])
+    c.true(list(out) == [], f"gradients([]) returned {out!r}")
+    c.finish()
+
+
+def test_second_team(session):
+    c = Checks()
+    specs = [((1001,), np.float32, 1), ((3,), np.int64, 2), ((), np.float16, 3)]
+    check_gradients(c, session, specs, team=1, tag="team 1")
+    check_gradients(c, session, specs, team=0, tag="team 0")
+    c.finish()
+
+
+def test_repeated_calls_same_bits(session):
+    """The same inputs give the same bits call after call."""
+    c = Checks()
+    specs = [((4099,), np.float32, 5), ((65,), DTYPES[3], 6), ((9,), np.int32, 7)]
+    first = check_gradients(c, session, specs, tag="call 1")
+    for k in range(2, 5):
+        again = check_gradients(c, session, specs, tag=f"call {k}")
+        for i, (a, b) in enumerate(zip(first, again)):
+            c.equal(b, a, f"call {k} gradient {i} differs from call 1")
+    c.finish()
+
+
+@pytest.mark.parametrize(
+    "alg",
+    ["ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_AUTO"],
+)
+def test_algorithms_exact(session, alg):
+    """Each algorithm chosen through config_team gives the exact average."""
+    c = Checks()
+    n = session.nranks
+    specs = [
+        ((count,), dt, i)
+        for i, (count, dt) in enumerate(
+            [
+                (0, np.float32),
+                (1, np.float64),
+                (n - 1, np.float16),
+                (n, np.int32),
+                (n + 1, np.int64),
+                (7, DTYPES[3]),
+                (1001, np.float32),
+                (20011, np.float64),
+            ]
+        )
+    ]
+    try:
+        mc.config_team(0, getattr(mc, alg), ALWAYS_SYNC, ALWAYS_SYNC)
+        for shape, dt, seed in specs:  # one dtype per call: each its own schedule
+            check_gradients(c, session, [(shape, dt, seed)], tag=alg)
+        check_gradients(c, session, specs, tag=f"{alg} fused")
+    finally:
+        mc.config_team(0, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
+    c.finish()
+
+
+def test_algorithms_identical_bits(session):
+    """Ring and recursive doubling give bit-identical results for the same inputs,
+    including for non-power-of-two rank counts."""
+    c = Checks()
+    specs = [
+        ((3001,), np.float32, 11),
+        ((257,), np.float16, 12),
+        ((99,), np.int64, 13),
+        ((130,), DTYPES[3], 14),
+        ((5,), np.float64, 15),
+    ]
+    results = {}
+    try:
+        for alg in ("ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_AUTO"):
+            mc.config_team(1, getattr(mc, alg), ALWAYS_SYNC, ALWAYS_SYNC)
+            results[alg] = check_gradients(c, session, specs, team=1, tag=alg)
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
+    for alg in ("ALG_RECURSIVE_DOUBLING", "ALG_AUTO"):
+        for i, (a, b) in enumerate(zip(results["ALG_RING"], results[alg])):
+            c.equal(b, a, f"{alg} vs ALG_RING, gradient {i}")
+    c.finish()
+
+
+def test_many_calls_varied_sizes(session):
+    """100 calls with sizes, dtypes and list lengths drawn from a seeded generator
+    (the same seed on every rank, so every rank makes the same calls): catches
+    segment / fusion-buffer bookkeeping that leaks from one call into the next."""
+    c = Checks()
+    rng = np.random.default_rng(20240613)
+    for call in range(100):
+        nitems = int(rng.integers(1, 5))
+        specs = []
+        for k in range(nitems):
+            count = int(rng.choice([0, 1, 2, 5, 63, 64, 65, 127, 500, 2047, 4097, 9000]))
+            specs.append(((count,), DTYPES[int(rng.integers(len(DTYPES)))], call * 10 + k))
+        check_gradients(c, session, specs, team=call % 2, tag=f"call {call}")
+    c.finish()
+
+
+def test_same_array_twice_in_list(session):
+    c = Checks()
+    g = make_input(session.rank, (130,), np.float32, 8)
+    out = mc.gradients([g, g, g[:7]])
+    want = expected_average((130,), np.float32, session.nranks, 8)
+    c.equal(out[0], want, "first occurrence")
+    c.equal(out[1], want, "second occurrence")
+    c.equal(out[2], want[:7], "prefix view")
+    c.true(out[0] is not out[1], "the two results are one object")
+    c.finish()
+
+
+def test_fortran_order_and_strided_inputs(session):
+    """gradients copies its inputs, so any layout is accepted; results keep shapes."""
+    c = Checks()
+    base = make_input(session.rank, (6, 10), np.float64, 9)
+    want = expected_average((6, 10), np.float64, session.nranks, 9)
+    out = mc.gradients([np.asfortranarray(base), base[:, ::3], base.T])
+    c.equal(np.ascontiguousarray(out[0]), want, "Fortran-ordered")
+    c.equal(np.ascontiguousarray(out[1]), np.ascontiguousarray(want[:, ::3]), "strided")
+    c.equal(np.ascontiguousarray(out[2]), np.ascontiguousarray(want.T), "transposed")
+    c.finish()
+
+
+@pytest.mark.parametrize("verbosity", [1, 2])
+def test_periodic_report(session, capsys, verbosity):
+    """verbosity=2: every rank reports every perf_freq calls; verbosity=1: rank 0 only.
+    Results stay exact while reporting."""
+    c = Checks()
+    specs = [((300,), np.float32, 1), ((3,), np.int32, 2)]
+    try:
+        mc.config_team(1, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC, verbosity=verbosity, perf_freq=3)
+        for _ in range(6):
+            check_gradients(c, session, specs, team=1, tag=f"verbosity={verbosity}")
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "team 1" in ln]
+    speaks = verbosity == 2 or session.rank == 0
+    c.true(
+        (len(lines) >= 2) if speaks else not lines,
+        f"verbosity={verbosity}: {len(lines)} report lines for team 1: {lines}",
+    )
+    mine = f"Rank {session.rank} "
+    c.true(all(mine in ln for ln in lines), f"report lines name another rank: {lines}")
+    c.finish()
