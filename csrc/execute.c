@@ -53,40 +53,56 @@ static int reduce_batch(const mlc_xfer *x, const mlc_request *req, mlc_segment *
     return MLC_OK;
 }
 
-static int allreduce_part(mlc_worker *w, mlc_request *req) {
-    mlc_team *team = w->team;
-    const mlc_xfer x = worker_xfer(w, req);
-    const int64_t seg = mlc_segment_elems(req->total, team->chunk_bytes / x.elem_size, team->nthreads,
-                                          MLC_RING_BATCH, MLC_MIN_SEGMENT_BYTES / x.elem_size);
+/* Who carries out segments: thread `index` of `nthreads`, staging fused segments
+ * in `window` slots of slot_bytes. A worker thread is one lane of its team; a
+ * blocking caller running a request inline is the only lane of its own. */
+typedef struct mlc_lane {
+    int index, nthreads;
+    char *staging;
+    int64_t window, slot_bytes;
+} mlc_lane;
+
+static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const mlc_lane *lane) {
+    const int64_t seg = mlc_segment_elems(req->total, lane->slot_bytes / x->elem_size, lane->nthreads,
+                                          MLC_RING_BATCH, MLC_MIN_SEGMENT_BYTES / x->elem_size);
     const int64_t nseg = mlc_segment_count(req->total, seg);
     const int fused = req->ntensors > 1;
-    const int64_t window = fused ? team->window_segments : nseg;
+    const int64_t window = fused ? lane->window : nseg;
+    const mlc_tensor *only = &req->tensors[0];
     mlc_segment batch[MLC_RING_BATCH];
     int64_t starts[MLC_RING_BATCH];
     int nb = 0, rc;
 
     for (int64_t g = 0; g < nseg; g++) {
-        if (mlc_segment_owner(g, window, team->nthreads) != w->index) continue;
+        if (mlc_segment_owner(g, window, lane->nthreads) != lane->index) continue;
         int64_t start = g * seg, count = req->total - start < seg ? req->total - start : seg;
-        char *data = fused ? team->fusion + (g % window) * team->chunk_bytes
-                           : (char *)req->tensors[0].data + start * x.elem_size;
+        char *data = fused ? lane->staging + (g % window) * lane->slot_bytes
+                           : (char *)only->data + start * x->elem_size;
         if (fused) mlc_copy_range(req, start, count, data, 1);
-        else if (req->tensors[0].source && req->tensors[0].source != req->tensors[0].data)
-            memcpy(data, (const char *)req->tensors[0].source + start * x.elem_size, count * x.elem_size);
+        else if (only->source && only->source != only->data)
+            memcpy(data, (const char *)only->source + start * x->elem_size, count * x->elem_size);
         batch[nb].data = data;
         batch[nb].count = count;
         starts[nb++] = start;
-        if (nb < MLC_RING_BATCH && g + (int64_t)team->nthreads < nseg) continue;
-        if ((rc = reduce_batch(&x, req, batch, nb))) return rc;
+        if (nb < MLC_RING_BATCH && g + (int64_t)lane->nthreads < nseg) continue;
+        if ((rc = reduce_batch(x, req, batch, nb))) return rc;
         if (fused)
             for (int i = 0; i < nb; i++) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
         nb = 0;
     }
-    /* The loop flushes when no later segment can be this thread's; this is a guard. */
-    if (nb && (rc = reduce_batch(&x, req, batch, nb))) return rc;
+    /* The loop flushes when no later segment can be this lane's; this is a guard. */
+    if (nb && (rc = reduce_batch(x, req, batch, nb))) return rc;
     if (nb && fused)
         for (int i = 0; i < nb; i++) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
     return MLC_OK;
+}
+
+static int allreduce_part(mlc_worker *w, mlc_request *req) {
+    mlc_team *team = w->team;
+    const mlc_xfer x = worker_xfer(w, req);
+    const mlc_lane lane = {w->index, team->nthreads, team->fusion, team->window_segments,
+                           team->chunk_bytes};
+    return allreduce_segments(&x, req, &lane);
 }
 
 static int broadcast_part(mlc_worker *w, mlc_request *req) {
@@ -112,18 +128,24 @@ int mlc_execute_part(mlc_worker *w, mlc_request *req) {
     return allreduce_part(w, req);
 }
 
-/* A small request on the caller's thread: no hand-off to the team, so the
- * latency is that of the algorithm alone. */
+/* A blocking request on the caller's thread: no hand-off to the team's threads
+ * and back, which costs more than the whole transfer up to a few MiB. Below the
+ * latency threshold the whole buffer takes recursive doubling; above, the caller
+ * runs the ring over the segments as a one-thread lane. */
 int mlc_execute_inline(mlc_team *team, mlc_request *req) {
     const int es = mlc_dtype_size(req->dtype);
     mlc_xfer x = {team->caller_comm, team->ctx->rank, team->ctx->size, req->dtype, es,
-                  team->caller_scratch, team->latency_bytes, team->caller_message};
+                  team->caller_scratch, team->caller_scratch_bytes, team->caller_message};
     int rc = MLC_OK;
     team->caller_message[0] = '\0';
     if (req->kind == MLC_KIND_BROADCAST) {
         for (int t = 0; t < req->ntensors && rc == MLC_OK; t++)
             rc = mlc_broadcast_binomial(&x, req->tensors[t].data, req->tensors[t].count * es, req->root);
         return rc;
+    }
+    if (req->algorithm == MLC_ALG_RING) {
+        const mlc_lane lane = {0, 1, team->caller_pack, MLC_RING_BATCH, team->chunk_bytes};
+        return allreduce_segments(&x, req, &lane);
     }
     const int in_place = req->ntensors == 1 && input_of(&req->tensors[0]) == req->tensors[0].data;
     char *buf = in_place ? req->tensors[0].data : team->caller_pack;

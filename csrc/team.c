@@ -17,6 +17,27 @@
 /* Idle threads poll this long before sleeping: a request that follows soon after
  * the previous one starts without a wake-up, and idle teams still use no CPU. */
 #define MLC_IDLE_SPIN_SECONDS 50e-6
+/* A caller blocked on a request polls this long before sleeping. */
+#define MLC_WAIT_SPIN_SECONDS 200e-6
+/* Defaults of the thresholds; README "Tuning" and benchmarks/RESULTS.md say why. */
+#define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
+#define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
+
+/* The caller's buffers: the latency path packs and receives whole buffers below
+ * latency_bytes; the inline ring stages and receives a batch of segments. */
+static int resize_caller_buffers(mlc_team *team) {
+    int64_t ring = MLC_RING_BATCH * team->chunk_bytes + 64;
+    int64_t bytes = team->latency_bytes > ring ? team->latency_bytes : ring;
+    char *pack = realloc(team->caller_pack, bytes);
+    if (!pack) return MLC_ERR_NOMEM;
+    team->caller_pack = pack;
+    team->caller_pack_bytes = bytes;
+    char *scratch = realloc(team->caller_scratch, bytes);
+    if (!scratch) return MLC_ERR_NOMEM;
+    team->caller_scratch = scratch;
+    team->caller_scratch_bytes = bytes;
+    return MLC_OK;
+}
 
 static void set_error(char *err, size_t errlen, const char *text) {
     if (err && errlen) snprintf(err, errlen, "%s", text);
@@ -106,17 +127,16 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     if (team->window_segments < (int64_t)nthreads * MLC_RING_BATCH)
         team->window_segments = (int64_t)nthreads * MLC_RING_BATCH;
     team->algorithm = MLC_ALG_AUTO;
-    team->latency_bytes = 64 * 1024;
+    team->latency_bytes = MLC_DEFAULT_LATENCY_BYTES;
+    team->inline_bytes = MLC_DEFAULT_INLINE_BYTES;
     pthread_mutex_init(&team->lock, NULL);
     pthread_mutex_init(&team->caller_lock, NULL);
     pthread_cond_init(&team->work_cv, NULL);
     pthread_cond_init(&team->done_cv, NULL);
     team->caller_comm = MPI_COMM_NULL;
     team->fusion = malloc(team->window_segments * team->chunk_bytes);
-    team->caller_pack = malloc(team->latency_bytes);
-    team->caller_scratch = malloc(team->latency_bytes);
     team->workers = calloc(nthreads, sizeof *team->workers);
-    if (!team->fusion || !team->caller_pack || !team->caller_scratch || !team->workers) {
+    if (!team->fusion || resize_caller_buffers(team) != MLC_OK || !team->workers) {
         mlc_team_destroy(team);
         set_error(err, errlen, "out of memory allocating the team's buffers");
         return MLC_ERR_NOMEM;
@@ -187,19 +207,28 @@ int mlc_team_set_algorithm(mlc_team *team, int algorithm) {
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
     if (bytes < 0) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->caller_lock);
-    char *pack = realloc(team->caller_pack, bytes ? bytes : 1);
-    if (pack) team->caller_pack = pack;
-    char *scratch = pack ? realloc(team->caller_scratch, bytes ? bytes : 1) : NULL;
-    if (scratch) {
-        team->caller_scratch = scratch;
-        team->latency_bytes = bytes;
-    }
+    int64_t old = team->latency_bytes;
+    team->latency_bytes = bytes;
+    int rc = resize_caller_buffers(team);
+    if (rc) team->latency_bytes = old;
     pthread_mutex_unlock(&team->caller_lock);
-    return scratch ? MLC_OK : MLC_ERR_NOMEM;
+    return rc;
 }
 
-int64_t mlc_team_chunk_bytes(const mlc_team *team) { return team->chunk_bytes; }
-int mlc_team_nthreads(const mlc_team *team) { return team->nthreads; }
+int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
+    if (bytes < 0) return MLC_ERR_ARG;
+    team->inline_bytes = bytes;
+    return MLC_OK;
+}
+
+void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
+    out->nthreads = team->nthreads;
+    out->algorithm = team->algorithm;
+    out->chunk_bytes = team->chunk_bytes;
+    out->fusion_bytes = team->window_segments * team->chunk_bytes;
+    out->latency_bytes = team->latency_bytes;
+    out->inline_bytes = team->inline_bytes;
+}
 
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&team->lock);
@@ -298,17 +327,26 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
     return rc ? rc : submit(team, req, callback, user_data, out);
 }
 
+/* Blocking requests up to these sizes run on the caller's thread (execute.c). */
+static int runs_inline(const mlc_team *team, const mlc_request *req) {
+    int64_t bytes = req->total * mlc_dtype_size(req->dtype);
+    if (req->kind == MLC_KIND_BROADCAST || req->algorithm == MLC_ALG_RECURSIVE_DOUBLING)
+        return bytes <= team->latency_bytes;
+    return bytes <= team->inline_bytes;
+}
+
 /* Blocking form: small requests run inline, the rest go through the threads. */
 static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen) {
     int64_t bytes = req->total * mlc_dtype_size(req->dtype);
     int rc;
-    if (bytes == 0 && req->kind == MLC_KIND_ALLREDUCE) {
+    /* Nothing to exchange: an empty allreduce, or one rank reducing in place. */
+    int alone_in_place = team->ctx->size == 1 && req->kind == MLC_KIND_ALLREDUCE &&
+                         req->ntensors == 1 && !req->tensors[0].source;
+    if ((bytes == 0 && req->kind == MLC_KIND_ALLREDUCE) || alone_in_place) {
         free_request(req);
         return MLC_OK;
     }
-    int inline_ok = bytes <= team->latency_bytes &&
-                    (req->kind == MLC_KIND_BROADCAST || req->algorithm == MLC_ALG_RECURSIVE_DOUBLING);
-    if (inline_ok) {
+    if (runs_inline(team, req)) {
         double t0 = mlc_now();
         pthread_mutex_lock(&team->caller_lock);
         rc = mlc_execute_inline(team, req);
@@ -356,8 +394,7 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
     local.tensors = &tensor;
     local.starts = starts;
     fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0);
-    if (local.total * mlc_dtype_size(dtype) <= team->latency_bytes &&
-        local.algorithm == MLC_ALG_RECURSIVE_DOUBLING)
+    if (runs_inline(team, &local))
         return run_blocking(team, &local, err, errlen); /* inline: the stack request suffices */
     mlc_request *req; /* the threads need a request that outlives this frame's decisions */
     if ((rc = make_request(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, &req))) return rc;
@@ -377,7 +414,10 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 
 int mlc_request_wait(mlc_request *req) {
     mlc_team *team = req->team;
-    double t0 = mlc_now();
+    double t0 = mlc_now(), until = t0 + MLC_WAIT_SPIN_SECONDS;
+    /* Poll first: a wake-up through the condition variable costs tens of
+     * microseconds, as much as a whole small reduction. */
+    while (!atomic_load(&req->finished) && mlc_now() < until) sched_yield();
     pthread_mutex_lock(&team->lock);
     while (!req->finished) pthread_cond_wait(&team->done_cv, &team->lock);
     team->stats.wait_seconds += mlc_now() - t0;

@@ -25,7 +25,7 @@ struct mlc_request {
     int heap;            /* tensors/starts/the request itself were malloc'ed */
     int64_t total;       /* elements */
     int workers_left;
-    int finished;
+    _Atomic int finished; /* set last; waiters may poll it without the lock */
     int detached; /* nobody waits: the team frees it when done */
     int status;
     char message[MLC_MSG_LEN];
@@ -53,7 +53,8 @@ struct mlc_team {
     int64_t window_segments; /* fusion buffer size in segments */
     char *fusion;
     int algorithm;
-    int64_t latency_bytes;
+    int64_t latency_bytes; /* below: recursive doubling (under MLC_ALG_AUTO) */
+    int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
 
     pthread_mutex_t lock; /* guards the queue, request state and stats */
     pthread_cond_t work_cv, done_cv;
@@ -67,6 +68,7 @@ struct mlc_team {
     pthread_mutex_t caller_lock;
     MPI_Comm caller_comm;
     char *caller_pack, *caller_scratch;
+    int64_t caller_pack_bytes, caller_scratch_bytes;
     char caller_message[MLC_MSG_LEN];
 
     mlc_team_stats stats;

@@ -23,6 +23,7 @@ from .api import (
     get_rank,
     gradients,
     init,
+    team_settings,
     team_stats,
     version_info,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "gradients",
     "init",
     "init_mpi",
+    "team_settings",
     "team_stats",
     "version_info",
 ]

@@ -31,7 +31,11 @@ ALGORITHMS = {ALG_AUTO: "auto", ALG_RING: "ring", ALG_RECURSIVE_DOUBLING: "recur
 FRAMEWORKS = (None, "numpy")
 
 DEFAULT_CHUNK_BYTES = 1 << 20
-DEFAULT_LATENCY_BYTES = 64 << 10
+# Environment overrides of the core's size thresholds (their defaults live in csrc/team.c).
+THRESHOLD_SETTERS = {
+    "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
+    "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,
+}
 _ERR_LEN = 512
 
 
@@ -54,7 +58,7 @@ class _Session:
         msglen: int,
         framework: str | None,
         chunk_bytes: int,
-        latency_bytes: int,
+        thresholds: dict[str, int],
     ):
         self.mpi = init_mpi()
         self.framework = framework
@@ -78,9 +82,8 @@ class _Session:
                 if rc != lib.MLC_OK:
                     raise MLCommError(f"could not create a team: {_text(self.err)}")
                 self.teams.append(out[0])
-                _check(
-                    lib.mlc_team_set_latency_threshold(out[0], latency_bytes), "latency threshold"
-                )
+                for name, value in thresholds.items():
+                    _check(THRESHOLD_SETTERS[name](out[0], value), name)
         except BaseException:
             self.close()
             raise
@@ -193,15 +196,19 @@ def init(
     chunk_bytes = _positive_int("chunk_bytes", chunk_bytes)
     if chunk_bytes < 8:
         raise ValueError(f"chunk_bytes must be at least 8, got {chunk_bytes}")
-    latency_bytes = _env_int("ML_COMM_LATENCY_BYTES", DEFAULT_LATENCY_BYTES)
-    if latency_bytes < 0:
-        raise ValueError(f"ML_COMM_LATENCY_BYTES must be >= 0, got {latency_bytes}")
+    thresholds = {}
+    for name in THRESHOLD_SETTERS:
+        value = _env_int(name, -1)
+        if name in os.environ and value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+        if value >= 0:
+            thresholds[name] = value
     with _session_lock:
         if _session is not None:
             raise MLCommError(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
-        _session = _Session(nthreads, nteams, msglen, framework, chunk_bytes, latency_bytes)
+        _session = _Session(nthreads, nteams, msglen, framework, chunk_bytes, thresholds)
 
 
 def finalize() -> None:
@@ -456,6 +463,16 @@ def check_buffers_match(values, flag: int = 1) -> int:
         print(f"ml_comm: rank {s.rank}: buffers differ from rank 0's", file=sys.stderr, flush=True)
     allreduce_sum(differs)
     return int(differs[0])
+
+
+def team_settings(team: int = 0) -> dict:
+    """A team's effective settings: nthreads, algorithm, chunk_bytes, fusion_bytes,
+    latency_bytes (recursive doubling below), inline_bytes (caller's thread up to)."""
+    s = _active()
+    out = ffi.new("mlc_team_settings *")
+    lib.mlc_team_get_settings(s.team(team), out)
+    names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
+    return {name: getattr(out, name) for name in (*names, "inline_bytes")}
 
 
 def team_stats(team: int = 0) -> dict:

@@ -91,8 +91,18 @@ void mlc_team_destroy(mlc_team *team);
 int mlc_team_set_algorithm(mlc_team *team, int algorithm);
 /* Reductions with fewer bytes than this take the latency path under MLC_ALG_AUTO. */
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes);
-int64_t mlc_team_chunk_bytes(const mlc_team *team);
-int mlc_team_nthreads(const mlc_team *team);
+/* Blocking calls up to this many bytes run on the caller's thread, skipping the
+ * hand-off to the team's threads; larger ones use all threads. */
+int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes);
+typedef struct mlc_team_settings {
+    int nthreads;
+    int algorithm;
+    int64_t chunk_bytes;
+    int64_t fusion_bytes;
+    int64_t latency_bytes;
+    int64_t inline_bytes;
+} mlc_team_settings;
+void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
 
 /* Asynchronous allreduce of the concatenation of tensors (all of one dtype), in
