@@ -62,6 +62,18 @@ typedef struct mlc_lane {
     int64_t window, slot_bytes;
 } mlc_lane;
 
+/* Reduce a batch, unpack it if it was staged, and tell the group which tensors are done. */
+static int finish_batch(const mlc_xfer *x, const mlc_request *req, mlc_segment *batch,
+                        const int64_t *starts, int nb) {
+    int rc = reduce_batch(x, req, batch, nb);
+    if (rc) return rc;
+    for (int i = 0; i < nb; i++) {
+        if (req->ntensors > 1) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
+        mlc_group_segment_done((mlc_request *)req, starts[i], batch[i].count);
+    }
+    return MLC_OK;
+}
+
 static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const mlc_lane *lane) {
     const int64_t seg = mlc_segment_elems(req->total, lane->slot_bytes / x->elem_size, lane->nthreads,
                                           MLC_RING_BATCH, MLC_MIN_SEGMENT_BYTES / x->elem_size);
@@ -76,6 +88,12 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
     for (int64_t g = 0; g < nseg; g++) {
         if (mlc_segment_owner(g, window, lane->nthreads) != lane->index) continue;
         int64_t start = g * seg, count = req->total - start < seg ? req->total - start : seg;
+        if (!mlc_group_is_ready((mlc_request *)req, start + count)) {
+            /* Do what is ready before waiting for tensors still being computed. */
+            if (nb && (rc = finish_batch(x, req, batch, starts, nb))) return rc;
+            nb = 0;
+            if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
+        }
         char *data = fused ? lane->staging + (g % window) * lane->slot_bytes
                            : (char *)only->data + start * x->elem_size;
         if (fused) mlc_copy_range(req, start, count, data, 1);
@@ -85,16 +103,11 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
         batch[nb].count = count;
         starts[nb++] = start;
         if (nb < MLC_RING_BATCH && g + (int64_t)lane->nthreads < nseg) continue;
-        if ((rc = reduce_batch(x, req, batch, nb))) return rc;
-        if (fused)
-            for (int i = 0; i < nb; i++) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
+        if ((rc = finish_batch(x, req, batch, starts, nb))) return rc;
         nb = 0;
     }
     /* The loop flushes when no later segment can be this lane's; this is a guard. */
-    if (nb && (rc = reduce_batch(x, req, batch, nb))) return rc;
-    if (nb && fused)
-        for (int i = 0; i < nb; i++) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
-    return MLC_OK;
+    return nb ? finish_batch(x, req, batch, starts, nb) : MLC_OK;
 }
 
 static int allreduce_part(mlc_worker *w, mlc_request *req) {

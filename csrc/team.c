@@ -56,10 +56,14 @@ static mlc_request *next_request(mlc_worker *w) {
     return req; /* NULL only when shutting down with nothing left */
 }
 
-static void free_request(mlc_request *req) {
+void mlc_free_request(mlc_request *req) {
     if (!req->heap) return; /* a blocking call's request on its caller's stack */
     free(req->tensors);
     free(req->starts);
+    free(req->arrived);
+    free(req->segs_left);
+    free(req->tensor_done);
+    free(req->tensor_user);
     free(req);
 }
 
@@ -79,13 +83,14 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
     }
     pthread_mutex_unlock(&team->lock);
     if (!last) return;
+    if (req->status != MLC_OK) mlc_group_fail_remaining(req);
     if (req->callback) req->callback(req->user_data, req->status);
     pthread_mutex_lock(&team->lock);
     int detached = req->detached;
     req->finished = 1;
     pthread_cond_broadcast(&team->done_cv);
     pthread_mutex_unlock(&team->lock);
-    if (detached) free_request(req);
+    if (detached) mlc_free_request(req);
 }
 
 static void *worker_main(void *arg) {
@@ -133,6 +138,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     pthread_mutex_init(&team->caller_lock, NULL);
     pthread_cond_init(&team->work_cv, NULL);
     pthread_cond_init(&team->done_cv, NULL);
+    pthread_cond_init(&team->ready_cv, NULL);
     team->caller_comm = MPI_COMM_NULL;
     team->fusion = malloc(team->window_segments * team->chunk_bytes);
     team->workers = calloc(nthreads, sizeof *team->workers);
@@ -179,6 +185,7 @@ void mlc_team_destroy(mlc_team *team) {
     pthread_mutex_lock(&team->lock);
     team->shutting_down = 1; /* threads finish what is queued, then leave */
     pthread_cond_broadcast(&team->work_cv);
+    pthread_cond_broadcast(&team->ready_cv); /* groups still missing tensors fail */
     pthread_mutex_unlock(&team->lock);
     for (int i = 0; team->workers && i < team->nthreads; i++)
         if (team->workers[i].thread) pthread_join(team->workers[i].thread, NULL);
@@ -195,6 +202,7 @@ void mlc_team_destroy(mlc_team *team) {
     pthread_mutex_destroy(&team->caller_lock);
     pthread_cond_destroy(&team->work_cv);
     pthread_cond_destroy(&team->done_cv);
+    pthread_cond_destroy(&team->ready_cv);
     free(team);
 }
 
@@ -279,10 +287,11 @@ static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int
     mlc_request *req = calloc(1, sizeof *req);
     if (!req) return MLC_ERR_NOMEM;
     req->heap = 1;
+    atomic_init(&req->ready_elems, 0);
     req->tensors = malloc((ntensors ? ntensors : 1) * sizeof *req->tensors);
     req->starts = malloc((ntensors + 1) * sizeof *req->starts);
     if (!req->tensors || !req->starts) {
-        free_request(req);
+        mlc_free_request(req);
         return MLC_ERR_NOMEM;
     }
     fill_request(req, team, kind, tensors, ntensors, dtype, op, root);
@@ -290,17 +299,8 @@ static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int
     return MLC_OK;
 }
 
-static int submit(mlc_team *team, mlc_request *req, mlc_callback cb, void *user, mlc_request **out) {
-    req->callback = cb;
-    req->user_data = user;
-    req->detached = out == NULL;
+void mlc_queue_request(mlc_team *team, mlc_request *req) {
     req->submitted_at = mlc_now();
-    pthread_mutex_lock(&team->lock);
-    if (team->shutting_down) {
-        pthread_mutex_unlock(&team->lock);
-        free_request(req);
-        return MLC_ERR_STATE;
-    }
     req->workers_left = team->nthreads;
     req->seq = ++team->next_seq;
     if (team->tail) team->tail->next = req;
@@ -308,6 +308,25 @@ static int submit(mlc_team *team, mlc_request *req, mlc_callback cb, void *user,
     team->tail = req;
     atomic_store(&team->published_seq, req->seq);
     pthread_cond_broadcast(&team->work_cv);
+}
+
+int64_t mlc_request_segment_elems(const mlc_team *team, const mlc_request *req) {
+    const int es = mlc_dtype_size(req->dtype);
+    return mlc_segment_elems(req->total, team->chunk_bytes / es, team->nthreads, MLC_RING_BATCH,
+                             MLC_MIN_SEGMENT_BYTES / es);
+}
+
+static int submit(mlc_team *team, mlc_request *req, mlc_callback cb, void *user, mlc_request **out) {
+    req->callback = cb;
+    req->user_data = user;
+    req->detached = out == NULL;
+    pthread_mutex_lock(&team->lock);
+    if (team->shutting_down) {
+        pthread_mutex_unlock(&team->lock);
+        mlc_free_request(req);
+        return MLC_ERR_STATE;
+    }
+    mlc_queue_request(team, req);
     pthread_mutex_unlock(&team->lock);
     if (out) *out = req;
     return MLC_OK;
@@ -343,7 +362,7 @@ static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errl
     int alone_in_place = team->ctx->size == 1 && req->kind == MLC_KIND_ALLREDUCE &&
                          req->ntensors == 1 && !req->tensors[0].source;
     if ((bytes == 0 && req->kind == MLC_KIND_ALLREDUCE) || alone_in_place) {
-        free_request(req);
+        mlc_free_request(req);
         return MLC_OK;
     }
     if (runs_inline(team, req)) {
@@ -359,7 +378,7 @@ static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errl
         team->stats.busy_seconds += dt;
         team->stats.wait_seconds += dt;
         pthread_mutex_unlock(&team->lock);
-        free_request(req);
+        mlc_free_request(req);
         return rc;
     }
     mlc_request *handle;
@@ -436,5 +455,5 @@ int mlc_request_test(mlc_request *req) {
 const char *mlc_request_message(const mlc_request *req) { return req->message; }
 
 void mlc_request_free(mlc_request *req) {
-    if (req) free_request(req);
+    if (req) mlc_free_request(req);
 }

@@ -33,6 +33,17 @@ struct mlc_request {
     void *user_data;
     double submitted_at;
     mlc_request *next;
+
+    /* Keyed groups (group.c): tensors arrive one by one after the request is queued. */
+    int is_group;
+    int64_t key;
+    int narrived, next_missing;   /* under the team lock */
+    unsigned char *arrived;       /* per tensor */
+    _Atomic int64_t ready_elems;  /* elements [0, ready_elems) may be read */
+    _Atomic int *segs_left;       /* per tensor: segments still to reduce; NULL: no per-tensor done */
+    mlc_callback *tensor_done;
+    void **tensor_user;
+    mlc_request *next_open;
 };
 
 typedef struct mlc_worker {
@@ -59,6 +70,8 @@ struct mlc_team {
     pthread_mutex_t lock; /* guards the queue, request state and stats */
     pthread_cond_t work_cv, done_cv;
     mlc_request *head, *tail;
+    mlc_request *open_groups; /* keyed groups still waiting for tensors */
+    pthread_cond_t ready_cv;  /* a tensor of a group arrived */
     uint64_t next_seq;
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
@@ -73,6 +86,17 @@ struct mlc_team {
 
     mlc_team_stats stats;
 };
+
+/* team.c */
+void mlc_queue_request(mlc_team *team, mlc_request *req); /* under team->lock */
+void mlc_free_request(mlc_request *req);
+int64_t mlc_request_segment_elems(const mlc_team *team, const mlc_request *req);
+
+/* group.c */
+int mlc_group_wait_ready(mlc_request *req, int64_t end); /* MLC_ERR_STATE on shutdown */
+int mlc_group_is_ready(mlc_request *req, int64_t end);
+void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count);
+void mlc_group_fail_remaining(mlc_request *req);
 
 /* execute.c */
 int mlc_execute_part(mlc_worker *w, mlc_request *req);

@@ -117,6 +117,17 @@ int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 /* The same for one buffer, the common case, without building a tensor list. */
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
                               size_t errlen);
+/* Keyed groups: the tensors of one fused reduction arrive one at a time (one
+ * framework op per gradient), each as soon as it exists. The first arrival of a
+ * key opens the group with the whole layout (counts, in layout order) and queues
+ * it, so reduction of the leading segments starts while later tensors are still
+ * being computed. done(user_data, status) runs, on a communication thread, once
+ * this tensor's result is in data. Every rank must open the groups of a team in
+ * the same order: at most one open group per key, keys used in step order.
+ * source may equal data (in place). */
+int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
+                          int op, int index, const void *source, void *data, mlc_callback done,
+                          void *user_data, char *err, size_t errlen);
 /* Asynchronous / blocking broadcast of root's buffers into every rank's. */
 int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                              int root, mlc_callback callback, void *user_data, mlc_request **out);

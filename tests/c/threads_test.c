@@ -4,6 +4,7 @@
  * Several application threads drive several teams at once, mixing blocking,
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
  * the latency path, every dtype; results are checked exactly. Exit 0 on success. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,63 @@ typedef struct { atomic_int done; } flag_t;
 static void on_done(void *user, int status) {
     flag_t *f = user;
     atomic_store(&f->done, status == MLC_OK ? 1 : -1);
+}
+
+/* A keyed group whose tensors arrive from two producer threads, last first,
+ * the way a framework's ops deliver gradients during backprop. */
+enum { GROUP_N = 5 };
+static const int64_t group_counts[GROUP_N] = {3, 700, 0, 5000, 1};
+typedef struct {
+    mlc_team *team;
+    int64_t key;
+    int first, step;
+    float *src[GROUP_N], *dst[GROUP_N];
+    atomic_int *done_count;
+    int *failed;
+} producer_t;
+
+static void on_tensor_done(void *user, int status) {
+    atomic_fetch_add((atomic_int *)user, status == MLC_OK ? 1 : 1000);
+}
+
+static void *produce(void *arg) {
+    producer_t *p = arg;
+    char err[256];
+    for (int i = p->first; i >= 0; i -= p->step) {
+        if (mlc_team_group_arrive(p->team, p->key, GROUP_N, group_counts, MLC_FLOAT32, MLC_OP_SUM, i,
+                                  p->src[i], p->dst[i], on_tensor_done, p->done_count, err, sizeof err)) {
+            fprintf(stderr, "rank %d: %s\n", rank, err);
+            *p->failed = 1;
+        }
+    }
+    return NULL;
+}
+
+static void group_round(mlc_team *team, int t, int round) {
+    atomic_int done_count = 0;
+    int failed = 0;
+    producer_t a = {team, 1000 + t, GROUP_N - 1, 2, {0}, {0}, &done_count, &failed}, b = a;
+    b.first = GROUP_N - 2;
+    for (int i = 0; i < GROUP_N; i++) {
+        a.src[i] = malloc((group_counts[i] + 1) * sizeof(float));
+        a.dst[i] = malloc((group_counts[i] + 1) * sizeof(float));
+        for (int64_t j = 0; j < group_counts[i]; j++) a.src[i][j] = (float)value(rank, j + i, round);
+        b.src[i] = a.src[i];
+        b.dst[i] = a.dst[i];
+    }
+    pthread_t pa, pb;
+    pthread_create(&pa, NULL, produce, &a);
+    pthread_create(&pb, NULL, produce, &b);
+    pthread_join(pa, NULL);
+    pthread_join(pb, NULL);
+    while (!failed && atomic_load(&done_count) < GROUP_N) sched_yield();
+    if (failed || atomic_load(&done_count) != GROUP_N) fail("group done count", t, -1, atomic_load(&done_count), GROUP_N);
+    for (int i = 0; i < GROUP_N; i++) {
+        for (int64_t j = 0; j < group_counts[i]; j++)
+            if (a.dst[i][j] != (float)expected_sum(j + i, round)) { fail("group sum", t, j, a.dst[i][j], expected_sum(j + i, round)); break; }
+        free(a.src[i]);
+        free(a.dst[i]);
+    }
 }
 
 static void *driver(void *arg) {
@@ -90,6 +148,7 @@ static void *driver(void *arg) {
         for (int64_t i = 0; i < nb; i++)
             if (b[i] != root * 100000 + i) { fail("bcast", t, i, (double)b[i], root * 100000.0 + i); break; }
         free(a); free(src); free(dst); free(b);
+        group_round(team, t, round);
     }
     return NULL;
 }
