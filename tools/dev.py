@@ -2,7 +2,7 @@
 """Developer entry point: one command per job, each sets up `.venv` itself.
 
     python3 tools/dev.py train   # 2-rank data-parallel training on scikit-learn's digits
-    python3 tools/dev.py test    # the whole test suite: unit tests, then MPI tests at 1-4 ranks
+    python3 tools/dev.py test    # the whole test suite: unit, MPI at 1-4 ranks, 2-node test bed
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
 
@@ -89,10 +89,19 @@ def cmd_test() -> int:
         )
         if rc != 0:
             failures.append(f"mpi n={n} (exit {rc})")
+    # Two Slurm nodes in network namespaces (tools/testbed.sh); needs root and the
+    # Slurm/munge packages (.ci/run installs them), else the tests skip and say why.
+    testbed = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/testbed"]
+    if run(testbed, timeout=MPI_RUN_TIMEOUT_S) != 0:
+        failures.append("testbed (srun on two namespace nodes)")
     if failures:
         print("FAILED:", ", ".join(failures))
         return 1
-    print("all test runs passed: ruff, unit, tsan, mpi n=" + ",".join(map(str, TEST_RANKS)))
+    print(
+        "all test runs passed: ruff, unit, tsan, mpi n="
+        + ",".join(map(str, TEST_RANKS))
+        + ", testbed"
+    )
     return 0
 
 
