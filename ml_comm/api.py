@@ -28,7 +28,7 @@ ALG_AUTO = lib.MLC_ALG_AUTO
 ALG_RING = lib.MLC_ALG_RING
 ALG_RECURSIVE_DOUBLING = lib.MLC_ALG_RECURSIVE_DOUBLING
 ALGORITHMS = {ALG_AUTO: "auto", ALG_RING: "ring", ALG_RECURSIVE_DOUBLING: "recursive_doubling"}
-FRAMEWORKS = (None, "numpy")
+FRAMEWORKS = (None, "numpy", "tensorflow")
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 # Environment overrides of the core's size thresholds (their defaults live in csrc/team.c).
@@ -71,6 +71,7 @@ class _Session:
         self.rank = lib.mlc_context_rank(self.ctx)
         self.size = lib.mlc_context_size(self.ctx)
         self.teams: list = []
+        self.tf = None  # the TensorFlow binding, with framework="tensorflow"
         self.configs = [TeamConfig() for _ in range(nteams)]
         self.reporters = [TeamReporter(t, self.rank) for t in range(nteams)]
         try:
@@ -84,6 +85,9 @@ class _Session:
                 self.teams.append(out[0])
                 for name, value in thresholds.items():
                     _check(THRESHOLD_SETTERS[name](out[0], value), name)
+            if framework == "tensorflow":
+                self.tf = _tensorflow_binding()
+                self.tf.set_live_teams([int(ffi.cast("uintptr_t", t)) for t in self.teams])
         except BaseException:
             self.close()
             raise
@@ -112,12 +116,26 @@ class _Session:
         }
 
     def close(self) -> None:
+        if self.tf is not None:
+            self.tf.set_live_teams([])  # before the teams go: their ops must fail cleanly
         for team in self.teams:
             lib.mlc_team_destroy(team)
         self.teams = []
         if self.ctx != ffi.NULL:
             lib.mlc_context_destroy(self.ctx)
             self.ctx = ffi.NULL
+
+
+def _tensorflow_binding():
+    try:
+        from . import tensorflow as binding
+    except ImportError as exc:
+        raise MLCommError(
+            f"framework='tensorflow' needs TensorFlow ({exc}); pip install 'ml_comm[tf]'"
+        ) from exc
+    binding.check_version()
+    binding.load_ops()
+    return binding
 
 
 _session: _Session | None = None
@@ -185,11 +203,6 @@ def init(
     nteams = _positive_int("nteams", nteams, 64)
     msglen = _positive_int("msglen", msglen, 1 << 40)
     if framework not in FRAMEWORKS:
-        if framework == "tensorflow":
-            raise ValueError(
-                "framework='tensorflow' needs the TensorFlow binding, which this "
-                "version of ml_comm does not have yet; use framework=None (NumPy)"
-            )
         raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
     if chunk_bytes is None:
         chunk_bytes = _env_int("ML_COMM_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)
@@ -379,6 +392,10 @@ def gradients(grads: Sequence[np.ndarray], team: int = 0) -> list[np.ndarray]:
     """
     s = _active()
     handle = s.team(team)
+    if s.tf is not None:
+        out = s.tf.gradients(grads, int(ffi.cast("uintptr_t", handle)), s.size)
+        s.reporters[team].step(s.configs[team], lambda: s.stats(team))
+        return out
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"gradients takes a list of numpy arrays, got {type(grads).__name__}")
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
@@ -422,17 +439,27 @@ def _wait_all(requests) -> list[str]:
     return errors
 
 
+def _check_root(root, size: int) -> None:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        raise TypeError(f"root must be an int, got {type(root).__name__}")
+    if not 0 <= root < size:
+        raise ValueError(f"root {root} is out of range: ranks are 0..{size - 1}")
+
+
 def broadcast(values, root: int = 0):
-    """Overwrite each array in `values` with root's, in place; returns `values`."""
+    """Overwrite each array in `values` with root's, in place; returns `values`.
+
+    With framework="tensorflow": returns new tensors holding root's values.
+    """
     s = _active()
+    if s.tf is not None:
+        _check_root(root, s.size)
+        return s.tf.broadcast(values, int(ffi.cast("uintptr_t", s.teams[0])), int(root))
     single = isinstance(values, np.ndarray)
     arrays = [values] if single else values
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"broadcast takes a list of numpy arrays, got {type(values).__name__}")
-    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
-        raise TypeError(f"root must be an int, got {type(root).__name__}")
-    if not 0 <= root < s.size:
-        raise ValueError(f"root {root} is out of range: ranks are 0..{s.size - 1}")
+    _check_root(root, s.size)
     arrays = [_in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
     for dtype, idx in _group_by_dtype(arrays).items():
         tensors, keep = _tensor_list([arrays[i] for i in idx])

@@ -47,7 +47,7 @@ def source_fingerprint() -> str:
     return h.hexdigest()
 
 
-def ensure_venv(extras: str = "test,examples") -> None:
+def ensure_venv(extras: str = "test,examples,tf") -> None:
     stamp = VENV / ".ml_comm-installed"
     want = f"{source_fingerprint()} {extras}"
     if stamp.exists() and stamp.read_text() == want and PY.exists():

@@ -1,0 +1,147 @@
+"""TensorFlow binding: broadcast and gradients as TensorFlow ops.
+
+`ml_comm.init(..., framework="tensorflow")` loads the op library (building it
+on first use, see build.py) and routes `ml_comm.broadcast` and
+`ml_comm.gradients` here. Eager mode runs one fused op per dtype; in graphs
+(tf.function, tf.compat.v1) every gradient gets its own op of a keyed group, so
+each is reduced as soon as backprop produced it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import weakref
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from ..errors import MLCommError
+from . import build
+
+_ops = None
+_lib: ctypes.CDLL | None = None
+_group_keys = itertools.count(1)
+# Per graph and team: the op that the next keyed group must wait for (see _chain).
+_last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+SUPPORTED = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
+
+
+def load_ops():
+    """Load (building if needed) the op library; idempotent."""
+    global _ops, _lib
+    if _ops is None:
+        path = build.build()
+        _ops = tf.load_op_library(str(path))
+        _lib = ctypes.CDLL(str(path))
+        _lib.mlc_tf_set_live_teams.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+    return _ops
+
+
+def set_live_teams(handles: Sequence[int]) -> None:
+    """Tell the ops which team handles exist (init) or that none do (finalize)."""
+    if _lib is None:
+        return
+    arr = (ctypes.c_size_t * max(len(handles), 1))(*handles)
+    _lib.mlc_tf_set_live_teams(arr, len(handles))
+
+
+def _dense(value) -> tf.Tensor:
+    # IndexedSlices (embedding gradients) become dense: the reduction is over the
+    # whole variable either way, and a dense sum is exact and order-independent.
+    if isinstance(value, tf.IndexedSlices):
+        return tf.convert_to_tensor(value)
+    return tf.convert_to_tensor(value)
+
+
+def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
+    groups: dict[tf.DType, list[int]] = {}
+    for i, t in tensors.items():
+        if t.dtype not in SUPPORTED:
+            names = ", ".join(d.name for d in SUPPORTED)
+            raise TypeError(f"ml_comm cannot reduce dtype {t.dtype.name}; supported: {names}")
+        groups.setdefault(t.dtype, []).append(i)
+    return groups
+
+
+def _chain(team_handle: int):
+    """Control dependencies that keep this team's groups in one order on every rank.
+
+    Groups of one team must open in the same order on all ranks; TensorFlow may
+    run independent ops in any order, so each new group waits for the first
+    member of the previous one in the same graph.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    anchors = _last_anchor.setdefault(graph, {})
+    previous = anchors.get(team_handle)
+    return [previous] if previous is not None else []
+
+
+def gradients(grads, team_handle: int, nranks: int, average: bool = True) -> list:
+    ops = load_ops()
+    if not isinstance(grads, (list, tuple)):
+        raise TypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
+    dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
+    result: list = [None] * len(grads)
+    for _dtype, idx in _by_dtype(dense).items():
+        layout = idx[::-1]  # backprop produces the last gradients first: they lead
+        tensors = [dense[i] for i in layout]
+        counts = [t.shape.num_elements() for t in tensors]
+        if tf.executing_eagerly() or None in counts:
+            if nranks == 1 and tf.executing_eagerly():
+                outs = [tf.identity(t) for t in tensors]
+            else:
+                with tf.control_dependencies(_chain(team_handle)):
+                    outs = ops.ml_comm_allreduce_n(
+                        tensors, team_handle=team_handle, average=average
+                    )
+                if not tf.executing_eagerly():
+                    _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
+        else:
+            key = next(_group_keys)
+            with tf.control_dependencies(_chain(team_handle)):
+                submits = [
+                    ops.ml_comm_group_submit(
+                        t,
+                        team_handle=team_handle,
+                        group_key=key,
+                        index=pos,
+                        counts=counts,
+                        average=average,
+                        nranks=nranks,
+                    )
+                    for pos, t in enumerate(tensors)
+                ]
+            # All submits first, then the waits: tf.function runs stateful ops in
+            # program order, and a wait may only block after every submit has run.
+            outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
+            # The group is open once its first member is submitted.
+            _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = submits[0][0].op
+        for i, out in zip(layout, outs):
+            result[i] = out
+    return result
+
+
+def broadcast(values, team_handle: int, root: int):
+    ops = load_ops()
+    single = not isinstance(values, (list, tuple))
+    items = [values] if single else list(values)
+    dense = {i: tf.convert_to_tensor(v) for i, v in enumerate(items)}
+    result: list = [None] * len(items)
+    for _dtype, idx in _by_dtype(dense).items():
+        with tf.control_dependencies(_chain(team_handle)):
+            outs = ops.ml_comm_broadcast_n(
+                [dense[i] for i in idx], team_handle=team_handle, root=root
+            )
+        if not tf.executing_eagerly():
+            _last_anchor.setdefault(tf.compat.v1.get_default_graph(), {})[team_handle] = outs[0].op
+        for i, out in zip(idx, outs):
+            result[i] = out
+    return result[0] if single else result
+
+
+def check_version() -> None:
+    major, minor = (int(x) for x in tf.__version__.split(".")[:2])
+    if (major, minor) < (2, 16):
+        raise MLCommError(f"ml_comm needs TensorFlow >= 2.16, found {tf.__version__}")

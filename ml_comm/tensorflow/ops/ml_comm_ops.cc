@@ -1,0 +1,358 @@
+// TensorFlow ops over the ml_comm C core: asynchronous kernels, no thread blocks.
+//
+// ComputeAsync hands (pointer, count, dtype) to the core and returns; the core's
+// completion callback, on a communication thread, calls done(). The ops:
+//   MlCommGroupSubmit/Wait  one gradient of a keyed group: one pair per gradient,
+//                           so each is submitted as soon as backprop produced it
+//   MlCommAllreduceN        a whole list at once (eager mode, where ops run one by one)
+//   MlCommBroadcastN        a list from root to every rank
+// A team crosses as its handle (an integer attr); the Python layer registers the
+// live handles, so a graph kept past finalize() fails with a message, not a crash.
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+extern "C" {
+#include <stddef.h>
+#include <stdint.h>
+#include "ml_comm.h"
+}
+
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::DataType;
+using tensorflow::OpInputList;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::OpOutputList;
+using tensorflow::Tensor;
+
+// Team handles that the Python layer has registered as live.
+std::mutex live_mutex;
+std::unordered_set<uintptr_t> live_teams;
+
+mlc_team *LiveTeam(OpKernelContext *ctx, int64_t handle) {
+  std::lock_guard<std::mutex> lock(live_mutex);
+  if (live_teams.count(static_cast<uintptr_t>(handle)) == 0) {
+    ctx->SetStatus(tensorflow::errors::FailedPrecondition(
+        "ml_comm: this op belongs to a team that no longer exists (ml_comm.finalize() was "
+        "called, or the graph was built in another process); build the graph again after "
+        "ml_comm.init()"));
+    return nullptr;
+  }
+  return reinterpret_cast<mlc_team *>(static_cast<uintptr_t>(handle));
+}
+
+int CoreDtype(DataType dt) {
+  switch (dt) {
+    case tensorflow::DT_FLOAT: return MLC_FLOAT32;
+    case tensorflow::DT_DOUBLE: return MLC_FLOAT64;
+    case tensorflow::DT_HALF: return MLC_FLOAT16;
+    case tensorflow::DT_BFLOAT16: return MLC_BFLOAT16;
+    case tensorflow::DT_INT32: return MLC_INT32;
+    case tensorflow::DT_INT64: return MLC_INT64;
+    default: return -1;
+  }
+}
+
+// What the core's callback needs to finish the kernel.
+struct Pending {
+  OpKernelContext *ctx;
+  AsyncOpKernel::DoneCallback done;
+  std::string what;
+};
+
+void FinishPending(void *user, int status) {
+  auto *p = static_cast<Pending *>(user);
+  if (status != MLC_OK) {
+    p->ctx->SetStatus(tensorflow::errors::Internal("ml_comm ", p->what, " failed: ",
+                                                   mlc_status_name(status)));
+  }
+  auto done = std::move(p->done);
+  delete p;
+  done();
+}
+
+const char *kTypes = "T: {float, double, half, bfloat16, int32, int64}";
+
+}  // namespace
+
+// A gradient's reduction is two ops. Submit hands the gradient to its keyed group
+// and finishes at once, returning the output buffer (filled later by the core)
+// and a token; Wait finishes when that buffer holds the result. Splitting them
+// lets tf.function run the submits in program order, as it does with every
+// stateful op, without a submit waiting on a reduction that needs later gradients.
+struct Completion {
+  // The core reads the input and writes the buffer after Submit has finished:
+  // holding both Tensors keeps their memory alive until then.
+  Tensor input, buffer;
+  std::mutex mutex;
+  bool finished = false;
+  int status = MLC_OK;
+  OpKernelContext *waiter_ctx = nullptr;
+  AsyncOpKernel::DoneCallback waiter;
+};
+
+void CompleteTensor(void *user, int status) {
+  auto *c = static_cast<Completion *>(user);
+  std::unique_lock<std::mutex> lock(c->mutex);
+  c->input = Tensor();  // the core is done reading it
+  if (!c->waiter) {  // Wait has not run yet: it will find the result
+    c->finished = true;
+    c->status = status;
+    return;
+  }
+  auto done = std::move(c->waiter);
+  OpKernelContext *ctx = c->waiter_ctx;
+  lock.unlock();
+  delete c;
+  if (status != MLC_OK)
+    ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", mlc_status_name(status)));
+  done();
+}
+
+REGISTER_OP("MlCommGroupSubmit")
+    .Input("tensor: T")
+    .Output("buffer: T")
+    .Output("token: int64")
+    .Attr(kTypes)
+    .Attr("team_handle: int")
+    .Attr("group_key: int")
+    .Attr("index: int")
+    .Attr("counts: list(int)")
+    .Attr("average: bool = true")
+    .Attr("nranks: int")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Hand one tensor to the keyed group group_key as member `index`: all submits with
+the same key form one fused sum or average over all ranks, laid out by `counts`,
+which starts as soon as its leading members arrive. `buffer` receives the result;
+read it only through MlCommGroupWait(buffer, token).
+)doc");
+
+class GroupSubmitOp : public tensorflow::OpKernel {
+ public:
+  explicit GroupSubmitOp(OpKernelConstruction *c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
+    OP_REQUIRES_OK(c, c->GetAttr("index", &index_));
+    OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
+    OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+    OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
+    OP_REQUIRES(c, index_ >= 0 && index_ < static_cast<int>(counts_.size()),
+                tensorflow::errors::InvalidArgument("ml_comm: index outside counts"));
+  }
+
+  void Compute(OpKernelContext *ctx) override {
+    const Tensor &input = ctx->input(0);
+    OP_REQUIRES(ctx, input.NumElements() == counts_[index_],
+                tensorflow::errors::InvalidArgument(
+                    "ml_comm: gradient ", index_, " has ", input.NumElements(),
+                    " elements but the graph was built for ", counts_[index_]));
+    Tensor *token = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({}), &token));
+    if (nranks_ == 1) {  // the average over one rank is the input itself
+      ctx->set_output(0, input);
+      token->scalar<int64_t>()() = 0;
+      return;
+    }
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) return;
+    Tensor *output = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, input.shape(), &output));
+    auto *completion = new Completion;
+    completion->input = input;
+    completion->buffer = *output;
+    char err[256] = "";
+    int rc = mlc_team_group_arrive(
+        team, group_key_, static_cast<int>(counts_.size()), counts_.data(), CoreDtype(input.dtype()),
+        average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, index_, input.tensor_data().data(),
+        const_cast<char *>(output->tensor_data().data()), CompleteTensor, completion, err,
+        sizeof err);
+    if (rc != MLC_OK) {
+      delete completion;
+      ctx->SetStatus(tensorflow::errors::Internal("ml_comm: ", err));
+      return;
+    }
+    token->scalar<int64_t>()() = static_cast<int64_t>(reinterpret_cast<uintptr_t>(completion));
+  }
+
+ private:
+  int64_t team_handle_ = 0, group_key_ = 0;
+  int index_ = 0;
+  std::vector<int64_t> counts_;
+  bool average_ = true;
+  int nranks_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommGroupSubmit").Device(tensorflow::DEVICE_CPU), GroupSubmitOp);
+
+REGISTER_OP("MlCommGroupWait")
+    .Input("buffer: T")
+    .Input("token: int64")
+    .Output("reduced: T")
+    .Attr(kTypes)
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc("The result of an MlCommGroupSubmit, once the reduction has filled its buffer.");
+
+class GroupWaitOp : public AsyncOpKernel {
+ public:
+  explicit GroupWaitOp(OpKernelConstruction *c) : AsyncOpKernel(c) {}
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    ctx->set_output(0, ctx->input(0));
+    auto token = static_cast<uintptr_t>(ctx->input(1).scalar<int64_t>()());
+    if (token == 0) {  // one rank: nothing was submitted
+      done();
+      return;
+    }
+    auto *c = reinterpret_cast<Completion *>(token);
+    std::unique_lock<std::mutex> lock(c->mutex);
+    if (!c->finished) {  // CompleteTensor will call done
+      c->waiter_ctx = ctx;
+      c->waiter = std::move(done);
+      return;
+    }
+    int status = c->status;
+    lock.unlock();
+    delete c;
+    if (status != MLC_OK)
+      ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", mlc_status_name(status)));
+    done();
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommGroupWait").Device(tensorflow::DEVICE_CPU), GroupWaitOp);
+
+REGISTER_OP("MlCommAllreduceN")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .Attr("N: int >= 1")
+    .Attr(kTypes)
+    .Attr("team_handle: int")
+    .Attr("average: bool = true")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.");
+
+class AllreduceNOp : public AsyncOpKernel {
+ public:
+  explicit AllreduceNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) {
+      done();
+      return;
+    }
+    OpInputList inputs;
+    OpOutputList outputs;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->output_list("reduced", &outputs), done);
+    std::vector<mlc_tensor> tensors(inputs.size());
+    for (int i = 0; i < inputs.size(); ++i) {
+      Tensor *out = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, outputs.allocate(i, inputs[i].shape(), &out), done);
+      tensors[i].source = inputs[i].tensor_data().data();
+      tensors[i].data = const_cast<char *>(out->tensor_data().data());
+      tensors[i].count = inputs[i].NumElements();
+    }
+    auto *pending = new Pending{ctx, std::move(done), "allreduce"};
+    int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
+                                      CoreDtype(inputs[0].dtype()),
+                                      average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, FinishPending,
+                                      pending, nullptr);
+    if (rc != MLC_OK) FinishPending(pending, rc);
+  }
+
+ private:
+  int64_t team_handle_ = 0;
+  bool average_ = true;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommAllreduceN").Device(tensorflow::DEVICE_CPU), AllreduceNOp);
+
+REGISTER_OP("MlCommBroadcastN")
+    .Input("tensors: N * T")
+    .Output("broadcast: N * T")
+    .Attr("N: int >= 1")
+    .Attr("T: {float, double, half, bfloat16, int32, int64}")
+    .Attr("team_handle: int")
+    .Attr("root: int")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Every rank receives root's values of the tensors.");
+
+class BroadcastNOp : public AsyncOpKernel {
+ public:
+  explicit BroadcastNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("root", &root_));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) {
+      done();
+      return;
+    }
+    OpInputList inputs;
+    OpOutputList outputs;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->output_list("broadcast", &outputs), done);
+    std::vector<mlc_tensor> tensors(inputs.size());
+    for (int i = 0; i < inputs.size(); ++i) {
+      Tensor *out = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, outputs.allocate(i, inputs[i].shape(), &out), done);
+      auto bytes = inputs[i].tensor_data();
+      char *dst = const_cast<char *>(out->tensor_data().data());
+      if (bytes.size()) std::memcpy(dst, bytes.data(), bytes.size());  // the root sends its own
+      tensors[i].data = dst;
+      tensors[i].source = nullptr;
+      tensors[i].count = inputs[i].NumElements();
+    }
+    auto *pending = new Pending{ctx, std::move(done), "broadcast"};
+    int rc = mlc_team_broadcast_async(team, tensors.data(), static_cast<int>(tensors.size()),
+                                      CoreDtype(inputs[0].dtype()), root_, FinishPending, pending,
+                                      nullptr);
+    if (rc != MLC_OK) FinishPending(pending, rc);
+  }
+
+ private:
+  int64_t team_handle_ = 0;
+  int root_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommBroadcastN").Device(tensorflow::DEVICE_CPU), BroadcastNOp);
+
+// Called by the Python layer (ctypes) at init and finalize.
+extern "C" void mlc_tf_set_live_teams(const uintptr_t *handles, int n) {
+  std::lock_guard<std::mutex> lock(live_mutex);
+  live_teams.clear();
+  for (int i = 0; i < n; ++i) live_teams.insert(handles[i]);
+}
