@@ -53,24 +53,32 @@ static int reduce_batch(const mlc_xfer *x, const mlc_request *req, mlc_segment *
     return MLC_OK;
 }
 
+
 /* Who carries out segments: thread `index` of `nthreads`, staging fused segments
  * in `window` slots of slot_bytes. A worker thread is one lane of its team; a
  * blocking caller running a request inline is the only lane of its own. */
 typedef struct mlc_lane {
     int index, nthreads;
+    int thread; /* for the timeline: the team thread, or -1 for the caller */
     char *staging;
     int64_t window, slot_bytes;
 } mlc_lane;
 
 /* Reduce a batch, unpack it if it was staged, and tell the group which tensors are done. */
-static int finish_batch(const mlc_xfer *x, const mlc_request *req, mlc_segment *batch,
-                        const int64_t *starts, int nb) {
+static int finish_batch(const mlc_xfer *x, const mlc_request *req, const mlc_lane *lane,
+                        mlc_segment *batch, const int64_t *starts, int nb) {
+    double t0 = req->team->events ? mlc_now() : 0;
     int rc = reduce_batch(x, req, batch, nb);
     if (rc) return rc;
+    int64_t bytes = 0;
     for (int i = 0; i < nb; i++) {
         if (req->ntensors > 1) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
         mlc_group_segment_done((mlc_request *)req, starts[i], batch[i].count);
+        bytes += batch[i].count * x->elem_size;
     }
+    if (req->team->events)
+        mlc_timeline_record(req->team, MLC_EVENT_SEGMENTS, lane->thread,
+                            (int64_t)req->seq, starts[0], bytes, t0, mlc_now());
     return MLC_OK;
 }
 
@@ -90,7 +98,7 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
         int64_t start = g * seg, count = req->total - start < seg ? req->total - start : seg;
         if (!mlc_group_is_ready((mlc_request *)req, start + count)) {
             /* Do what is ready before waiting for tensors still being computed. */
-            if (nb && (rc = finish_batch(x, req, batch, starts, nb))) return rc;
+            if (nb && (rc = finish_batch(x, req, lane, batch, starts, nb))) return rc;
             nb = 0;
             if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
         }
@@ -103,17 +111,17 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
         batch[nb].count = count;
         starts[nb++] = start;
         if (nb < MLC_RING_BATCH && g + (int64_t)lane->nthreads < nseg) continue;
-        if ((rc = finish_batch(x, req, batch, starts, nb))) return rc;
+        if ((rc = finish_batch(x, req, lane, batch, starts, nb))) return rc;
         nb = 0;
     }
     /* The loop flushes when no later segment can be this lane's; this is a guard. */
-    return nb ? finish_batch(x, req, batch, starts, nb) : MLC_OK;
+    return nb ? finish_batch(x, req, lane, batch, starts, nb) : MLC_OK;
 }
 
 static int allreduce_part(mlc_worker *w, mlc_request *req) {
     mlc_team *team = w->team;
     const mlc_xfer x = worker_xfer(w, req);
-    const mlc_lane lane = {w->index, team->nthreads, team->fusion, team->window_segments,
+    const mlc_lane lane = {w->index, team->nthreads, w->index, team->fusion, team->window_segments,
                            team->chunk_bytes};
     return allreduce_segments(&x, req, &lane);
 }
@@ -157,7 +165,7 @@ int mlc_execute_inline(mlc_team *team, mlc_request *req) {
         return rc;
     }
     if (req->algorithm == MLC_ALG_RING) {
-        const mlc_lane lane = {0, 1, team->caller_pack, MLC_RING_BATCH, team->chunk_bytes};
+        const mlc_lane lane = {0, 1, -1, team->caller_pack, MLC_RING_BATCH, team->chunk_bytes};
         return allreduce_segments(&x, req, &lane);
     }
     const int in_place = req->ntensors == 1 && input_of(&req->tensors[0]) == req->tensors[0].data;

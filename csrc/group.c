@@ -113,6 +113,9 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
     g->tensor_user[index] = user_data;
     g->arrived[index] = 1;
     g->narrived++;
+    double now = mlc_now();
+    mlc_timeline_record(team, MLC_EVENT_ARRIVE, -1, (int64_t)g->seq, index,
+                        counts[index] * mlc_dtype_size(dtype), now, now);
     while (g->next_missing < ntensors && g->arrived[g->next_missing]) g->next_missing++;
     atomic_store(&g->ready_elems, g->starts[g->next_missing]);
     if (g->narrived == ntensors) { /* complete: no later arrival may join it */

@@ -79,7 +79,10 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
         if (!team->head) team->tail = NULL;
         team->stats.calls++;
         team->stats.bytes += req->total * mlc_dtype_size(req->dtype);
-        team->stats.busy_seconds += mlc_now() - req->submitted_at;
+        double now = mlc_now();
+        team->stats.busy_seconds += now - req->submitted_at;
+        mlc_timeline_record(team, MLC_EVENT_REQUEST, -1, (int64_t)req->seq, req->ntensors,
+                            req->total * mlc_dtype_size(req->dtype), req->submitted_at, now);
     }
     pthread_mutex_unlock(&team->lock);
     if (!last) return;
@@ -198,6 +201,7 @@ void mlc_team_destroy(mlc_team *team) {
     free(team->fusion);
     free(team->caller_pack);
     free(team->caller_scratch);
+    free(team->events);
     pthread_mutex_destroy(&team->lock);
     pthread_mutex_destroy(&team->caller_lock);
     pthread_cond_destroy(&team->work_cv);

@@ -85,7 +85,15 @@ struct mlc_team {
     char caller_message[MLC_MSG_LEN];
 
     mlc_team_stats stats;
+
+    mlc_event *events; /* timeline; NULL when off */
+    int64_t events_capacity;
+    _Atomic int64_t events_used;
 };
+
+/* timeline.c */
+void mlc_timeline_record(mlc_team *team, int kind, int thread, int64_t request, int64_t detail,
+                         int64_t bytes, double start, double end);
 
 /* team.c */
 void mlc_queue_request(mlc_team *team, mlc_request *req); /* under team->lock */

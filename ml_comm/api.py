@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes
+from . import _dtypes, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from .errors import MLCommError
@@ -85,6 +85,8 @@ class _Session:
                 self.teams.append(out[0])
                 for name, value in thresholds.items():
                     _check(THRESHOLD_SETTERS[name](out[0], value), name)
+            if timeline.enabled():
+                timeline.enable(self.teams)
             if framework == "tensorflow":
                 self.tf = _tensorflow_binding()
                 self.tf.set_live_teams([int(ffi.cast("uintptr_t", t)) for t in self.teams])
@@ -233,7 +235,11 @@ def finalize() -> None:
         return
     for t, cfg in enumerate(session.configs):
         session.reporters[t].summary(cfg, session.stats(t))
-    session.close()
+    try:
+        if timeline.enabled():
+            timeline.write(session.rank, session.size, session.teams)
+    finally:
+        session.close()
 
 
 atexit.register(finalize)

@@ -134,6 +134,26 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                        int root, char *err, size_t errlen);
 
+/* ---- timeline: what the team's threads did, for a Chrome trace ---- */
+enum mlc_event_kind {
+    MLC_EVENT_SEGMENTS = 0, /* a thread reduced a batch of segments: [start, end] */
+    MLC_EVENT_ARRIVE = 1,   /* a tensor of a keyed group arrived (start == end) */
+    MLC_EVENT_REQUEST = 2   /* a request, from queueing to completion */
+};
+typedef struct mlc_event {
+    double start, end; /* seconds, CLOCK_MONOTONIC (see mlc_clock) */
+    int kind;
+    int thread;        /* team thread index; -1: the caller's thread */
+    int64_t request;   /* the request's position in the team's queue */
+    int64_t detail;    /* first segment, tensor index, or number of tensors */
+    int64_t bytes;
+} mlc_event;
+/* Record up to capacity events from now on (0 stops recording). */
+int mlc_team_timeline_enable(mlc_team *team, int64_t capacity);
+/* Copy recorded events (at most max) into out; returns how many. */
+int64_t mlc_team_timeline_read(mlc_team *team, mlc_event *out, int64_t max);
+double mlc_clock(void);
+
 /* ---- requests ---- */
 int mlc_request_wait(mlc_request *req);
 int mlc_request_test(mlc_request *req); /* MLC_PENDING, MLC_OK or an error */

@@ -1,0 +1,49 @@
+/* Timeline: a fixed array of events that threads claim slots in with one atomic
+ * add, so recording costs no lock and nothing at all when it is off. Python
+ * writes the events as a Chrome trace (ML_COMM_TIMELINE). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "team.h"
+
+double mlc_clock(void) { return mlc_now(); }
+
+int mlc_team_timeline_enable(mlc_team *team, int64_t capacity) {
+    if (capacity < 0) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock); /* no request runs while the array changes */
+    int busy = team->head != NULL;
+    if (!busy) {
+        free(team->events);
+        team->events = capacity ? calloc(capacity, sizeof *team->events) : NULL;
+        team->events_capacity = team->events ? capacity : 0;
+        atomic_store(&team->events_used, 0);
+    }
+    pthread_mutex_unlock(&team->lock);
+    if (busy) return MLC_ERR_STATE;
+    return capacity && !team->events ? MLC_ERR_NOMEM : MLC_OK;
+}
+
+void mlc_timeline_record(mlc_team *team, int kind, int thread, int64_t request, int64_t detail,
+                         int64_t bytes, double start, double end) {
+    if (!team->events) return;
+    int64_t slot = atomic_fetch_add(&team->events_used, 1);
+    if (slot >= team->events_capacity) return; /* full: later events are dropped */
+    mlc_event *e = &team->events[slot];
+    e->start = start;
+    e->end = end;
+    e->kind = kind;
+    e->thread = thread;
+    e->request = request;
+    e->detail = detail;
+    e->bytes = bytes;
+}
+
+int64_t mlc_team_timeline_read(mlc_team *team, mlc_event *out, int64_t max) {
+    pthread_mutex_lock(&team->lock);
+    int64_t n = atomic_load(&team->events_used);
+    if (n > team->events_capacity) n = team->events_capacity;
+    if (n > max) n = max;
+    if (n > 0) memcpy(out, team->events, n * sizeof *out);
+    pthread_mutex_unlock(&team->lock);
+    return n;
+}

@@ -1,0 +1,61 @@
+"""Command line: `python -m ml_comm --check` and `python -m ml_comm build-tf`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def check() -> int:
+    """Print what ml_comm sees: MPI, thread level, ranks, TensorFlow and its op library."""
+    import ml_comm as mc
+
+    info = mc.version_info()
+    print(f"ml_comm        {info['ml_comm']}")
+    print(f"MPI library    {info['mpi_library'].splitlines()[0]}")
+    print(f"thread level   {info['thread_level']}")
+    print(f"ranks          {info['nranks']}")
+    print(f"python/numpy   {info['python']} / {info['numpy']}")
+    try:
+        import tensorflow as tf
+    except ImportError:
+        print("tensorflow     not installed (pip install 'ml_comm[tf]' for the TensorFlow ops)")
+        return 0
+    from ml_comm.tensorflow import build
+
+    path = build.library_path()
+    state = "built" if path.exists() else "not built yet (python -m ml_comm build-tf)"
+    print(f"tensorflow     {tf.__version__}")
+    print(f"op library     {path} ({state})")
+    return 0
+
+
+def build_tf(force: bool) -> int:
+    from ml_comm.errors import MLCommError
+    from ml_comm.tensorflow import build
+
+    try:
+        path = build.build(force=force, verbose=True)
+    except MLCommError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"op library: {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ml_comm", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="print the set-up ml_comm sees")
+    sub = parser.add_subparsers(dest="command")
+    b = sub.add_parser("build-tf", help="compile the TensorFlow op library into the cache")
+    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    args = parser.parse_args(argv)
+    if args.command == "build-tf":
+        return build_tf(args.force)
+    if args.check or args.command is None:
+        return check()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
