@@ -1,0 +1,63 @@
+"""The TensorFlow examples train to the accuracy threshold at 2 ranks, print only on
+rank 0, and end with identical variables on every rank (their own exit status)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIEXEC = Path(sys.prefix) / "bin" / "mpiexec"
+TIMEOUT_S = 300
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("sklearn") is None,
+    reason="needs TensorFlow and scikit-learn (pip install 'ml_comm[tf,examples]')",
+)
+
+
+def run_example(name: str, *args: str) -> str:
+    """stdout of the example at 2 ranks; fails on a non-zero exit or past TIMEOUT_S.
+
+    On a timeout mpiexec gets SIGTERM first, on which it ends its proxy and the ranks (they
+    run in process groups of their own), and SIGKILL only if that did not end it.
+    """
+    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(ROOT / "examples" / name), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"{name} did not finish in {TIMEOUT_S} s:\n{out}{err}")
+    assert proc.returncode == 0, out + err
+    return out
+
+
+def test_tf2_digits_two_ranks():
+    out = run_example("tf2_digits.py", "--epochs", "5", "--threads", "1")
+    lines = out.splitlines()
+    assert sum(line.startswith("# digits MLP") for line in lines) == 1, out  # rank 0 only
+    assert "2 rank(s)" in lines[0], out
+    epochs = [line.split()[1] for line in lines if line.startswith("epoch")]
+    assert epochs == ["1", "2", "3", "4", "5"], out
+    assert lines[-1].startswith("OK: weights identical on all 2 rank(s), test accuracy"), out
+
+
+def test_tf1_graph_hooks_two_ranks():
+    out = run_example("tf1_graph_hooks.py", "--steps", "125", "--log-every", "50")
+    lines = out.splitlines()
+    assert sum(line.startswith("# digits MLP") for line in lines) == 1, out  # rank 0 only
+    assert "2 rank(s)" in lines[0], out
+    # Reports every 50 steps and one for the last, partial stretch.
+    steps = [line.split()[1] for line in lines if line.startswith("step")]
+    assert steps == ["50", "100", "125"], out
+    assert lines[-1].startswith("OK: variables identical on all 2 rank(s), test accuracy"), out
