@@ -47,7 +47,7 @@ static mlc_xfer worker_xfer(mlc_worker *w, const mlc_request *req) {
 static int reduce_batch(const mlc_xfer *x, const mlc_request *req, mlc_segment *batch, int nb) {
     if (req->algorithm == MLC_ALG_RING) return mlc_allreduce_ring(x, batch, nb, req->op);
     for (int i = 0; i < nb; i++) {
-        int rc = mlc_allreduce_recursive_doubling(x, batch[i].data, batch[i].count, req->op);
+        int rc = mlc_allreduce_recursive_doubling(x, batch[i].data, batch[i].count, req->op, batch[i].tag);
         if (rc) return rc;
     }
     return MLC_OK;
@@ -96,12 +96,10 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
     for (int64_t g = 0; g < nseg; g++) {
         if (mlc_segment_owner(g, window, lane->nthreads) != lane->index) continue;
         int64_t start = g * seg, count = req->total - start < seg ? req->total - start : seg;
-        if (!mlc_group_is_ready((mlc_request *)req, start + count)) {
-            /* Do what is ready before waiting for tensors still being computed. */
-            if (nb && (rc = finish_batch(x, req, lane, batch, starts, nb))) return rc;
-            nb = 0;
-            if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
-        }
+        /* Batches must be the same on every rank (their messages go in lock step), so
+         * a segment whose tensors are still being computed is waited for, never
+         * skipped: the batch boundaries depend on the segment numbers alone. */
+        if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
         char *data = fused ? lane->staging + (g % window) * lane->slot_bytes
                            : (char *)only->data + start * x->elem_size;
         if (fused) mlc_copy_range(req, start, count, data, 1);
@@ -109,6 +107,7 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
             memcpy(data, (const char *)only->source + start * x->elem_size, count * x->elem_size);
         batch[nb].data = data;
         batch[nb].count = count;
+        batch[nb].tag = (int)(g % MLC_TAG_SPACE);
         starts[nb++] = start;
         if (nb < MLC_RING_BATCH && g + (int64_t)lane->nthreads < nseg) continue;
         if ((rc = finish_batch(x, req, lane, batch, starts, nb))) return rc;
@@ -136,7 +135,8 @@ static int broadcast_part(mlc_worker *w, mlc_request *req) {
         for (int64_t off = 0; off < bytes; off += team->chunk_bytes, g++) {
             if (g % team->nthreads != w->index) continue;
             int64_t len = bytes - off < team->chunk_bytes ? bytes - off : team->chunk_bytes;
-            int rc = mlc_broadcast_binomial(&x, (char *)req->tensors[t].data + off, len, req->root);
+            int rc = mlc_broadcast_binomial(&x, (char *)req->tensors[t].data + off, len, req->root,
+                                            (int)(g % MLC_TAG_SPACE));
             if (rc) return rc;
         }
     }
@@ -161,7 +161,8 @@ int mlc_execute_inline(mlc_team *team, mlc_request *req) {
     team->caller_message[0] = '\0';
     if (req->kind == MLC_KIND_BROADCAST) {
         for (int t = 0; t < req->ntensors && rc == MLC_OK; t++)
-            rc = mlc_broadcast_binomial(&x, req->tensors[t].data, req->tensors[t].count * es, req->root);
+            rc = mlc_broadcast_binomial(&x, req->tensors[t].data, req->tensors[t].count * es, req->root,
+                                        t % MLC_TAG_SPACE);
         return rc;
     }
     if (req->algorithm == MLC_ALG_RING) {
@@ -171,7 +172,7 @@ int mlc_execute_inline(mlc_team *team, mlc_request *req) {
     const int in_place = req->ntensors == 1 && input_of(&req->tensors[0]) == req->tensors[0].data;
     char *buf = in_place ? req->tensors[0].data : team->caller_pack;
     if (!in_place) mlc_copy_range(req, 0, req->total, buf, 1);
-    rc = mlc_allreduce_recursive_doubling(&x, buf, req->total, req->op);
+    rc = mlc_allreduce_recursive_doubling(&x, buf, req->total, req->op, 0);
     if (rc == MLC_OK && !in_place) mlc_copy_range(req, 0, req->total, buf, 0);
     return rc;
 }

@@ -130,7 +130,7 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
     return MLC_OK;
 }
 
-int mlc_group_is_ready(mlc_request *req, int64_t end) {
+static int mlc_group_is_ready(mlc_request *req, int64_t end) {
     return !req->is_group || atomic_load(&req->ready_elems) >= end;
 }
 

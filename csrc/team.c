@@ -72,6 +72,7 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
     if (status != MLC_OK && req->status == MLC_OK) {
         req->status = status;
         snprintf(req->message, MLC_MSG_LEN, "%s", message[0] ? message : mlc_status_name(status));
+        memcpy(team->last_error, req->message, MLC_MSG_LEN);
     }
     int last = --req->workers_left == 0;
     if (last) {
@@ -240,6 +241,13 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->fusion_bytes = team->window_segments * team->chunk_bytes;
     out->latency_bytes = team->latency_bytes;
     out->inline_bytes = team->inline_bytes;
+}
+
+const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {
+    pthread_mutex_lock(&team->lock);
+    snprintf(buf, len, "%s", team->last_error);
+    pthread_mutex_unlock(&team->lock);
+    return buf;
 }
 
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {

@@ -85,6 +85,7 @@ struct mlc_team {
     char caller_message[MLC_MSG_LEN];
 
     mlc_team_stats stats;
+    char last_error[MLC_MSG_LEN];
 
     mlc_event *events; /* timeline; NULL when off */
     int64_t events_capacity;
@@ -102,7 +103,6 @@ int64_t mlc_request_segment_elems(const mlc_team *team, const mlc_request *req);
 
 /* group.c */
 int mlc_group_wait_ready(mlc_request *req, int64_t end); /* MLC_ERR_STATE on shutdown */
-int mlc_group_is_ready(mlc_request *req, int64_t end);
 void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count);
 void mlc_group_fail_remaining(mlc_request *req);
 

@@ -467,13 +467,17 @@ def broadcast(values, root: int = 0):
         raise TypeError(f"broadcast takes a list of numpy arrays, got {type(values).__name__}")
     _check_root(root, s.size)
     arrays = [_in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
+    _broadcast_arrays(s, arrays, root)
+    return values
+
+
+def _broadcast_arrays(s: _Session, arrays: list[np.ndarray], root: int) -> None:
     for dtype, idx in _group_by_dtype(arrays).items():
         tensors, keep = _tensor_list([arrays[i] for i in idx])
         rc = lib.mlc_team_broadcast(
             s.teams[0], tensors, len(idx), _dtypes.CODES[dtype], root, s.err, _ERR_LEN
         )
         _check(rc, "broadcast", s.err)
-    return values
 
 
 def check_buffers_match(values, flag: int = 1) -> int:
@@ -490,7 +494,7 @@ def check_buffers_match(values, flag: int = 1) -> int:
         digest.update(a.tobytes())
     mine = np.frombuffer(digest.digest(), dtype=np.int64).copy()
     reference = mine.copy()
-    broadcast([reference], root=0)
+    _broadcast_arrays(s, [reference], 0)  # NumPy whatever the framework
     differs = np.array([0 if np.array_equal(mine, reference) else 1], dtype=np.int64)
     if differs[0] and flag:
         print(f"ml_comm: rank {s.rank}: buffers differ from rank 0's", file=sys.stderr, flush=True)

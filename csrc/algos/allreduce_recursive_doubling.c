@@ -12,7 +12,7 @@
  */
 #include "core.h"
 
-int mlc_allreduce_recursive_doubling(const mlc_xfer *x, char *buf, int64_t count, int op) {
+int mlc_allreduce_recursive_doubling(const mlc_xfer *x, char *buf, int64_t count, int op, int tag) {
     const int r = x->rank, n = x->size, p2 = mlc_rd_pow2_floor(n);
     const int64_t bytes = count * x->elem_size;
     const int fold = mlc_rd_fold_partner(r, n);
@@ -20,19 +20,19 @@ int mlc_allreduce_recursive_doubling(const mlc_xfer *x, char *buf, int64_t count
 
     if (n > 1 && bytes > x->scratch_bytes) return MLC_ERR_ARG;
     if (r >= p2) {
-        if ((rc = mlc_tp_send(x, buf, bytes, fold))) return rc;
-        return mlc_tp_recv(x, buf, bytes, fold); /* already averaged by the partner */
+        if ((rc = mlc_tp_send(x, buf, bytes, fold, tag))) return rc;
+        return mlc_tp_recv(x, buf, bytes, fold, tag); /* already averaged by the partner */
     }
     if (fold >= 0) {
-        if ((rc = mlc_tp_recv(x, x->scratch, bytes, fold))) return rc;
+        if ((rc = mlc_tp_recv(x, x->scratch, bytes, fold, tag))) return rc;
         mlc_reduce_sum_into(buf, x->scratch, count, x->dtype);
     }
     for (int k = 0; k < mlc_rd_nsteps(n); k++) {
         int partner = mlc_rd_partner(r, n, k);
-        if ((rc = mlc_tp_sendrecv(x, buf, bytes, partner, x->scratch, bytes, partner))) return rc;
+        if ((rc = mlc_tp_sendrecv(x, buf, bytes, partner, x->scratch, bytes, partner, tag))) return rc;
         mlc_reduce_sum_into(buf, x->scratch, count, x->dtype);
     }
     if (op == MLC_OP_AVERAGE) mlc_divide_by_ranks(buf, count, x->dtype, n);
-    if (fold >= 0) return mlc_tp_send(x, buf, bytes, fold);
+    if (fold >= 0) return mlc_tp_send(x, buf, bytes, fold, tag);
     return MLC_OK;
 }

@@ -43,8 +43,10 @@ int mlc_allreduce_ring(const mlc_xfer *x, const mlc_segment *segs, int nseg, int
         for (int d = 0; d < nseg; d++) {
             block_bytes(x, &segs[d], mlc_ring_rs_recv_block(r, n, s), &roff, &rlen);
             block_bytes(x, &segs[d], mlc_ring_rs_send_block(r, n, s), &off, &len);
-            if ((rc = mlc_tp_irecv(x, x->scratch + d * slot, rlen, left, &reqs[d]))) return rc;
-            if ((rc = mlc_tp_isend(x, segs[d].data + off, len, right, &reqs[nseg + d]))) return rc;
+            if ((rc = mlc_tp_irecv(x, x->scratch + d * slot, rlen, left, segs[d].tag, &reqs[d])))
+                return rc;
+            if ((rc = mlc_tp_isend(x, segs[d].data + off, len, right, segs[d].tag, &reqs[nseg + d])))
+                return rc;
         }
         for (int k = 0; k < nseg; k++) {
             if ((rc = mlc_tp_waitany(x, nseg, reqs, &idx))) return rc;
@@ -64,8 +66,10 @@ int mlc_allreduce_ring(const mlc_xfer *x, const mlc_segment *segs, int nseg, int
         for (int d = 0; d < nseg; d++) {
             block_bytes(x, &segs[d], mlc_ring_ag_recv_block(r, n, s), &roff, &rlen);
             block_bytes(x, &segs[d], mlc_ring_ag_send_block(r, n, s), &off, &len);
-            if ((rc = mlc_tp_irecv(x, segs[d].data + roff, rlen, left, &reqs[d]))) return rc;
-            if ((rc = mlc_tp_isend(x, segs[d].data + off, len, right, &reqs[nseg + d]))) return rc;
+            if ((rc = mlc_tp_irecv(x, segs[d].data + roff, rlen, left, segs[d].tag, &reqs[d])))
+                return rc;
+            if ((rc = mlc_tp_isend(x, segs[d].data + off, len, right, segs[d].tag, &reqs[nseg + d])))
+                return rc;
         }
         if ((rc = mlc_tp_waitall(x, 2 * nseg, reqs))) return rc;
     }

@@ -8,13 +8,13 @@
  */
 #include "core.h"
 
-int mlc_broadcast_binomial(const mlc_xfer *x, char *buf, int64_t bytes, int root) {
+int mlc_broadcast_binomial(const mlc_xfer *x, char *buf, int64_t bytes, int root, int tag) {
     int children[64];
     int rc, parent = mlc_binomial_parent(x->rank, root, x->size);
     int nchildren = mlc_binomial_children(x->rank, root, x->size, children, 64);
 
-    if (parent >= 0 && (rc = mlc_tp_recv(x, buf, bytes, parent))) return rc;
+    if (parent >= 0 && (rc = mlc_tp_recv(x, buf, bytes, parent, tag))) return rc;
     for (int i = 0; i < nchildren; i++)
-        if ((rc = mlc_tp_send(x, buf, bytes, children[i]))) return rc;
+        if ((rc = mlc_tp_send(x, buf, bytes, children[i], tag))) return rc;
     return MLC_OK;
 }

@@ -104,6 +104,9 @@ typedef struct mlc_team_settings {
 } mlc_team_settings;
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
+/* The message of the team's most recent failed request ("" if none), for
+ * callers that only received a status code. */
+const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len);
 
 /* Asynchronous allreduce of the concatenation of tensors (all of one dtype), in
  * place. Tensors of one request are reduced as one buffer; more than one tensor

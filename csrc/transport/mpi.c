@@ -1,13 +1,13 @@
 /* Point-to-point transport over MPI: the only file that sends or receives.
  * Byte counts go through the MPI-4 large-count (_c) calls so a buffer above
  * 2 GiB is not truncated. The communicator is the calling thread's own dup, so
- * one tag suffices: messages of different threads never meet. */
+ * messages of different threads never meet. The tag is the segment's number, so
+ * that should two ranks ever disagree on a schedule, MPI reports a mismatch
+ * instead of pairing one segment's bytes with another's. */
 #include <sched.h>
 #include <stdio.h>
 
 #include "core.h"
-
-#define MLC_TAG 7
 
 int mlc_mpi_error(char *message, int mpi_code, const char *what) {
     char text[MPI_MAX_ERROR_STRING];
@@ -37,34 +37,35 @@ static int wait_all(const mlc_xfer *x, int n, MPI_Request *reqs, const char *wha
     }
 }
 
-int mlc_tp_isend(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, MPI_Request *req) {
-    CHECK(MPI_Isend_c(buf, bytes, MPI_BYTE, dest, MLC_TAG, x->comm, req), "MPI_Isend", x);
+int mlc_tp_isend(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, int tag,
+                 MPI_Request *req) {
+    CHECK(MPI_Isend_c(buf, bytes, MPI_BYTE, dest, tag, x->comm, req), "MPI_Isend", x);
     return MLC_OK;
 }
 
-int mlc_tp_irecv(const mlc_xfer *x, void *buf, int64_t bytes, int src, MPI_Request *req) {
-    CHECK(MPI_Irecv_c(buf, bytes, MPI_BYTE, src, MLC_TAG, x->comm, req), "MPI_Irecv", x);
+int mlc_tp_irecv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag, MPI_Request *req) {
+    CHECK(MPI_Irecv_c(buf, bytes, MPI_BYTE, src, tag, x->comm, req), "MPI_Irecv", x);
     return MLC_OK;
 }
 
 int mlc_tp_sendrecv(const mlc_xfer *x, const void *sbuf, int64_t sbytes, int dest,
-                    void *rbuf, int64_t rbytes, int src) {
+                    void *rbuf, int64_t rbytes, int src, int tag) {
     MPI_Request reqs[2];
     int rc;
-    if ((rc = mlc_tp_irecv(x, rbuf, rbytes, src, &reqs[0]))) return rc;
-    if ((rc = mlc_tp_isend(x, sbuf, sbytes, dest, &reqs[1]))) return rc;
+    if ((rc = mlc_tp_irecv(x, rbuf, rbytes, src, tag, &reqs[0]))) return rc;
+    if ((rc = mlc_tp_isend(x, sbuf, sbytes, dest, tag, &reqs[1]))) return rc;
     return wait_all(x, 2, reqs, "MPI_Sendrecv");
 }
 
-int mlc_tp_send(const mlc_xfer *x, const void *buf, int64_t bytes, int dest) {
+int mlc_tp_send(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, int tag) {
     MPI_Request req;
-    int rc = mlc_tp_isend(x, buf, bytes, dest, &req);
+    int rc = mlc_tp_isend(x, buf, bytes, dest, tag, &req);
     return rc ? rc : wait_all(x, 1, &req, "MPI_Send");
 }
 
-int mlc_tp_recv(const mlc_xfer *x, void *buf, int64_t bytes, int src) {
+int mlc_tp_recv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag) {
     MPI_Request req;
-    int rc = mlc_tp_irecv(x, buf, bytes, src, &req);
+    int rc = mlc_tp_irecv(x, buf, bytes, src, tag, &req);
     return rc ? rc : wait_all(x, 1, &req, "MPI_Recv");
 }
 

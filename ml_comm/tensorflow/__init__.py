@@ -129,13 +129,17 @@ def broadcast(values, team_handle: int, root: int):
     items = [values] if single else list(values)
     dense = {i: tf.convert_to_tensor(v) for i, v in enumerate(items)}
     result: list = [None] * len(items)
+    # A broadcast runs on its own (once, before training: SessionRunHook.
+    # after_create_session in the Cray listings), so it is not chained to the
+    # gradient groups, or running it would run a training step's ops too. Its
+    # dtype groups are chained among themselves to keep one order on all ranks.
+    previous: list = []
     for _dtype, idx in _by_dtype(dense).items():
-        with tf.control_dependencies(_chain(team_handle)):
+        with tf.control_dependencies(previous):
             outs = ops.ml_comm_broadcast_n(
                 [dense[i] for i in idx], team_handle=team_handle, root=root
             )
-        if not tf.executing_eagerly():
-            _last_anchor.setdefault(tf.compat.v1.get_default_graph(), {})[team_handle] = outs[0].op
+        previous = [] if tf.executing_eagerly() else [outs[0].op]
         for i, out in zip(idx, outs):
             result[i] = out
     return result[0] if single else result

@@ -65,8 +65,15 @@ int CoreDtype(DataType dt) {
   }
 }
 
+std::string Failure(mlc_team *team, int status) {
+  char text[512];
+  mlc_team_last_error(team, text, sizeof text);
+  return std::string(mlc_status_name(status)) + (text[0] ? std::string(": ") + text : "");
+}
+
 // What the core's callback needs to finish the kernel.
 struct Pending {
+  mlc_team *team;
   OpKernelContext *ctx;
   AsyncOpKernel::DoneCallback done;
   std::string what;
@@ -75,8 +82,8 @@ struct Pending {
 void FinishPending(void *user, int status) {
   auto *p = static_cast<Pending *>(user);
   if (status != MLC_OK) {
-    p->ctx->SetStatus(tensorflow::errors::Internal("ml_comm ", p->what, " failed: ",
-                                                   mlc_status_name(status)));
+    p->ctx->SetStatus(
+        tensorflow::errors::Internal("ml_comm ", p->what, " failed: ", Failure(p->team, status)));
   }
   auto done = std::move(p->done);
   delete p;
@@ -92,7 +99,9 @@ const char *kTypes = "T: {float, double, half, bfloat16, int32, int64}";
 // and a token; Wait finishes when that buffer holds the result. Splitting them
 // lets tf.function run the submits in program order, as it does with every
 // stateful op, without a submit waiting on a reduction that needs later gradients.
+
 struct Completion {
+  mlc_team *team = nullptr;
   // The core reads the input and writes the buffer after Submit has finished:
   // holding both Tensors keeps their memory alive until then.
   Tensor input, buffer;
@@ -114,10 +123,11 @@ void CompleteTensor(void *user, int status) {
   }
   auto done = std::move(c->waiter);
   OpKernelContext *ctx = c->waiter_ctx;
+  mlc_team *team = c->team;
   lock.unlock();
   delete c;
   if (status != MLC_OK)
-    ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", mlc_status_name(status)));
+    ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", Failure(team, status)));
   done();
 }
 
@@ -176,6 +186,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     Tensor *output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, input.shape(), &output));
     auto *completion = new Completion;
+    completion->team = team;
     completion->input = input;
     completion->buffer = *output;
     char err[256] = "";
@@ -230,10 +241,11 @@ class GroupWaitOp : public AsyncOpKernel {
       return;
     }
     int status = c->status;
+    mlc_team *team = c->team;
     lock.unlock();
     delete c;
     if (status != MLC_OK)
-      ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", mlc_status_name(status)));
+      ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", Failure(team, status)));
     done();
   }
 };
@@ -279,7 +291,7 @@ class AllreduceNOp : public AsyncOpKernel {
       tensors[i].data = const_cast<char *>(out->tensor_data().data());
       tensors[i].count = inputs[i].NumElements();
     }
-    auto *pending = new Pending{ctx, std::move(done), "allreduce"};
+    auto *pending = new Pending{team, ctx, std::move(done), "allreduce"};
     int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
                                       CoreDtype(inputs[0].dtype()),
                                       average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, FinishPending,
@@ -336,7 +348,7 @@ class BroadcastNOp : public AsyncOpKernel {
       tensors[i].source = nullptr;
       tensors[i].count = inputs[i].NumElements();
     }
-    auto *pending = new Pending{ctx, std::move(done), "broadcast"};
+    auto *pending = new Pending{team, ctx, std::move(done), "broadcast"};
     int rc = mlc_team_broadcast_async(team, tensors.data(), static_cast<int>(tensors.size()),
                                       CoreDtype(inputs[0].dtype()), root_, FinishPending, pending,
                                       nullptr);
