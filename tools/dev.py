@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Developer entry point: one command per job, each sets up `.venv` itself.
 
-    python3 tools/dev.py train   # 2-rank data-parallel training on scikit-learn's digits
+    python3 tools/dev.py train   # 2-rank TensorFlow training through ml_comm on scikit-learn's digits
     python3 tools/dev.py test    # the whole test suite: unit, MPI at 1-4 ranks, 2-node test bed
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
@@ -68,7 +68,7 @@ def mpirun(n: int, args: list[str | Path], timeout: float = MPI_RUN_TIMEOUT_S) -
 
 def cmd_train() -> int:
     ensure_venv()
-    return mpirun(2, [PY, "examples/digits_numpy.py"])
+    return mpirun(2, [PY, "examples/tf2_digits.py"])
 
 
 def cmd_test() -> int:
