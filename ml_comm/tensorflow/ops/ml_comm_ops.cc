@@ -252,6 +252,29 @@ class GroupWaitOp : public AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("MlCommGroupWait").Device(tensorflow::DEVICE_CPU), GroupWaitOp);
 
+// Allocates a list op's outputs (shaped as its inputs) and describes them to the
+// core: out-of-place (source = input) or, with copy_inputs, pre-filled in place.
+tensorflow::Status ListTensors(OpKernelContext *ctx, const char *out_name, bool copy_inputs,
+                               std::vector<mlc_tensor> *tensors, DataType *dtype) {
+  OpInputList inputs;
+  OpOutputList outputs;
+  TF_RETURN_IF_ERROR(ctx->input_list("tensors", &inputs));
+  TF_RETURN_IF_ERROR(ctx->output_list(out_name, &outputs));
+  tensors->resize(inputs.size());
+  for (int i = 0; i < inputs.size(); ++i) {
+    Tensor *out = nullptr;
+    TF_RETURN_IF_ERROR(outputs.allocate(i, inputs[i].shape(), &out));
+    auto bytes = inputs[i].tensor_data();
+    char *dst = const_cast<char *>(out->tensor_data().data());
+    if (copy_inputs && bytes.size()) std::memcpy(dst, bytes.data(), bytes.size());
+    (*tensors)[i].data = dst;
+    (*tensors)[i].source = copy_inputs ? nullptr : bytes.data();
+    (*tensors)[i].count = inputs[i].NumElements();
+  }
+  *dtype = inputs[0].dtype();
+  return absl::OkStatus();
+}
+
 REGISTER_OP("MlCommAllreduceN")
     .Input("tensors: N * T")
     .Output("reduced: N * T")
@@ -279,22 +302,12 @@ class AllreduceNOp : public AsyncOpKernel {
       done();
       return;
     }
-    OpInputList inputs;
-    OpOutputList outputs;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->output_list("reduced", &outputs), done);
-    std::vector<mlc_tensor> tensors(inputs.size());
-    for (int i = 0; i < inputs.size(); ++i) {
-      Tensor *out = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, outputs.allocate(i, inputs[i].shape(), &out), done);
-      tensors[i].source = inputs[i].tensor_data().data();
-      tensors[i].data = const_cast<char *>(out->tensor_data().data());
-      tensors[i].count = inputs[i].NumElements();
-    }
+    std::vector<mlc_tensor> tensors;
+    DataType dtype;
+    OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
     auto *pending = new Pending{team, ctx, std::move(done), "allreduce"};
     int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
-                                      CoreDtype(inputs[0].dtype()),
-                                      average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, FinishPending,
+                                      CoreDtype(dtype), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, FinishPending,
                                       pending, nullptr);
     if (rc != MLC_OK) FinishPending(pending, rc);
   }
@@ -333,24 +346,13 @@ class BroadcastNOp : public AsyncOpKernel {
       done();
       return;
     }
-    OpInputList inputs;
-    OpOutputList outputs;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->output_list("broadcast", &outputs), done);
-    std::vector<mlc_tensor> tensors(inputs.size());
-    for (int i = 0; i < inputs.size(); ++i) {
-      Tensor *out = nullptr;
-      OP_REQUIRES_OK_ASYNC(ctx, outputs.allocate(i, inputs[i].shape(), &out), done);
-      auto bytes = inputs[i].tensor_data();
-      char *dst = const_cast<char *>(out->tensor_data().data());
-      if (bytes.size()) std::memcpy(dst, bytes.data(), bytes.size());  // the root sends its own
-      tensors[i].data = dst;
-      tensors[i].source = nullptr;
-      tensors[i].count = inputs[i].NumElements();
-    }
+    std::vector<mlc_tensor> tensors;
+    DataType dtype;
+    // In place: the root's outputs must hold its own values before they are sent.
+    OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "broadcast", true, &tensors, &dtype), done);
     auto *pending = new Pending{team, ctx, std::move(done), "broadcast"};
     int rc = mlc_team_broadcast_async(team, tensors.data(), static_cast<int>(tensors.size()),
-                                      CoreDtype(inputs[0].dtype()), root_, FinishPending, pending,
+                                      CoreDtype(dtype), root_, FinishPending, pending,
                                       nullptr);
     if (rc != MLC_OK) FinishPending(pending, rc);
   }
