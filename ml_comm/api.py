@@ -89,7 +89,9 @@ class _Session:
                 timeline.enable(self.teams)
             if framework == "tensorflow":
                 self.tf = _tensorflow_binding()
-                self.tf.set_live_teams([int(ffi.cast("uintptr_t", t)) for t in self.teams])
+                self.tf_team_ids = self.tf.set_live_teams(
+                    [int(ffi.cast("uintptr_t", t)) for t in self.teams]
+                )
         except BaseException:
             self.close()
             raise
@@ -399,7 +401,7 @@ def gradients(grads: Sequence[np.ndarray], team: int = 0) -> list[np.ndarray]:
     s = _active()
     handle = s.team(team)
     if s.tf is not None:
-        out = s.tf.gradients(grads, int(ffi.cast("uintptr_t", handle)), s.size)
+        out = s.tf.gradients(grads, s.tf_team_ids[team], s.size)
         s.reporters[team].step(s.configs[team], lambda: s.stats(team))
         return out
     if not isinstance(grads, (list, tuple)):
@@ -460,7 +462,7 @@ def broadcast(values, root: int = 0):
     s = _active()
     if s.tf is not None:
         _check_root(root, s.size)
-        return s.tf.broadcast(values, int(ffi.cast("uintptr_t", s.teams[0])), int(root))
+        return s.tf.broadcast(values, s.tf_team_ids[0], int(root))
     single = isinstance(values, np.ndarray)
     arrays = [values] if single else values
     if not isinstance(arrays, (list, tuple)):

@@ -22,6 +22,7 @@ from . import build
 _ops = None
 _lib: ctypes.CDLL | None = None
 _group_keys = itertools.count(1)
+_team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 # Per graph and team: the op that the next keyed group must wait for (see _chain).
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -35,16 +36,27 @@ def load_ops():
         path = build.build()
         _ops = tf.load_op_library(str(path))
         _lib = ctypes.CDLL(str(path))
-        _lib.mlc_tf_set_live_teams.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+        _lib.mlc_tf_set_live_teams.argtypes = [
+            ctypes.POINTER(ctypes.c_int64),
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.c_int,
+        ]
     return _ops
 
 
-def set_live_teams(handles: Sequence[int]) -> None:
-    """Tell the ops which team handles exist (init) or that none do (finalize)."""
-    if _lib is None:
-        return
-    arr = (ctypes.c_size_t * max(len(handles), 1))(*handles)
-    _lib.mlc_tf_set_live_teams(arr, len(handles))
+def set_live_teams(handles: Sequence[int]) -> list[int]:
+    """Register the teams whose ops may run (init), or none (finalize).
+
+    Returns the ids that the ops carry; a graph built for earlier teams then fails
+    with a message, even when a new team happens to reuse an old one's address.
+    """
+    ids = [next(_team_ids) for _ in handles]
+    if _lib is not None:
+        n = max(len(handles), 1)
+        _lib.mlc_tf_set_live_teams(
+            (ctypes.c_int64 * n)(*ids), (ctypes.c_size_t * n)(*handles), len(handles)
+        )
+    return ids
 
 
 def _dense(value) -> tf.Tensor:

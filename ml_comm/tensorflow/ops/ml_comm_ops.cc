@@ -13,7 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -37,20 +37,22 @@ using tensorflow::OpKernelContext;
 using tensorflow::OpOutputList;
 using tensorflow::Tensor;
 
-// Team handles that the Python layer has registered as live.
+// Teams the Python layer has registered as live, by an id that is never reused
+// (a new team may get a finalized one's address; it never gets its id).
 std::mutex live_mutex;
-std::unordered_set<uintptr_t> live_teams;
+std::unordered_map<int64_t, uintptr_t> live_teams;
 
-mlc_team *LiveTeam(OpKernelContext *ctx, int64_t handle) {
+mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id) {
   std::lock_guard<std::mutex> lock(live_mutex);
-  if (live_teams.count(static_cast<uintptr_t>(handle)) == 0) {
+  auto found = live_teams.find(id);
+  if (found == live_teams.end()) {
     ctx->SetStatus(tensorflow::errors::FailedPrecondition(
         "ml_comm: this op belongs to a team that no longer exists (ml_comm.finalize() was "
         "called, or the graph was built in another process); build the graph again after "
         "ml_comm.init()"));
     return nullptr;
   }
-  return reinterpret_cast<mlc_team *>(static_cast<uintptr_t>(handle));
+  return reinterpret_cast<mlc_team *>(found->second);
 }
 
 int CoreDtype(DataType dt) {
@@ -174,6 +176,8 @@ class GroupSubmitOp : public tensorflow::OpKernel {
                 tensorflow::errors::InvalidArgument(
                     "ml_comm: gradient ", index_, " has ", input.NumElements(),
                     " elements but the graph was built for ", counts_[index_]));
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) return;
     Tensor *token = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({}), &token));
     if (nranks_ == 1) {  // the average over one rank is the input itself
@@ -181,8 +185,6 @@ class GroupSubmitOp : public tensorflow::OpKernel {
       token->scalar<int64_t>()() = 0;
       return;
     }
-    mlc_team *team = LiveTeam(ctx, team_handle_);
-    if (team == nullptr) return;
     Tensor *output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, input.shape(), &output));
     auto *completion = new Completion;
@@ -365,8 +367,8 @@ class BroadcastNOp : public AsyncOpKernel {
 REGISTER_KERNEL_BUILDER(Name("MlCommBroadcastN").Device(tensorflow::DEVICE_CPU), BroadcastNOp);
 
 // Called by the Python layer (ctypes) at init and finalize.
-extern "C" void mlc_tf_set_live_teams(const uintptr_t *handles, int n) {
+extern "C" void mlc_tf_set_live_teams(const int64_t *ids, const uintptr_t *handles, int n) {
   std::lock_guard<std::mutex> lock(live_mutex);
   live_teams.clear();
-  for (int i = 0; i < n; ++i) live_teams.insert(handles[i]);
+  for (int i = 0; i < n; ++i) live_teams[ids[i]] = handles[i];
 }
