@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Developer entry point: one command per job, each sets up `.venv` itself.
 
-    python3 tools/dev.py train   # 2-rank TensorFlow training through ml_comm on scikit-learn's digits
+    python3 tools/dev.py train   # 2-rank TensorFlow training through ml_comm (digits data)
     python3 tools/dev.py test    # the whole test suite: unit, MPI at 1-4 ranks, 2-node test bed
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
