@@ -1,0 +1,282 @@
+"""Keras 3 hook (ml_comm.keras): data-parallel training equals one process on the
+global batch.
+
+Every test builds a tiny model (5 -> 3 tanh -> 2, MSE, plain SGD) whose initial weights
+differ on every rank, registers it with set_team, trains it on this rank's b samples of
+every global batch of N*b, and compares with a model that starts from the same weights
+(rank 0's, which set_team broadcast) and is trained by the same Keras call, without
+ml_comm, on the whole global batches: weights within 1e-5 relative (max |w - w_ref| <=
+1e-5 * max |w_ref| per variable), and the metrics that fit shows (per batch and per epoch)
+within 1e-5 of the reference's. Inputs and targets are small integers, so the only
+differences are float32 rounding. The rules of mpi_helpers.py hold: every rank makes the
+same collective calls, and checks are gathered by Checks.finish().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from mpi_helpers import CHUNK_BYTES, SCALED_THRESHOLDS, Checks, comm_world, digest
+
+import ml_comm as mc
+import ml_comm.keras as mk
+
+pytestmark = pytest.mark.mpi
+
+# 4 ranks share 2 cores: keep TensorFlow's own thread pools small.
+with contextlib.suppress(RuntimeError):
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+
+D_IN, D_HIDDEN, D_OUT = 5, 3, 2
+B = 4  # per-rank batch
+STEPS = 3
+LR = 0.05
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def keras_session():
+    """ml_comm.keras for this module: 2 teams, small segments (multi-segment path)."""
+    comm_world().barrier()
+    os.environ.update(SCALED_THRESHOLDS)
+    try:
+        mk.init(nthread_per_team=2, nteams=2, msglen=64, chunk_bytes=CHUNK_BYTES)
+    finally:
+        for name in SCALED_THRESHOLDS:
+            del os.environ[name]
+    try:
+        yield mc.get_rank(), mc.get_nranks()
+    finally:
+        mk.finalize()
+
+
+def global_data(nranks: int, steps: int = STEPS, seed: int = 0):
+    """STEPS global batches of N*B rows: small integers, so every rank and the reference
+    see exactly the same numbers."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, size=(steps * nranks * B, D_IN)).astype(np.float32)
+    y = rng.integers(-3, 4, size=(steps * nranks * B, D_OUT)).astype(np.float32)
+    return x, y
+
+
+def shard(a: np.ndarray, rank: int, nranks: int) -> np.ndarray:
+    """Rows of global batch s that rank r trains on: [s*N*B + r*B, s*N*B + (r+1)*B)."""
+    steps = len(a) // (nranks * B)
+    rows = [
+        np.arange(s * nranks * B + rank * B, s * nranks * B + (rank + 1) * B) for s in range(steps)
+    ]
+    return a[np.concatenate(rows)]
+
+
+def make_model(seed: int, built: bool = True, metrics=("mae",)) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    layers = [keras.layers.Dense(D_HIDDEN, activation="tanh"), keras.layers.Dense(D_OUT)]
+    model = keras.Sequential(([keras.Input((D_IN,))] if built else []) + layers)
+    model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse", metrics=list(metrics))
+    return model
+
+
+def reference_model(weights) -> keras.Model:
+    """Not registered with ml_comm: trains on this process alone."""
+    model = make_model(12345)
+    model.set_weights(weights)
+    return model
+
+
+def check_close(c: Checks, got, want, tag: str) -> None:
+    for i, (w, ref) in enumerate(zip(got, want)):
+        err = float(np.max(np.abs(w - ref)))
+        scale = float(np.max(np.abs(ref)))
+        c.true(
+            err <= RTOL * scale,
+            f"{tag}: weight {i} differs from the single-process reference by {err:.3g} "
+            f"(max |w_ref| = {scale:.3g})",
+        )
+
+
+def check_logs_close(c: Checks, got: dict, want: dict, tag: str) -> None:
+    c.true(sorted(got) == sorted(want), f"{tag}: keys {sorted(got)} != {sorted(want)}")
+    for key in want:
+        g, w = np.asarray(got.get(key, np.nan)), np.asarray(want[key])
+        c.true(
+            np.all(np.abs(g - w) <= RTOL * np.maximum(np.abs(w), 1e-3)),
+            f"{tag}: {key} = {g} but the global value is {w}",
+        )
+
+
+def register(c: Checks, model: keras.Model, team: int, nranks: int, tag: str) -> list:
+    """set_team, checking that the ranks started different and end identical; returns
+    the (broadcast) initial weights."""
+    digests = comm_world().allgather(digest(model.get_weights()))
+    c.true(
+        len(set(digests)) == nranks,
+        f"{tag}: initial weights should differ on every rank before set_team",
+    )
+    mk.set_team(model, team)
+    weights = [w.copy() for w in model.get_weights()]
+    c.same_on_all_ranks(weights, f"{tag}: weights after set_team")
+    return weights
+
+
+class Recorder(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.batches: list[dict] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.append(dict(logs))
+
+
+def test_fit_matches_global_batch(keras_session, capsys):
+    c = Checks()
+    r, n = keras_session
+    x, y = global_data(n)
+    model = make_model(r)
+    initial = register(c, model, 0, n, "fit")
+    capsys.readouterr()
+    rec = Recorder()
+    history = model.fit(
+        shard(x, r, n), shard(y, r, n), batch_size=B, epochs=2, shuffle=False,
+        verbose=2, callbacks=[rec],
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    ref = reference_model(initial)
+    ref_rec = Recorder()
+    ref_history = ref.fit(
+        x, y, batch_size=n * B, epochs=2, shuffle=False, verbose=0, callbacks=[ref_rec]
+    )
+    c.same_on_all_ranks(model.get_weights(), "fit: weights after training")
+    c.true(mc.check_buffers_match(model.get_weights()) == 0, "fit: check_buffers_match")
+    check_close(c, model.get_weights(), ref.get_weights(), "fit")
+    c.true(len(rec.batches) == len(ref_rec.batches) == 2 * STEPS, "fit: batch count")
+    for i, (got, want) in enumerate(zip(rec.batches, ref_rec.batches)):
+        check_logs_close(c, got, want, f"fit: logs of batch {i}")
+    for epoch in range(2):
+        check_logs_close(
+            c,
+            {k: v[epoch] for k, v in history.history.items()},
+            {k: v[epoch] for k, v in ref_history.history.items()},
+            f"fit: logs of epoch {epoch}",
+        )
+    if r == 0:
+        c.true("Epoch 2/2" in printed and "loss" in printed, f"rank 0 printed {printed!r}")
+    else:
+        c.true(printed == "", f"rank {r} should print nothing, printed {printed!r}")
+    c.finish()
+
+
+def test_train_on_batch(keras_session):
+    c = Checks()
+    r, n = keras_session
+    x, y = global_data(n, seed=1)
+    xs, ys = shard(x, r, n), shard(y, r, n)
+    model = make_model(100 + r)
+    initial = register(c, model, 1, n, "train_on_batch")
+    ref = reference_model(initial)
+    for s in range(STEPS):
+        logs = model.train_on_batch(xs[s * B : (s + 1) * B], ys[s * B : (s + 1) * B])
+        ref_logs = ref.train_on_batch(
+            x[s * n * B : (s + 1) * n * B], y[s * n * B : (s + 1) * n * B]
+        )
+    c.true(np.all(np.isfinite(logs)) and np.all(np.isfinite(ref_logs)), "train_on_batch: logs")
+    c.same_on_all_ranks(model.get_weights(), "train_on_batch: weights after training")
+    check_close(c, model.get_weights(), ref.get_weights(), "train_on_batch")
+    c.finish()
+
+
+def mse_grads(model: keras.Model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+@pytest.mark.parametrize("mode", ["function_apply", "eager_apply_gradients"])
+def test_custom_loop(keras_session, mode):
+    """A loop of the user's own: GradientTape, then optimizer.apply (in a tf.function)
+    or optimizer.apply_gradients (eagerly) on the compiled model's optimizer."""
+    c = Checks()
+    r, n = keras_session
+    x, y = global_data(n, seed=2)
+    xs, ys = shard(x, r, n), shard(y, r, n)
+    model = make_model(200 + r)
+    initial = register(c, model, 0, n, mode)
+    optimizer = model.optimizer
+
+    def step(xb, yb):
+        grads = mse_grads(model, xb, yb)
+        if mode == "function_apply":
+            optimizer.apply(grads, model.trainable_variables)
+        else:
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    if mode == "function_apply":
+        step = tf.function(step)
+    ref = reference_model(initial)
+    for s in range(STEPS):
+        step(tf.constant(xs[s * B : (s + 1) * B]), tf.constant(ys[s * B : (s + 1) * B]))
+        grads = mse_grads(ref, x[s * n * B : (s + 1) * n * B], y[s * n * B : (s + 1) * n * B])
+        ref.optimizer.apply(grads, ref.trainable_variables)
+    c.same_on_all_ranks(model.get_weights(), f"{mode}: weights after training")
+    check_close(c, model.get_weights(), ref.get_weights(), mode)
+    c.finish()
+
+
+def test_lazily_built_model(keras_session):
+    """A Sequential without Input is built inside the first traced step: its weights are
+    broadcast in that step's graph, before the first update, and stay identical."""
+    c = Checks()
+    r, n = keras_session
+    x, y = global_data(n, seed=3)
+    model = make_model(300 + r, built=False)
+    mk.set_team(model, 1)
+    calls = mc.team_stats(1)["calls"]
+    model.fit(shard(x, r, n), shard(y, r, n), batch_size=B, epochs=1, shuffle=False, verbose=0)
+    c.true(n == 1 or mc.team_stats(1)["calls"] > calls, "lazy: team 1 did not reduce")
+    c.same_on_all_ranks(model.get_weights(), "lazy: weights after training")
+    c.true(mc.check_buffers_match(model.get_weights()) == 0, "lazy: check_buffers_match")
+    c.finish()
+
+
+# Keras' own h5 writer warns under NumPy 2 (keras/src/backend/tensorflow/core.py).
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+def test_helpers(keras_session):
+    c = Checks()
+    r, n = keras_session
+    # Linear scaling, and the warm-up schedule from lr to n * lr.
+    c.true(mk.scale_learning_rate(0.1) == pytest.approx(0.1 * n), "scale_learning_rate")
+    sched = mk.scale_learning_rate(0.1, warmup_steps=10)
+    got = [float(sched(s)) for s in (0, 5, 10, 20)]
+    want = [0.1, 0.1 * (1 + (n - 1) / 2), 0.1 * n, 0.1 * n]
+    c.true(np.allclose(got, want, rtol=1e-6), f"warm-up schedule {got}, want {want}")
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(sched))
+    c.true(float(again(5)) == pytest.approx(got[1]), "WarmupSchedule round trip")
+    # The checkpoint callback writes on rank 0 only.
+    tmp = tempfile.mkdtemp(prefix="ml_comm_keras_") if r == 0 else None
+    path = comm_world().bcast(tmp and os.path.join(tmp, "ckpt.weights.h5"), root=0)
+    cb = mk.ModelCheckpoint(path, save_weights_only=True)
+    c.true(
+        isinstance(cb, keras.callbacks.ModelCheckpoint) == (r == 0),
+        f"ModelCheckpoint on rank {r} is {type(cb).__name__}",
+    )
+    x, y = global_data(n, steps=1, seed=4)
+    model = make_model(400)  # the same weights everywhere; registered on team 0
+    mk.set_team(model)
+    c.true(mk.get_team(model) == 0, "get_team")
+    model.fit(shard(x, r, n), shard(y, r, n), batch_size=B, epochs=1, verbose=0, callbacks=[cb])
+    comm_world().barrier()
+    if r == 0:
+        c.true(os.path.exists(path), "rank 0 wrote no checkpoint")
+        shutil.rmtree(tmp)
+    # Misuse fails at once, with a message that says what to do.
+    uncompiled = keras.Sequential([keras.Input((D_IN,)), keras.layers.Dense(1)])
+    c.raises(mc.MLCommError, mk.set_team, uncompiled, words=["compile"])
+    c.raises(ValueError, mk.set_team, model, 7, words=["team"])
+    c.finish()
