@@ -42,6 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from digits_data import load_data  # noqa: E402
 
 import ml_comm as mc  # noqa: E402
 
@@ -65,22 +66,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--verbosity", type=int, default=0, help="ml_comm report verbosity 0/1/2")
     return p.parse_args(argv)
-
-
-def load_data(seed: int, test_fraction: float):
-    """The same standardized float32 split on every rank (depends on the seed only)."""
-    from sklearn.datasets import load_digits
-
-    x, y = load_digits(return_X_y=True)
-    perm = np.random.default_rng(seed).permutation(len(y))
-    n_test = int(round(test_fraction * len(y)))
-    test, train = perm[:n_test], perm[n_test:]
-    mean = x[train].mean(axis=0)
-    std = x[train].std(axis=0)
-    std[std == 0] = 1.0  # the always-blank border pixels
-    x = ((x - mean) / std).astype(np.float32)
-    y = y.astype(np.int32)
-    return x[train], y[train], x[test], y[test]
 
 
 class MLP(tf.Module):
