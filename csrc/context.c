@@ -17,6 +17,8 @@ const char *mlc_status_name(int status) {
     case MLC_ERR_THREAD_LEVEL: return "MPI is not initialised with MPI_THREAD_MULTIPLE";
     case MLC_ERR_STATE: return "object is shut down";
     case MLC_PENDING: return "pending";
+    case MLC_ERR_MISMATCH: return "ranks disagree on the request";
+    case MLC_ERR_NONFINITE: return "NaN or Inf in the input";
     default: return "unknown status";
     }
 }

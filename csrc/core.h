@@ -10,7 +10,8 @@
 #include "ml_comm.h"
 
 #define MLC_VERSION "0.1.0"
-#define MLC_MSG_LEN 256
+/* Room for a mismatch message that lists what each group of ranks submitted. */
+#define MLC_MSG_LEN 512
 
 struct mlc_context {
     MPI_Comm comm; /* dup of the user's communicator; teams dup it again */
@@ -28,6 +29,7 @@ typedef struct mlc_xfer {
     char *scratch; /* receive staging owned by the calling thread */
     int64_t scratch_bytes;
     char *message; /* MLC_MSG_LEN bytes for an error text */
+    struct mlc_watch *watch; /* stall watchdog of the calling thread (checks.h); may be NULL */
 } mlc_xfer;
 
 /* A contiguous piece of the reduction that one algorithm call works on. */

@@ -38,9 +38,10 @@ void mlc_copy_range(const mlc_request *req, int64_t start, int64_t count, char *
     }
 }
 
-static mlc_xfer worker_xfer(mlc_worker *w, const mlc_request *req) {
+static mlc_xfer worker_xfer(mlc_worker *w, const mlc_request *req, struct mlc_watch *watch) {
     mlc_xfer x = {w->comm, w->team->ctx->rank, w->team->ctx->size, req->dtype,
-                  mlc_dtype_size(req->dtype), w->scratch, w->scratch_bytes, w->message};
+                  mlc_dtype_size(req->dtype), w->scratch, w->scratch_bytes, w->message, watch};
+    mlc_watch_init(watch, w->team, req);
     return x;
 }
 
@@ -73,12 +74,14 @@ static int finish_batch(const mlc_xfer *x, const mlc_request *req, const mlc_lan
     int64_t bytes = 0;
     for (int i = 0; i < nb; i++) {
         if (req->ntensors > 1) mlc_copy_range(req, starts[i], batch[i].count, batch[i].data, 0);
-        mlc_group_segment_done((mlc_request *)req, starts[i], batch[i].count);
         bytes += batch[i].count * x->elem_size;
     }
+    /* Recorded before the done callbacks: they run framework code (TensorFlow
+     * schedules the ops waiting for these tensors), which is not communication. */
     if (req->team->events)
         mlc_timeline_record(req->team, MLC_EVENT_SEGMENTS, lane->thread,
                             (int64_t)req->seq, starts[0], bytes, t0, mlc_now());
+    for (int i = 0; i < nb; i++) mlc_group_segment_done((mlc_request *)req, starts[i], batch[i].count);
     return MLC_OK;
 }
 
@@ -119,7 +122,8 @@ static int allreduce_segments(const mlc_xfer *x, const mlc_request *req, const m
 
 static int allreduce_part(mlc_worker *w, mlc_request *req) {
     mlc_team *team = w->team;
-    const mlc_xfer x = worker_xfer(w, req);
+    struct mlc_watch watch;
+    const mlc_xfer x = worker_xfer(w, req, &watch);
     const mlc_lane lane = {w->index, team->nthreads, w->index, team->fusion, team->window_segments,
                            team->chunk_bytes};
     return allreduce_segments(&x, req, &lane);
@@ -127,7 +131,8 @@ static int allreduce_part(mlc_worker *w, mlc_request *req) {
 
 static int broadcast_part(mlc_worker *w, mlc_request *req) {
     mlc_team *team = w->team;
-    const mlc_xfer x = worker_xfer(w, req);
+    struct mlc_watch watch;
+    const mlc_xfer x = worker_xfer(w, req, &watch);
     int64_t g = 0;
     /* Broadcast needs no fusion: each tensor is cut into its own segments. */
     for (int t = 0; t < req->ntensors; t++) {
@@ -145,6 +150,13 @@ static int broadcast_part(mlc_worker *w, mlc_request *req) {
 
 int mlc_execute_part(mlc_worker *w, mlc_request *req) {
     w->message[0] = '\0';
+    int rc = mlc_guard_verdict(w->team, req, w->message); /* ranks agree before data moves */
+    if (rc != MLC_OK) {
+        /* A failed group is freed once done: its tensors must all have arrived first. */
+        if (req->is_group) mlc_group_wait_all(req);
+        return rc;
+    }
+    if (req->done_by_check) return MLC_OK;
     if (req->kind == MLC_KIND_BROADCAST) return broadcast_part(w, req);
     return allreduce_part(w, req);
 }
@@ -155,10 +167,14 @@ int mlc_execute_part(mlc_worker *w, mlc_request *req) {
  * runs the ring over the segments as a one-thread lane. */
 int mlc_execute_inline(mlc_team *team, mlc_request *req) {
     const int es = mlc_dtype_size(req->dtype);
+    struct mlc_watch watch;
+    mlc_watch_init(&watch, team, req);
     mlc_xfer x = {team->caller_comm, team->ctx->rank, team->ctx->size, req->dtype, es,
-                  team->caller_scratch, team->caller_scratch_bytes, team->caller_message};
-    int rc = MLC_OK;
+                  team->caller_scratch, team->caller_scratch_bytes, team->caller_message, &watch};
     team->caller_message[0] = '\0';
+    int rc = mlc_guard_verdict(team, req, team->caller_message); /* ranks agree before data moves */
+    if (rc != MLC_OK || req->done_by_check || (req->kind == MLC_KIND_ALLREDUCE && req->total == 0))
+        return rc;
     if (req->kind == MLC_KIND_BROADCAST) {
         for (int t = 0; t < req->ntensors && rc == MLC_OK; t++)
             rc = mlc_broadcast_binomial(&x, req->tensors[t].data, req->tensors[t].count * es, req->root,

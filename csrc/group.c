@@ -114,6 +114,7 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
     g->arrived[index] = 1;
     g->narrived++;
     double now = mlc_now();
+    g->ready_at = now;
     mlc_timeline_record(team, MLC_EVENT_ARRIVE, -1, (int64_t)g->seq, index,
                         counts[index] * mlc_dtype_size(dtype), now, now);
     while (g->next_missing < ntensors && g->arrived[g->next_missing]) g->next_missing++;
@@ -134,16 +135,39 @@ static int mlc_group_is_ready(mlc_request *req, int64_t end) {
     return !req->is_group || atomic_load(&req->ready_elems) >= end;
 }
 
+/* For the stall watchdog, under the team lock: this rank's tensors not submitted yet. */
+static void describe_unsubmitted(const void *arg, char *buf, size_t len) {
+    const mlc_request *req = arg;
+    int off = snprintf(buf, len, "this rank's own tensors, not submitted yet:"), shown = 0;
+    for (int i = 0; i < req->ntensors && off > 0 && (size_t)off + 24 < len; i++)
+        if (!req->arrived[i]) off += snprintf(buf + off, len - off, "%s %d", shown++ ? "," : "", i);
+    if (shown < req->ntensors - req->narrived && off > 0 && (size_t)off + 5 < len)
+        snprintf(buf + off, len - off, ", ...");
+}
+
 int mlc_group_wait_ready(mlc_request *req, int64_t end) {
     if (mlc_group_is_ready(req, end)) return MLC_OK;
     double until = mlc_now() + MLC_READY_SPIN_SECONDS;
     while (!mlc_group_is_ready(req, end) && mlc_now() < until) sched_yield();
     mlc_team *team = req->team;
     int rc = MLC_OK;
+    mlc_stall stall = {0};
     pthread_mutex_lock(&team->lock);
     while (!mlc_group_is_ready(req, end) && !team->shutting_down)
-        pthread_cond_wait(&team->ready_cv, &team->lock);
+        mlc_stall_cond_wait(&stall, &team->ready_cv, &team->lock, team, req, describe_unsubmitted, req);
     if (!mlc_group_is_ready(req, end)) rc = MLC_ERR_STATE; /* shut down before the tensors came */
+    pthread_mutex_unlock(&team->lock);
+    return rc;
+}
+
+int mlc_group_wait_all(mlc_request *req) {
+    mlc_team *team = req->team;
+    int rc = MLC_OK;
+    mlc_stall stall = {0};
+    pthread_mutex_lock(&team->lock);
+    while (req->narrived < req->ntensors && !team->shutting_down)
+        mlc_stall_cond_wait(&stall, &team->ready_cv, &team->lock, team, req, describe_unsubmitted, req);
+    if (req->narrived < req->ntensors) rc = MLC_ERR_STATE;
     pthread_mutex_unlock(&team->lock);
     return rc;
 }

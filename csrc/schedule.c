@@ -85,3 +85,21 @@ int mlc_binomial_children(int rank, int root, int size, int *children, int max_c
     }
     return n;
 }
+
+/* Pipelined teams. ksteps >= 0: calls 0..ksteps-1 are synchronous, then the team
+ * pipelines for good (ksteps >= max_steps: synchronous throughout). ksteps = -k:
+ * pipelined from call 0, synchronous for the last k of max_steps calls. Entering
+ * the pipeline returns zeros (the previous average was already returned
+ * synchronously); leaving it returns the in-flight average plus this call's, so
+ * every call's gradients are returned exactly once, except the last call's
+ * while a team is still pipelined when training stops. */
+int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps) {
+    if (ksteps >= max_steps) return MLC_STEP_SYNC;
+    int64_t start = ksteps >= 0 ? ksteps : 0;
+    int64_t stop = ksteps >= 0 ? -1 : max_steps + ksteps; /* first synchronous call again */
+    if (stop == 0) return MLC_STEP_SYNC;                   /* ksteps = -max_steps */
+    if (call < start) return MLC_STEP_SYNC;
+    if (call == start) return MLC_STEP_PIPELINE_START;
+    if (stop < 0 || call < stop) return MLC_STEP_PIPELINED;
+    return call == stop ? MLC_STEP_DRAIN : MLC_STEP_SYNC;
+}

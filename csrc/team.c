@@ -67,7 +67,35 @@ void mlc_free_request(mlc_request *req) {
     free(req);
 }
 
+/* A report to make once the team lock is released. */
+typedef struct due_report {
+    mlc_report_fn fn; /* NULL: none due */
+    void *user;
+    mlc_team_stats stats;
+} due_report;
+
+/* Under the team lock, after a reduction was counted. */
+static due_report report_due(const mlc_team *team) {
+    due_report r = {NULL, NULL, team->stats};
+    if (team->report_fn && team->report_every > 0 && team->stats.calls % team->report_every == 0) {
+        r.fn = team->report_fn;
+        r.user = team->report_user;
+    }
+    return r;
+}
+
+int mlc_team_set_report(mlc_team *team, int64_t every, mlc_report_fn fn, void *user_data) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    team->report_every = every;
+    team->report_fn = fn;
+    team->report_user = user_data;
+    pthread_mutex_unlock(&team->lock);
+    return MLC_OK;
+}
+
 static void finish_part(mlc_team *team, mlc_request *req, int status, const char *message) {
+    due_report report = {NULL, NULL, {0}};
     pthread_mutex_lock(&team->lock);
     if (status != MLC_OK && req->status == MLC_OK) {
         req->status = status;
@@ -82,11 +110,14 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
         team->stats.bytes += req->total * mlc_dtype_size(req->dtype);
         double now = mlc_now();
         team->stats.busy_seconds += now - req->submitted_at;
+        team->stats.exposed_seconds += now - req->ready_at;
+        report = report_due(team);
         mlc_timeline_record(team, MLC_EVENT_REQUEST, -1, (int64_t)req->seq, req->ntensors,
                             req->total * mlc_dtype_size(req->dtype), req->submitted_at, now);
     }
     pthread_mutex_unlock(&team->lock);
     if (!last) return;
+    if (report.fn) report.fn(report.user, &report.stats);
     if (req->status != MLC_OK) mlc_group_fail_remaining(req);
     if (req->callback) req->callback(req->user_data, req->status);
     pthread_mutex_lock(&team->lock);
@@ -144,6 +175,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     pthread_cond_init(&team->done_cv, NULL);
     pthread_cond_init(&team->ready_cv, NULL);
     team->caller_comm = MPI_COMM_NULL;
+    mlc_guard_init(team);
     team->fusion = malloc(team->window_segments * team->chunk_bytes);
     team->workers = calloc(nthreads, sizeof *team->workers);
     if (!team->fusion || resize_caller_buffers(team) != MLC_OK || !team->workers) {
@@ -152,6 +184,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
         return MLC_ERR_NOMEM;
     }
     int rc = dup_comm(ctx->comm, &team->caller_comm, err, errlen);
+    if (rc == MLC_OK) rc = mlc_guard_open(team, err, errlen);
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         mlc_worker *w = &team->workers[i];
         w->team = team;
@@ -198,6 +231,7 @@ void mlc_team_destroy(mlc_team *team) {
         free(team->workers[i].scratch);
     }
     free_comm(&team->caller_comm);
+    mlc_guard_destroy(team);
     free(team->workers);
     free(team->fusion);
     free(team->caller_pack);
@@ -241,6 +275,7 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->fusion_bytes = team->window_segments * team->chunk_bytes;
     out->latency_bytes = team->latency_bytes;
     out->inline_bytes = team->inline_bytes;
+    out->direct_bytes = team->guard.direct_bytes;
 }
 
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {
@@ -285,6 +320,8 @@ static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_t
     req->dtype = dtype;
     req->op = op;
     req->root = root;
+    req->part = 0;
+    req->nparts = 1;
     req->algorithm = team->algorithm;
     if (req->algorithm == MLC_ALG_AUTO)
         req->algorithm = req->total * mlc_dtype_size(dtype) < team->latency_bytes
@@ -313,8 +350,10 @@ static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int
 
 void mlc_queue_request(mlc_team *team, mlc_request *req) {
     req->submitted_at = mlc_now();
+    req->ready_at = req->submitted_at;
     req->workers_left = team->nthreads;
     req->seq = ++team->next_seq;
+    if (mlc_guard_wants(team, req)) mlc_guard_register(team, req);
     if (team->tail) team->tail->next = req;
     else team->head = req;
     team->tail = req;
@@ -358,6 +397,18 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
     return rc ? rc : submit(team, req, callback, user_data, out);
 }
 
+int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
+                                  int dtype, int op, int part, int nparts, mlc_callback callback,
+                                  void *user_data, mlc_request **out) {
+    mlc_request *req;
+    if (nparts < 1 || part < 0 || part >= nparts) return MLC_ERR_ARG;
+    int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, &req);
+    if (rc) return rc;
+    req->part = part;
+    req->nparts = nparts;
+    return submit(team, req, callback, user_data, out);
+}
+
 /* Blocking requests up to these sizes run on the caller's thread (execute.c). */
 static int runs_inline(const mlc_team *team, const mlc_request *req) {
     int64_t bytes = req->total * mlc_dtype_size(req->dtype);
@@ -373,13 +424,21 @@ static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errl
     /* Nothing to exchange: an empty allreduce, or one rank reducing in place. */
     int alone_in_place = team->ctx->size == 1 && req->kind == MLC_KIND_ALLREDUCE &&
                          req->ntensors == 1 && !req->tensors[0].source;
-    if ((bytes == 0 && req->kind == MLC_KIND_ALLREDUCE) || alone_in_place) {
+    /* ... unless the ranks must still agree on it (signature.c). */
+    const int check = mlc_guard_wants(team, req);
+    if (((bytes == 0 && req->kind == MLC_KIND_ALLREDUCE) || alone_in_place) && !check) {
         mlc_free_request(req);
         return MLC_OK;
     }
     if (runs_inline(team, req)) {
         double t0 = mlc_now();
         pthread_mutex_lock(&team->caller_lock);
+        if (check) { /* a place in the team's order, as a queued request gets */
+            pthread_mutex_lock(&team->lock);
+            req->seq = ++team->next_seq;
+            mlc_guard_register(team, req);
+            pthread_mutex_unlock(&team->lock);
+        }
         rc = mlc_execute_inline(team, req);
         if (rc) set_error(err, errlen, team->caller_message[0] ? team->caller_message : mlc_status_name(rc));
         pthread_mutex_unlock(&team->caller_lock);
@@ -389,7 +448,10 @@ static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errl
         team->stats.bytes += bytes;
         team->stats.busy_seconds += dt;
         team->stats.wait_seconds += dt;
+        team->stats.exposed_seconds += dt;
+        due_report report = report_due(team);
         pthread_mutex_unlock(&team->lock);
+        if (report.fn) report.fn(report.user, &report.stats);
         mlc_free_request(req);
         return rc;
     }
@@ -434,12 +496,21 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
 
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
                        char *err, size_t errlen) {
+    return mlc_team_broadcast_part(team, tensors, ntensors, dtype, root, 0, 1, err, errlen);
+}
+
+int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                            int root, int part, int nparts, char *err, size_t errlen) {
     mlc_request *req;
-    int rc = make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, &req);
+    int rc = nparts < 1 || part < 0 || part >= nparts
+                 ? MLC_ERR_ARG
+                 : make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, &req);
     if (rc) {
-        set_error(err, errlen, "invalid broadcast arguments (dtype, root, or tensor list)");
+        set_error(err, errlen, "invalid broadcast arguments (dtype, root, part, or tensor list)");
         return rc;
     }
+    req->part = part;
+    req->nparts = nparts;
     return run_blocking(team, req, err, errlen);
 }
 

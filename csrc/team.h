@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "core.h"
+#include "checks.h"
 
 /* Segments a thread keeps in flight in one ring call (see allreduce_ring.c). */
 #define MLC_RING_BATCH 2
@@ -32,6 +33,7 @@ struct mlc_request {
     mlc_callback callback;
     void *user_data;
     double submitted_at;
+    double ready_at; /* its last input arrived (a group's last tensor; else submission) */
     mlc_request *next;
 
     /* Keyed groups (group.c): tensors arrive one by one after the request is queued. */
@@ -44,6 +46,16 @@ struct mlc_request {
     mlc_callback *tensor_done;
     void **tensor_user;
     mlc_request *next_open;
+
+    /* The agreement check (signature.c): the verdict is set before any data moves. */
+    int part, nparts;         /* of the caller's multi-request call; 0 and 1 otherwise */
+    _Atomic int check_state;  /* MLC_CHECK_*; DONE publishes the fields below */
+    int check_status;
+    int direct_ok;     /* may travel with its signature (MLC_ALG_AUTO, not a group) */
+    int done_by_check; /* a direct allreduce: the exchange already reduced it */
+    char check_message[MLC_MSG_LEN];
+    int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
+    mlc_request *next_check;  /* registered requests, under the team lock */
 };
 
 typedef struct mlc_worker {
@@ -85,7 +97,11 @@ struct mlc_team {
     char caller_message[MLC_MSG_LEN];
 
     mlc_team_stats stats;
+    int64_t report_every; /* mlc_team_set_report */
+    mlc_report_fn report_fn;
+    void *report_user;
     char last_error[MLC_MSG_LEN];
+    mlc_guard guard; /* agreement checks and stall limits (checks.h) */
 
     mlc_event *events; /* timeline; NULL when off */
     int64_t events_capacity;
@@ -103,6 +119,7 @@ int64_t mlc_request_segment_elems(const mlc_team *team, const mlc_request *req);
 
 /* group.c */
 int mlc_group_wait_ready(mlc_request *req, int64_t end); /* MLC_ERR_STATE on shutdown */
+int mlc_group_wait_all(mlc_request *req); /* every tensor arrived; MLC_ERR_STATE on shutdown */
 void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count);
 void mlc_group_fail_remaining(mlc_request *req);
 

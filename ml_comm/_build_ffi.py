@@ -53,6 +53,8 @@ def mpi_flags() -> tuple[list[str], list[str], list[str]]:
 
 ffibuilder = FFI()
 ffibuilder.cdef((ROOT / "csrc" / "include" / "ml_comm.h").read_text())
+# Python functions the core calls back (report.py implements them with ffi.def_extern).
+ffibuilder.cdef('extern "Python" void mlc_py_report(void *, const mlc_team_stats *);')
 
 _incs, _libdirs, _libs = mpi_flags()
 ffibuilder.set_source(

@@ -12,17 +12,16 @@ import hashlib
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes, timeline
+from . import _dtypes, _faults, checks, pipeline, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from .errors import MLCommError
-from .report import TeamReporter
+from .report import TeamReporter, stats_dict
 
 ALG_AUTO = lib.MLC_ALG_AUTO
 ALG_RING = lib.MLC_ALG_RING
@@ -31,10 +30,12 @@ ALGORITHMS = {ALG_AUTO: "auto", ALG_RING: "ring", ALG_RECURSIVE_DOUBLING: "recur
 FRAMEWORKS = (None, "numpy", "tensorflow")
 
 DEFAULT_CHUNK_BYTES = 1 << 20
-# Environment overrides of the core's size thresholds (their defaults live in csrc/team.c).
+# Environment overrides of the core's size thresholds (their defaults live in csrc/team.c
+# and, for the direct allreduce, csrc/checks.h).
 THRESHOLD_SETTERS = {
     "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
     "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,
+    "ML_COMM_DIRECT_BYTES": lib.mlc_team_set_direct_threshold,
 }
 _ERR_LEN = 512
 
@@ -60,6 +61,7 @@ class _Session:
         chunk_bytes: int,
         thresholds: dict[str, int],
     ):
+        self.guard = checks.from_env()  # a malformed variable raises before anything starts
         self.mpi = init_mpi()
         self.framework = framework
         self.err = ffi.new(f"char[{_ERR_LEN}]")
@@ -70,19 +72,31 @@ class _Session:
             raise MLCommError(_text(self.err))
         self.rank = lib.mlc_context_rank(self.ctx)
         self.size = lib.mlc_context_size(self.ctx)
+        self.departure = _faults.Departure(self.mpi, self.size)
         self.teams: list = []
         self.tf = None  # the TensorFlow binding, with framework="tensorflow"
+        # NumPy pipelined teams: team -> {gradient layout: pipeline.Stage}
+        self.pipelines: dict[int, dict] = {}
         self.configs = [TeamConfig() for _ in range(nteams)]
-        self.reporters = [TeamReporter(t, self.rank) for t in range(nteams)]
+        self.reporters = [
+            TeamReporter(t, self.rank, framework == "tensorflow") for t in range(nteams)
+        ]
         try:
             for _ in range(nteams):
                 out = ffi.new("mlc_team **")
                 rc = lib.mlc_team_create(
                     self.ctx, nthreads, 4 * msglen, chunk_bytes, out, self.err, _ERR_LEN
                 )
+                if rc == lib.MLC_ERR_NOMEM:
+                    raise MLCommError(
+                        f"could not create a team: {_text(self.err)}; msglen={msglen} asks for a "
+                        f"fusion buffer of {4 * msglen / 2**30:.1f} GiB per team: use a smaller "
+                        "msglen (larger gradient sets are streamed through the buffer)"
+                    )
                 if rc != lib.MLC_OK:
                     raise MLCommError(f"could not create a team: {_text(self.err)}")
                 self.teams.append(out[0])
+                checks.apply(out[0], len(self.teams) - 1, self.guard)
                 for name, value in thresholds.items():
                     _check(THRESHOLD_SETTERS[name](out[0], value), name)
             if timeline.enabled():
@@ -112,14 +126,12 @@ class _Session:
     def stats(self, team: int) -> dict:
         s = ffi.new("mlc_team_stats *")
         lib.mlc_team_get_stats(self.teams[team], s)
-        return {
-            "calls": s.calls,
-            "bytes": s.bytes,
-            "busy_seconds": s.busy_seconds,
-            "wait_seconds": s.wait_seconds,
-        }
+        return stats_dict(s)
 
     def close(self) -> None:
+        for stages in self.pipelines.values():
+            pipeline.drain_all(stages, _wait_one)
+        self.pipelines = {}
         if self.tf is not None:
             self.tf.set_live_teams([])  # before the teams go: their ops must fail cleanly
         for team in self.teams:
@@ -128,6 +140,7 @@ class _Session:
         if self.ctx != ffi.NULL:
             lib.mlc_context_destroy(self.ctx)
             self.ctx = ffi.NULL
+        self.departure.close()
 
 
 def _tensorflow_binding():
@@ -225,16 +238,28 @@ def init(
             raise MLCommError(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
+        if init_mpi().COMM_WORLD.Get_size() > 1:
+            _faults.install_excepthook()  # before the teams: a rank failing there ends the job
+            _faults.watch_launcher()
         _session = _Session(nthreads, nteams, msglen, framework, chunk_bytes, thresholds)
 
 
 def finalize() -> None:
-    """Stop the teams' threads and free their communicators. Safe to call twice."""
+    """Stop the teams' threads and free their communicators. Safe to call twice.
+
+    Collective: waits for every rank to finalize too, and aborts the job if a rank
+    is waiting for this one in a team operation this one never made (_faults.py).
+    """
     global _session
     with _session_lock:
         session, _session = _session, None
     if session is None:
         return
+    try:
+        session.departure.leave(session.teams)
+    except BaseException:
+        session.close()
+        raise
     for t, cfg in enumerate(session.configs):
         session.reporters[t].summary(cfg, session.stats(t))
     try:
@@ -262,6 +287,8 @@ def config_team(
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"config_team: {name} must be an int, got {type(value).__name__}")
+        if not -(2**63) < value < 2**63:
+            raise ValueError(f"config_team: {name}={value} does not fit in a 64-bit integer")
     if alg not in ALGORITHMS:
         names = ", ".join(f"{k} ({v})" for k, v in ALGORITHMS.items())
         raise ValueError(f"config_team: alg {alg} is not an algorithm; use one of {names}")
@@ -276,16 +303,16 @@ def config_team(
         raise ValueError(f"config_team: verbosity must be 0, 1 or 2, got {verbosity}")
     if perf_freq < 1:
         raise ValueError(f"config_team: perf_freq must be >= 1, got {perf_freq}")
+    # A new schedule starts counting calls afresh: a reduction in flight finishes
+    # (under the old settings) and its result is dropped.
+    pipeline.drain_all(s.pipelines.pop(team, {}), _wait_one)
+    if s.tf is not None:
+        s.tf.reset_pipelines(s.tf_team_ids[team])
     _check(lib.mlc_team_set_algorithm(handle, int(alg)), "config_team")
     s.configs[team] = TeamConfig(
         int(alg), int(ksteps), int(max_steps), int(verbosity), int(perf_freq)
     )
-    if ksteps < max_steps and s.rank == 0:
-        warnings.warn(
-            "config_team: pipelined steps (ksteps < max_steps) are not implemented yet; "
-            f"team {team} runs every step synchronously",
-            stacklevel=2,
-        )
+    s.reporters[team].configure(handle, s.configs[team])
 
 
 def get_rank() -> int:
@@ -323,7 +350,10 @@ def version_info() -> dict:
 
 def _as_array(value, what: str) -> np.ndarray:
     if not isinstance(value, np.ndarray):
-        raise TypeError(f"{what} must be a numpy.ndarray, got {type(value).__name__}")
+        hint = ""
+        if type(value).__module__.startswith(("tensorflow", "keras")):
+            hint = " (for TensorFlow tensors, init ml_comm with framework='tensorflow')"
+        raise TypeError(f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}")
     return value
 
 
@@ -396,53 +426,122 @@ def gradients(grads: Sequence[np.ndarray], team: int = 0) -> list[np.ndarray]:
     """Average a list of arrays over all ranks; returns new arrays, inputs untouched.
 
     Arrays of one dtype are fused into one reduction, laid out in reverse list
-    order (the gradients that backprop produces first come first).
+    order (the gradients that backprop produces first come first). On a pipelined
+    team (config_team ksteps < max_steps) a call may return the previous call's
+    average instead; see pipeline.py.
     """
     s = _active()
     handle = s.team(team)
+    config = s.configs[team]
     if s.tf is not None:
-        out = s.tf.gradients(grads, s.tf_team_ids[team], s.size)
-        s.reporters[team].step(s.configs[team], lambda: s.stats(team))
+        out = s.tf.gradients(
+            grads, s.tf_team_ids[team], s.size, ksteps=config.ksteps, max_steps=config.max_steps
+        )
         return out
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"gradients takes a list of numpy arrays, got {type(grads).__name__}")
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
     inputs = [np.asarray(_as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
-    outputs = [np.empty(a.shape, a.dtype) for a in inputs]
-    requests = []
-    keep = []
-    try:
-        for dtype, idx in _group_by_dtype(inputs).items():
+    outputs: list = [None] * len(inputs)
+    groups = _group_by_dtype(inputs)
+    if not pipeline.is_pipelined(config.ksteps, config.max_steps):
+        _average_groups(handle, inputs, groups, outputs)
+    else:
+        stages = s.pipelines.setdefault(team, {})
+        for idx in groups.values():
             order = idx[::-1]
-            tensors, k = _tensor_list([outputs[i] for i in order], [inputs[i] for i in order])
-            keep.append((tensors, k))
-            out = ffi.new("mlc_request **")
-            rc = lib.mlc_team_allreduce_async(
-                handle,
-                tensors,
-                len(order),
-                _dtypes.CODES[dtype],
-                lib.MLC_OP_AVERAGE,
-                ffi.NULL,
-                ffi.NULL,
-                out,
+            arrays = [inputs[i] for i in order]
+            stage = stages.setdefault(pipeline.layout_of(arrays), pipeline.Stage())
+            phase = lib.mlc_step_phase(stage.calls, config.ksteps, config.max_steps)
+            results = pipeline.step(
+                stage,
+                phase,
+                arrays,
+                lambda a: _average_now(handle, a),
+                lambda a: _submit_average(handle, a, a, in_place=True),
+                _wait_one,
             )
-            _check(rc, "gradients")
-            requests.append(out[0])
-    finally:
-        errors = _wait_all(requests)
-    if errors:
-        raise MLCommError("gradients failed: " + "; ".join(errors))
-    s.reporters[team].step(s.configs[team], lambda: s.stats(team))
+            for i, r in zip(order, results):
+                outputs[i] = r
     return outputs
 
 
-def _wait_all(requests) -> list[str]:
+def _submit_average(
+    handle, outputs: list[np.ndarray], inputs: list[np.ndarray], in_place=False, part=0, nparts=1
+):
+    """Start an asynchronous average of arrays of one dtype; returns (request, keep).
+
+    part/nparts: this request's place among the call's requests (one per dtype), so
+    that ranks whose lists split into different dtypes fail alike (csrc/signature.c)."""
+    tensors, keep = _tensor_list(outputs, None if in_place else inputs)
+    out = ffi.new("mlc_request **")
+    rc = lib.mlc_team_allreduce_async_part(
+        handle,
+        tensors,
+        len(outputs),
+        _dtypes.CODES[outputs[0].dtype],
+        lib.MLC_OP_AVERAGE,
+        part,
+        nparts,
+        ffi.NULL,
+        ffi.NULL,
+        out,
+    )
+    _check(rc, "gradients")
+    return out[0], (tensors, keep)
+
+
+def _average_groups(handle, inputs, groups, outputs) -> None:
+    """Synchronous: one fused request per dtype, all in flight at once."""
+    requests = []
+    orders = []
+    keep = []
+    try:
+        for part, idx in enumerate(groups.values()):
+            order = idx[::-1]
+            for i in order:
+                outputs[i] = np.empty(inputs[i].shape, inputs[i].dtype)
+            request, k = _submit_average(
+                handle,
+                [outputs[i] for i in order],
+                [inputs[i] for i in order],
+                part=part,
+                nparts=len(groups),
+            )
+            keep.append(k)
+            requests.append(request)
+            orders.append(order)
+    finally:
+        errors = _wait_all(requests, orders)
+    if errors:
+        raise MLCommError("gradients failed: " + "; ".join(errors))
+
+
+def _average_now(handle, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    outputs = [np.empty(a.shape, a.dtype) for a in arrays]
+    request, _keep = _submit_average(handle, outputs, arrays)
+    _wait_one(request)
+    return outputs
+
+
+def _wait_one(request) -> None:
+    errors = _wait_all([request])
+    if errors:
+        raise MLCommError("gradients failed: " + "; ".join(errors))
+
+
+def _wait_all(requests, orders=None) -> list[str]:
+    """Wait for and free the requests; their distinct error messages. orders[k]: the
+    gradient list index of each tensor of request k, for NaN/Inf reports."""
     errors = []
-    for req in requests:
-        if lib.mlc_request_wait(req) != lib.MLC_OK:
-            errors.append(ffi.string(lib.mlc_request_message(req)).decode(errors="replace"))
+    for k, req in enumerate(requests):
+        status = lib.mlc_request_wait(req)
+        if status != lib.MLC_OK:
+            order = orders[k] if orders is not None else None
+            text = checks.request_error(req, status, order, "gradients")
+            if text not in errors:  # the parts of a failed call repeat its message
+                errors.append(text)
         lib.mlc_request_free(req)
     return errors
 
@@ -474,10 +573,12 @@ def broadcast(values, root: int = 0):
 
 
 def _broadcast_arrays(s: _Session, arrays: list[np.ndarray], root: int) -> None:
-    for dtype, idx in _group_by_dtype(arrays).items():
+    groups = _group_by_dtype(arrays)
+    for part, (dtype, idx) in enumerate(groups.items()):
         tensors, keep = _tensor_list([arrays[i] for i in idx])
-        rc = lib.mlc_team_broadcast(
-            s.teams[0], tensors, len(idx), _dtypes.CODES[dtype], root, s.err, _ERR_LEN
+        code = _dtypes.CODES[dtype]
+        rc = lib.mlc_team_broadcast_part(
+            s.teams[0], tensors, len(idx), code, root, part, len(groups), s.err, _ERR_LEN
         )
         _check(rc, "broadcast", s.err)
 
@@ -488,6 +589,11 @@ def check_buffers_match(values, flag: int = 1) -> int:
     flag: when nonzero, each rank whose buffers differ prints so.
     """
     s = _active()
+    if not isinstance(values, (np.ndarray, list, tuple)):
+        raise TypeError(
+            "check_buffers_match takes a numpy array or a list of them, "
+            f"got {type(values).__name__}"
+        )
     arrays = [values] if isinstance(values, np.ndarray) else list(values)
     digest = hashlib.blake2b(digest_size=16)
     for i, a in enumerate(arrays):
@@ -506,16 +612,17 @@ def check_buffers_match(values, flag: int = 1) -> int:
 
 def team_settings(team: int = 0) -> dict:
     """A team's effective settings: nthreads, algorithm, chunk_bytes, fusion_bytes,
-    latency_bytes (recursive doubling below), inline_bytes (caller's thread up to)."""
+    latency_bytes (recursive doubling below), inline_bytes (caller's thread up to),
+    direct_bytes (up to: one exchange that also checks that the ranks agree)."""
     s = _active()
     out = ffi.new("mlc_team_settings *")
     lib.mlc_team_get_settings(s.team(team), out)
     names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
-    return {name: getattr(out, name) for name in (*names, "inline_bytes")}
+    return {name: getattr(out, name) for name in (*names, "inline_bytes", "direct_bytes")}
 
 
 def team_stats(team: int = 0) -> dict:
-    """Counters of a team: calls, bytes, busy_seconds, wait_seconds."""
+    """Counters of a team: calls, bytes, busy_seconds, wait_seconds, exposed_seconds."""
     s = _active()
     s.team(team)
     return s.stats(team)

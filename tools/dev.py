@@ -2,7 +2,7 @@
 """Developer entry point: one command per job, each sets up `.venv` itself.
 
     python3 tools/dev.py train   # 2-rank TensorFlow training through ml_comm (digits data)
-    python3 tools/dev.py test    # the whole test suite: unit, MPI at 1-4 ranks, 2-node test bed
+    python3 tools/dev.py test    # everything: unit, faults, MPI at 1-4 ranks, 2-node test bed
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
 
@@ -24,6 +24,7 @@ MPIEXEC = VENV / "bin" / "mpiexec"
 # Every MPI run is killed after this long so that a hung rank never hangs CI.
 MPI_RUN_TIMEOUT_S = int(os.environ.get("ML_COMM_TEST_TIMEOUT", "600"))
 TEST_RANKS = (1, 2, 3, 4)
+TF_KERAS = "tf_keras==2.21.0"  # must match TensorFlow's major.minor
 
 
 def run(cmd: list[str | Path], timeout: float | None = None, env: dict | None = None) -> int:
@@ -41,6 +42,7 @@ def source_fingerprint() -> str:
     files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
     files += sorted((ROOT / "csrc").rglob("*.[ch]"))
     files += sorted((ROOT / "ml_comm").rglob("_build_ffi.py"))
+    files += [ROOT / "ml_comm" / "tfcnn" / "startup.py"]  # copied into site-packages
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())
         h.update(f.read_bytes())
@@ -59,6 +61,10 @@ def ensure_venv(extras: str = "test,examples,tf") -> None:
     # Editable: the compiled core lands next to the sources, so tests and examples run the tree.
     if run([PY, "-m", "pip", "install", "-q", "-e", f".[{extras}]"]) != 0:
         sys.exit("pip install of ml_comm failed (see the compiler output above)")
+    # Legacy Keras for tf_cnn_benchmarks (tests/tfcnn). Not the `tfcnn` extra: tf_keras
+    # requires the full `tensorflow` package, which must not land beside tensorflow-cpu.
+    if "tf" in extras.split(",") and run([PY, "-m", "pip", "install", "-q", "--no-deps", TF_KERAS]):
+        sys.exit(f"pip install --no-deps {TF_KERAS} failed")
     stamp.write_text(want)
 
 
@@ -81,6 +87,10 @@ def cmd_test() -> int:
         failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
     if run([PY, "-m", "pytest", "-q", "tests/unit"], timeout=MPI_RUN_TIMEOUT_S) != 0:
         failures.append("unit")
+    # Jobs in which a rank dies, raises or leaves early; each launches its own mpiexec.
+    faults = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults"]
+    if run(faults, timeout=MPI_RUN_TIMEOUT_S) != 0:
+        failures.append("faults (dead, failing, stalled and disagreeing ranks)")
     if cmd_tsan() != 0:
         failures.append("C core under ThreadSanitizer")
     for n in TEST_RANKS:
@@ -94,13 +104,19 @@ def cmd_test() -> int:
     testbed = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/testbed"]
     if run(testbed, timeout=MPI_RUN_TIMEOUT_S) != 0:
         failures.append("testbed (srun on two namespace nodes)")
+    # Upstream tf_cnn_benchmarks with --variable_update=ps_ml_comm, from the checkout that
+    # TF_CNN_BENCHMARKS_DIR names (else the tests skip and say why); upstream needs tf_keras.
+    tfcnn = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/tfcnn"]
+    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
+    if run(tfcnn, timeout=3 * MPI_RUN_TIMEOUT_S, env=env) != 0:
+        failures.append("tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)")
     if failures:
         print("FAILED:", ", ".join(failures))
         return 1
     print(
-        "all test runs passed: ruff, unit, tsan, mpi n="
+        "all test runs passed: ruff, unit, faults, tsan, mpi n="
         + ",".join(map(str, TEST_RANKS))
-        + ", testbed"
+        + ", testbed, tfcnn"
     )
     return 0
 

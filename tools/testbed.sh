@@ -54,10 +54,11 @@ node_addr() { echo "${NET}.$((10 + $1))"; }
 # A pid file's process is alive and is the program we started (not a reused pid).
 alive() {
     local pidfile=$1 comm=$2 pid
-    [[ -s $pidfile ]] || return 1
-    pid=$(<"$pidfile")
+    # The daemon may delete its pid file (or exit) between these reads: a read
+    # that fails means "not alive", never an error that stops the script.
+    pid=$(cat "$pidfile" 2>/dev/null) || return 1
     [[ $pid =~ ^[0-9]+$ ]] || return 1
-    [[ -r /proc/$pid/comm && $(<"/proc/$pid/comm") == "$comm" ]] || return 1
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] || return 1
     ! grep -q '^State:.*zombie' "/proc/$pid/status" 2>/dev/null
 }
 

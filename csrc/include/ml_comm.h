@@ -39,7 +39,9 @@ enum mlc_status {
     MLC_ERR_MPI = 3,          /* an MPI call failed (message has MPI's text) */
     MLC_ERR_THREAD_LEVEL = 4, /* MPI is not initialised at MPI_THREAD_MULTIPLE */
     MLC_ERR_STATE = 5,        /* object shut down or in use */
-    MLC_PENDING = 6           /* mlc_request_test: not finished yet */
+    MLC_PENDING = 6,          /* mlc_request_test: not finished yet */
+    MLC_ERR_MISMATCH = 7,     /* ranks submitted different requests (message says what each did) */
+    MLC_ERR_NONFINITE = 8     /* NaN or Inf in a reduction's input (mlc_team_set_checks) */
 };
 
 typedef struct mlc_context mlc_context;
@@ -65,7 +67,13 @@ typedef struct mlc_team_stats {
     int64_t bytes;          /* payload bytes reduced */
     double busy_seconds;    /* summed per request: submit to completion */
     double wait_seconds;    /* time callers spent blocked in mlc_request_wait */
+    double exposed_seconds; /* summed per request: from its last input to completion,
+                             * what a framework op that needs the result waits at most */
 } mlc_team_stats;
+
+/* Called from a communication thread (or a blocking caller) after every
+ * `every`-th finished reduction of a team, with the team's counters then. */
+typedef void (*mlc_report_fn)(void *user_data, const mlc_team_stats *stats);
 
 const char *mlc_version(void);
 const char *mlc_status_name(int status);
@@ -101,12 +109,20 @@ typedef struct mlc_team_settings {
     int64_t fusion_bytes;
     int64_t latency_bytes;
     int64_t inline_bytes;
+    int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped for this rank count */
 } mlc_team_settings;
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
+/* every <= 0 or fn NULL: no reports. */
+int mlc_team_set_report(mlc_team *team, int64_t every, mlc_report_fn fn, void *user_data);
 /* The message of the team's most recent failed request ("" if none), for
  * callers that only received a status code. */
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len);
+/* For a rank about to leave (csrc/departure.c): the rank of a peer that has sent
+ * this rank a message on one of the team's communicators that is not received
+ * yet, i.e. a peer inside a team operation this rank has not made; -1 when there
+ * is none, -2 while this rank has operations of its own in flight on the team. */
+int mlc_team_waiting_peer(mlc_team *team);
 
 /* Asynchronous allreduce of the concatenation of tensors (all of one dtype), in
  * place. Tensors of one request are reduced as one buffer; more than one tensor
@@ -137,6 +153,35 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                        int root, char *err, size_t errlen);
 
+/* ---- agreement checks and the stall watchdog (csrc/signature.c, watchdog.c) ---- */
+/* Before a request moves any data, the ranks exchange its signature (kind, dtype,
+ * op, root, tensor counts) and, when they differ, fail it on every rank with
+ * MLC_ERR_MISMATCH and a message saying what each rank submitted (layout: on by
+ * default). finite: each rank also scans its floating-point input for NaN/Inf and
+ * the request fails on every rank with MLC_ERR_NONFINITE, naming the ranks and
+ * tensors (off by default). Every rank must use the same settings. */
+int mlc_team_set_checks(mlc_team *team, int layout, int finite);
+/* A wait inside a team operation longer than warn_seconds prints to stderr which
+ * ranks it waits for, again every warn_seconds (0: never; default 60); past
+ * abort_seconds (0: never, the default) it prints that and calls MPI_Abort. */
+int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_seconds);
+/* Allreduces of up to this many bytes (default 4096, at most 131072 / ranks)
+ * travel inside the agreement check's messages under MLC_ALG_AUTO: one message
+ * latency in all, each rank adding the inputs in rank order. 0: never. */
+int mlc_team_set_direct_threshold(mlc_team *team, int64_t bytes);
+/* The number messages call the team by (the caller's team index; default 0). */
+int mlc_team_set_id(mlc_team *team, int id);
+/* Requests that are part `part` of `nparts` of one caller-level call (a gradient
+ * list of several dtypes: one request per dtype). nparts is part of the signature,
+ * so ranks whose calls split differently fail at the first part; after a failed
+ * part each rank fails its call's remaining parts without exchanging, and the
+ * next call starts in step on every rank. */
+int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
+                                  int dtype, int op, int part, int nparts, mlc_callback callback,
+                                  void *user_data, mlc_request **out);
+int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                            int root, int part, int nparts, char *err, size_t errlen);
+
 /* ---- timeline: what the team's threads did, for a Chrome trace ---- */
 enum mlc_event_kind {
     MLC_EVENT_SEGMENTS = 0, /* a thread reduced a batch of segments: [start, end] */
@@ -161,6 +206,9 @@ double mlc_clock(void);
 int mlc_request_wait(mlc_request *req);
 int mlc_request_test(mlc_request *req); /* MLC_PENDING, MLC_OK or an error */
 const char *mlc_request_message(const mlc_request *req);
+/* After MLC_ERR_NONFINITE: how many ranks had NaN/Inf in their input, the lowest
+ * such rank and the position of its first such tensor in its list. */
+int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor);
 void mlc_request_free(mlc_request *req); /* after wait/test said finished */
 
 /* ---- schedules: pure functions, tested without MPI ---- */
@@ -183,6 +231,15 @@ int mlc_rd_pow2_floor(int size);
 int mlc_rd_fold_partner(int rank, int size); /* -1: rank takes no part in the fold */
 int mlc_rd_partner(int rank, int size, int step); /* -1: rank idles in the doubling */
 int mlc_rd_nsteps(int size);
+/* Pipelined teams (config_team ksteps/max_steps): what gradients() call number
+ * `call` (0-based, per team and gradient layout) does. */
+enum mlc_step_phase {
+    MLC_STEP_SYNC = 0,           /* reduce this call's gradients, return their average */
+    MLC_STEP_PIPELINE_START = 1, /* start this call's reduction, return zeros */
+    MLC_STEP_PIPELINED = 2,      /* return the previous call's average, start this call's */
+    MLC_STEP_DRAIN = 3           /* return the previous call's average plus this call's */
+};
+int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps);
 /* Binomial tree broadcast rooted at root. */
 int mlc_binomial_parent(int rank, int root, int size); /* -1 for the root */
 int mlc_binomial_children(int rank, int root, int size, int *children, int max_children);

@@ -7,7 +7,7 @@
 #include <sched.h>
 #include <stdio.h>
 
-#include "core.h"
+#include "checks.h"
 
 int mlc_mpi_error(char *message, int mpi_code, const char *what) {
     char text[MPI_MAX_ERROR_STRING];
@@ -26,25 +26,32 @@ int mlc_mpi_error(char *message, int mpi_code, const char *what) {
 /* Waits poll and yield instead of blocking in MPI: a blocked MPI call spins,
  * and with more communication threads than cores (several ranks per node, or
  * compute threads beside them) spinning threads starve the very peers they wait
- * for. sched_yield costs nothing when no other thread is runnable. */
+ * for. sched_yield costs nothing when no other thread is runnable. Polling is
+ * also where the stall watchdog (watchdog.c) looks at the clock. */
 static int wait_all(const mlc_xfer *x, int n, MPI_Request *reqs, const char *what) {
     int done = 0;
+    mlc_stall stall = {0};
     for (;;) {
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return mlc_mpi_error(x->message, rc, what);
-        if (done) return MLC_OK;
+        if (done) break;
+        if (x->watch) mlc_watch_poll(x->watch, &stall);
         sched_yield();
     }
+    if (x->watch) x->watch->recv_peer = x->watch->send_peer = -1; /* nothing pending now */
+    return MLC_OK;
 }
 
 int mlc_tp_isend(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, int tag,
                  MPI_Request *req) {
     CHECK(MPI_Isend_c(buf, bytes, MPI_BYTE, dest, tag, x->comm, req), "MPI_Isend", x);
+    if (x->watch) x->watch->send_peer = dest;
     return MLC_OK;
 }
 
 int mlc_tp_irecv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag, MPI_Request *req) {
     CHECK(MPI_Irecv_c(buf, bytes, MPI_BYTE, src, tag, x->comm, req), "MPI_Irecv", x);
+    if (x->watch) x->watch->recv_peer = src;
     return MLC_OK;
 }
 
@@ -71,10 +78,12 @@ int mlc_tp_recv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag) {
 
 int mlc_tp_waitany(const mlc_xfer *x, int n, MPI_Request *reqs, int *index) {
     int flag = 0;
+    mlc_stall stall = {0};
     for (;;) {
         int rc = MPI_Testany(n, reqs, index, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mlc_mpi_error(x->message, rc, "MPI_Testany");
         if (flag) return MLC_OK;
+        if (x->watch) mlc_watch_poll(x->watch, &stall);
         sched_yield();
     }
 }

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from ..errors import MLCommError
+from ..pipeline import is_pipelined
 from . import build
 
 _ops = None
@@ -41,7 +42,14 @@ def load_ops():
             ctypes.POINTER(ctypes.c_size_t),
             ctypes.c_int,
         ]
+        _lib.mlc_tf_reset_pipelines.argtypes = [ctypes.c_int64]
     return _ops
+
+
+def reset_pipelines(team_id: int) -> None:
+    """config_team: the team's pipelines count their calls afresh."""
+    if _lib is not None:
+        _lib.mlc_tf_reset_pipelines(team_id)
 
 
 def set_live_teams(handles: Sequence[int]) -> list[int]:
@@ -90,26 +98,43 @@ def _chain(team_handle: int):
     return [previous] if previous is not None else []
 
 
-def gradients(grads, team_handle: int, nranks: int, average: bool = True) -> list:
+def gradients(
+    grads,
+    team_handle: int,
+    nranks: int,
+    average: bool = True,
+    ksteps: int = 0,
+    max_steps: int = 0,
+) -> list:
     ops = load_ops()
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
     dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
     result: list = [None] * len(grads)
+    pipelined = is_pipelined(ksteps, max_steps)
     for _dtype, idx in _by_dtype(dense).items():
         layout = idx[::-1]  # backprop produces the last gradients first: they lead
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
-        if tf.executing_eagerly() or None in counts:
-            if nranks == 1 and tf.executing_eagerly():
-                outs = [tf.identity(t) for t in tensors]
-            else:
-                with tf.control_dependencies(_chain(team_handle)):
+        if nranks == 1 and not pipelined:
+            # The average over one rank is the gradient itself: no op, no cost.
+            outs = tensors
+        elif pipelined or tf.executing_eagerly() or None in counts:
+            with tf.control_dependencies(_chain(team_handle)):
+                if pipelined:
+                    outs = ops.ml_comm_pipelined_allreduce_n(
+                        tensors,
+                        team_handle=team_handle,
+                        ksteps=ksteps,
+                        max_steps=max_steps,
+                        average=average,
+                    )
+                else:
                     outs = ops.ml_comm_allreduce_n(
                         tensors, team_handle=team_handle, average=average
                     )
-                if not tf.executing_eagerly():
-                    _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
+            if not tf.executing_eagerly():
+                _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
         else:
             key = next(_group_keys)
             with tf.control_dependencies(_chain(team_handle)):

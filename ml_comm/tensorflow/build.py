@@ -1,6 +1,6 @@
 """Build and cache the TensorFlow op library.
 
-The ops (ops/ml_comm_ops.cc) are compiled against the TensorFlow that is
+The ops (ops/*.cc) are compiled against the TensorFlow that is
 installed, with the flags from tf.sysconfig, and linked to ml_comm's own core
 module. The result is cached under a key made of everything that must match
 (TensorFlow version and flags, compiler, ml_comm version, the sources, the core
@@ -22,7 +22,13 @@ from pathlib import Path
 from ..errors import MLCommError
 
 PACKAGE = Path(__file__).resolve().parent.parent
-OP_SOURCE = Path(__file__).resolve().parent / "ops" / "ml_comm_ops.cc"
+OPS_DIR = Path(__file__).resolve().parent / "ops"
+
+
+def op_sources() -> list[Path]:
+    return sorted(OPS_DIR.glob("*.cc"))
+
+
 RETRY = "python -m ml_comm build-tf"
 
 
@@ -61,7 +67,7 @@ def build_command(output: Path) -> list[str]:
         "-Wno-deprecated-declarations",
         *tf.sysconfig.get_compile_flags(),
         f"-I{header_dir()}",
-        str(OP_SOURCE),
+        *(str(source) for source in op_sources()),
         "-o",
         str(output),
         *tf.sysconfig.get_link_flags(),
@@ -94,7 +100,8 @@ def cache_key() -> str:
     ):
         h.update(part.encode())
         h.update(b"\0")
-    h.update(OP_SOURCE.read_bytes())
+    for source in sorted(OPS_DIR.glob("*.[ch]*")):
+        h.update(source.read_bytes())
     h.update((header_dir() / "ml_comm.h").read_bytes())
     return f"tf{tf.__version__}-{h.hexdigest()[:16]}"
 

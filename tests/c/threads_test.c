@@ -96,6 +96,64 @@ static void group_round(mlc_team *team, int t, int round) {
     }
 }
 
+/* Ranks that disagree (signature.c): every rank gets MLC_ERR_MISMATCH naming both
+ * layouts, on the inline path, the threads' path and a broadcast, and the team
+ * goes on in step. */
+static void mismatch_round(mlc_team *team, int t) {
+    char err[MLC_MSG_LEN];
+    float small[16] = {0};
+    int rc = mlc_team_allreduce_buffer(team, small, 8 + (rank == 1), MLC_FLOAT32, MLC_OP_SUM, err, sizeof err);
+    if (rc != MLC_ERR_MISMATCH || !strstr(err, "rank 1 submitted 1 tensor, 9 float32"))
+        fail(err, t, -1, rc, MLC_ERR_MISMATCH);
+    int64_t n = 3000 + (rank == 0);
+    float *buf = calloc(n, sizeof *buf);
+    mlc_tensor two[2] = {{buf, NULL, 1000}, {buf + 1000, NULL, n - 1000}};
+    mlc_request *req;
+    if (mlc_team_allreduce_async(team, two, 2, MLC_FLOAT32, MLC_OP_AVERAGE, NULL, NULL, &req)) fail("submit", t, -1, 0, 0);
+    else {
+        rc = mlc_request_wait(req);
+        if (rc != MLC_ERR_MISMATCH || !strstr(mlc_request_message(req), "rank 0 submitted 2 tensors, 3001"))
+            fail(mlc_request_message(req), t, -1, rc, MLC_ERR_MISMATCH);
+        mlc_request_free(req);
+    }
+    mlc_tensor one = {buf, NULL, 10};
+    rc = mlc_team_broadcast(team, &one, 1, MLC_FLOAT32, rank == 0 ? 0 : 1, err, sizeof err);
+    if (rc != MLC_ERR_MISMATCH || !strstr(err, "broadcast from rank 1")) fail(err, t, -1, rc, MLC_ERR_MISMATCH);
+    free(buf);
+}
+
+/* With the finite check on: a NaN on one rank fails the request on every rank,
+ * naming that rank and tensor, for a fused request and for a keyed group. */
+static void nonfinite_round(mlc_team *team, int t, int round) {
+    int bad_rank = round % size, bad_tensor = 1 + round % 2;
+    float data[3][40];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 40; j++) data[i][j] = (float)j;
+    if (rank == bad_rank) data[bad_tensor][round % 40] = round % 3 ? 1.0f / 0.0f : 0.0f / 0.0f;
+    mlc_tensor three[3] = {{data[0], NULL, 40}, {data[1], NULL, 40}, {data[2], NULL, 40}};
+    mlc_request *req;
+    int who = -1, which = -1;
+    if (mlc_team_allreduce_async(team, three, 3, MLC_FLOAT32, MLC_OP_SUM, NULL, NULL, &req)) fail("submit", t, -1, 0, 0);
+    else {
+        int rc = mlc_request_wait(req);
+        if (rc != MLC_ERR_NONFINITE || mlc_request_nonfinite(req, &who, &which) != 1 || who != bad_rank ||
+            which != bad_tensor)
+            fail(mlc_request_message(req), t, who, which, bad_tensor);
+        mlc_request_free(req);
+    }
+    /* The same through a keyed group, arriving from this thread. */
+    atomic_int done_count = 0;
+    int64_t counts[3] = {40, 40, 40};
+    char err[MLC_MSG_LEN];
+    for (int i = 2; i >= 0; i--)
+        if (mlc_team_group_arrive(team, 5000 + t, 3, counts, MLC_FLOAT32, MLC_OP_SUM, i, data[i], data[i],
+                                  on_tensor_done, &done_count, err, sizeof err))
+            fail(err, t, -1, 0, 0);
+    /* on_tensor_done adds 1 per success, 1000 per failure: wait for three calls */
+    while (atomic_load(&done_count) % 1000 + atomic_load(&done_count) / 1000 < 3) sched_yield();
+    if (atomic_load(&done_count) != 3 * 1000) fail("group nonfinite", t, -1, atomic_load(&done_count), 3000);
+}
+
 static void *driver(void *arg) {
     int t = (int)(intptr_t)arg;
     mlc_team *team = teams[t];
@@ -149,6 +207,8 @@ static void *driver(void *arg) {
             if (b[i] != root * 100000 + i) { fail("bcast", t, i, (double)b[i], root * 100000.0 + i); break; }
         free(a); free(src); free(dst); free(b);
         group_round(team, t, round);
+        if (size > 1 && round % 4 == t) mismatch_round(team, t);
+        if (t == 0) nonfinite_round(team, t, round);
     }
     return NULL;
 }
@@ -170,6 +230,11 @@ int main(int argc, char **argv) {
         }
         mlc_team_set_latency_threshold(teams[t], 1024);
     }
+    mlc_team_set_checks(teams[0], 1, 1); /* team 0 also scans for NaN/Inf */
+    /* Small requests: the direct allreduce inside the check on team 0 (the default),
+     * recursive doubling on team 1, every size forced through it on team 2. */
+    mlc_team_set_direct_threshold(teams[1], 0);
+    mlc_team_set_algorithm(teams[2], MLC_ALG_RECURSIVE_DOUBLING);
     pthread_t th[NTEAMS];
     for (int t = 0; t < NTEAMS; t++) pthread_create(&th[t], NULL, driver, (void *)(intptr_t)t);
     for (int t = 0; t < NTEAMS; t++) pthread_join(th[t], NULL);

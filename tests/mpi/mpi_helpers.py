@@ -35,7 +35,11 @@ import ml_comm as mc
 # multi-segment (pipelined) path; a small fusion buffer so that gradient lists
 # of a few thousand elements stream through it.
 CHUNK_BYTES = 256
-SCALED_THRESHOLDS = {"ML_COMM_LATENCY_BYTES": "512", "ML_COMM_INLINE_BYTES": "8192"}
+SCALED_THRESHOLDS = {
+    "ML_COMM_DIRECT_BYTES": "64",
+    "ML_COMM_LATENCY_BYTES": "512",
+    "ML_COMM_INLINE_BYTES": "8192",
+}
 MSGLEN = 4096
 NTHREAD_PER_TEAM = 2
 NTEAMS = 2
@@ -232,9 +236,10 @@ class Session:
 def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES):
     comm = comm_world()
     comm.barrier()
-    # Thresholds scaled down with the chunk size, so that small arrays take all three
-    # paths of a blocking call: recursive doubling on the caller's thread (< 512 B),
-    # the ring on the caller's thread (<= 8 KiB), the ring on the team's threads.
+    # Thresholds scaled down with the chunk size, so that small arrays take all four
+    # paths of a blocking call: the direct allreduce inside the agreement check (<= 64 B),
+    # recursive doubling on the caller's thread (< 512 B), the ring on the caller's
+    # thread (<= 8 KiB), the ring on the team's threads.
     os.environ.update(SCALED_THRESHOLDS)
     try:
         mc.init(nthread_per_team, nteams, msglen, chunk_bytes=chunk_bytes)

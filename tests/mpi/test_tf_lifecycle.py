@@ -65,7 +65,11 @@ def check_results(c, outs, kind, rank, n, tag):
 
 
 def expect_finalized_error(c, n, kind, run, tag):
-    """run() must raise a TensorFlow error mentioning finalize."""
+    """run() must raise a TensorFlow error mentioning finalize; at one rank a gradients
+    graph holds no ml_comm op (the average over one rank is the input), so it runs."""
+    if n == 1 and "broadcast" not in kind:
+        check_results(c, run(), kind, 0, n, tag)
+        return
     try:
         run()
     except tf.errors.OpError as e:
@@ -103,11 +107,7 @@ def test_old_graphs_fail_after_a_new_init():
             graphs = Graphs(rank)
         with tf_ml_comm_session():
             for kind, run in graphs.runners().items():
-                try:
-                    run()
-                    c.true(False, f"cycle {cycle} {kind} ran")
-                except tf.errors.OpError as e:
-                    c.true("finalize" in e.message, f"cycle {cycle} {kind}: {e.message}")
+                expect_finalized_error(c, n, kind, run, f"cycle {cycle}")
             fresh = Graphs(rank)
             for kind, run in fresh.runners().items():
                 check_results(c, run(), kind, rank, n, f"cycle {cycle} new graphs")

@@ -6,36 +6,13 @@
 //                           so each is submitted as soon as backprop produced it
 //   MlCommAllreduceN        a whole list at once (eager mode, where ops run one by one)
 //   MlCommBroadcastN        a list from root to every rank
+// (MlCommPipelinedAllreduceN, for pipelined teams, is in pipelined_allreduce.cc.)
 // A team crosses as its handle (an integer attr); the Python layer registers the
 // live handles, so a graph kept past finalize() fails with a message, not a crash.
 
-#include <cstdint>
-#include <cstring>
-#include <mutex>
-#include <string>
-#include <unordered_map>
-#include <vector>
+#include "common.h"
 
-#include "tensorflow/core/framework/common_shape_fns.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-
-extern "C" {
-#include <stddef.h>
-#include <stdint.h>
-#include "ml_comm.h"
-}
-
-namespace {
-
-using tensorflow::AsyncOpKernel;
-using tensorflow::DataType;
-using tensorflow::OpInputList;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::OpOutputList;
-using tensorflow::Tensor;
+namespace ml_comm_tf {
 
 // Teams the Python layer has registered as live, by an id that is never reused
 // (a new team may get a finalized one's address; it never gets its id).
@@ -55,32 +32,6 @@ mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id) {
   return reinterpret_cast<mlc_team *>(found->second);
 }
 
-int CoreDtype(DataType dt) {
-  switch (dt) {
-    case tensorflow::DT_FLOAT: return MLC_FLOAT32;
-    case tensorflow::DT_DOUBLE: return MLC_FLOAT64;
-    case tensorflow::DT_HALF: return MLC_FLOAT16;
-    case tensorflow::DT_BFLOAT16: return MLC_BFLOAT16;
-    case tensorflow::DT_INT32: return MLC_INT32;
-    case tensorflow::DT_INT64: return MLC_INT64;
-    default: return -1;
-  }
-}
-
-std::string Failure(mlc_team *team, int status) {
-  char text[512];
-  mlc_team_last_error(team, text, sizeof text);
-  return std::string(mlc_status_name(status)) + (text[0] ? std::string(": ") + text : "");
-}
-
-// What the core's callback needs to finish the kernel.
-struct Pending {
-  mlc_team *team;
-  OpKernelContext *ctx;
-  AsyncOpKernel::DoneCallback done;
-  std::string what;
-};
-
 void FinishPending(void *user, int status) {
   auto *p = static_cast<Pending *>(user);
   if (status != MLC_OK) {
@@ -92,9 +43,9 @@ void FinishPending(void *user, int status) {
   done();
 }
 
-const char *kTypes = "T: {float, double, half, bfloat16, int32, int64}";
+}  // namespace ml_comm_tf
 
-}  // namespace
+using namespace ml_comm_tf;
 
 // A gradient's reduction is two ops. Submit hands the gradient to its keyed group
 // and finishes at once, returning the output buffer (filled later by the core)
@@ -254,9 +205,7 @@ class GroupWaitOp : public AsyncOpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("MlCommGroupWait").Device(tensorflow::DEVICE_CPU), GroupWaitOp);
 
-// Allocates a list op's outputs (shaped as its inputs) and describes them to the
-// core: out-of-place (source = input) or, with copy_inputs, pre-filled in place.
-tensorflow::Status ListTensors(OpKernelContext *ctx, const char *out_name, bool copy_inputs,
+tensorflow::Status ml_comm_tf::ListTensors(OpKernelContext *ctx, const char *out_name, bool copy_inputs,
                                std::vector<mlc_tensor> *tensors, DataType *dtype) {
   OpInputList inputs;
   OpOutputList outputs;
@@ -368,7 +317,10 @@ REGISTER_KERNEL_BUILDER(Name("MlCommBroadcastN").Device(tensorflow::DEVICE_CPU),
 
 // Called by the Python layer (ctypes) at init and finalize.
 extern "C" void mlc_tf_set_live_teams(const int64_t *ids, const uintptr_t *handles, int n) {
-  std::lock_guard<std::mutex> lock(live_mutex);
-  live_teams.clear();
-  for (int i = 0; i < n; ++i) live_teams[ids[i]] = handles[i];
+  {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live_teams.clear();
+    for (int i = 0; i < n; ++i) live_teams[ids[i]] = handles[i];
+  }
+  ForgetPipelines(std::vector<int64_t>(ids, ids + n));
 }

@@ -1,0 +1,42 @@
+/* Leaving a job safely: is a peer waiting for this rank on one of a team's
+ * communicators?
+ *
+ * Every message a peer sends within a team operation is received by this rank
+ * before this rank's part of that operation completes. So when this rank has no
+ * operation of its own in flight on the team, an unreceived message on one of the
+ * team's communicators means the peer is inside an operation this rank has not
+ * made. If this rank is leaving (finalize, or the end of the script), that peer
+ * waits forever: the caller aborts the job instead, naming the peer.
+ *
+ * MPI_Iprobe only looks; the message stays queued. Collectives that MPI runs
+ * internally (MPI_Barrier) are invisible here, and so is a peer that only
+ * receives from this rank (a broadcast rooted here); the stall watchdog covers
+ * those. */
+#include "team.h"
+
+static int probe(MPI_Comm comm) {
+    int flag = 0;
+    MPI_Status status;
+    if (comm == MPI_COMM_NULL) return -1;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &status) != MPI_SUCCESS) return -1;
+    return flag ? status.MPI_SOURCE : -1;
+}
+
+int mlc_team_waiting_peer(mlc_team *team) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!team || finalized) return -1;
+    pthread_mutex_lock(&team->lock);
+    /* With a request of its own queued, this rank is still taking part. */
+    int busy = team->head != NULL || team->open_groups != NULL;
+    pthread_mutex_unlock(&team->lock);
+    /* ... and so it is while another of its threads runs a blocking call inline. */
+    if (!busy && pthread_mutex_trylock(&team->caller_lock) == 0) pthread_mutex_unlock(&team->caller_lock);
+    else busy = 1;
+    if (busy) return -2;
+    /* Every team operation starts with the agreement check's message (signature.c). */
+    int source = probe(team->guard.comm);
+    if (source < 0) source = probe(team->caller_comm);
+    for (int i = 0; source < 0 && i < team->nthreads; i++) source = probe(team->workers[i].comm);
+    return source;
+}

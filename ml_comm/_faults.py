@@ -1,0 +1,167 @@
+"""A rank that fails or leaves early ends the whole job instead of hanging it.
+
+Three mechanisms, all only when the job has more than one rank:
+
+* An uncaught exception: `init` chains an excepthook that prints the traceback
+  under the rank's name and calls MPI_Abort, so that mpiexec / srun end every rank
+  at once. Without it the failing rank would stop in MPI_Finalize, waiting for the
+  others, while the others wait for it in their next reduction: a hang. Opt out
+  with ML_COMM_ABORT_ON_EXCEPTION=0.
+* Leaving while others wait (finalize(), sys.exit(), the end of the script): the
+  leaving rank waits for the others in a barrier, and while it waits it looks for
+  a peer that has already sent it a message of a team operation that it never
+  made (csrc/departure.c). Such a peer would wait forever, so the job is aborted
+  with a message that names it. A peer that is merely busy (rank 0 saving a
+  checkpoint) is waited for, as MPI_Finalize would.
+* The launcher dying: a rank whose parent process (hydra's proxy, slurmstepd)
+  goes away, so that nobody is left to end it, exits instead of waiting for its
+  peers forever as an orphan (a thread checks the parent's pid twice a second).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+
+from ._core import lib
+
+ENV_ABORT_ON_EXCEPTION = "ML_COMM_ABORT_ON_EXCEPTION"
+ABORT_CODE = 1
+# Polling interval of the leaving rank: short at first (the usual finalize finds
+# every rank there at once), then up to this, so that a long wait costs no CPU.
+_MAX_POLL_SECONDS = 0.05
+
+# How often a rank checks that the process that started it is still there.
+_PARENT_POLL_SECONDS = 0.5
+
+_installed = False
+_watching = False
+
+
+def abort_on_exception_enabled() -> bool:
+    raw = os.environ.get(ENV_ABORT_ON_EXCEPTION, "1").strip().lower()
+    return raw not in ("0", "false", "no", "off")
+
+
+def _world():
+    """mpi4py's COMM_WORLD when MPI is running with more than one rank, else None."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return None
+    world = mpi.COMM_WORLD
+    return world if world.Get_size() > 1 else None
+
+
+def abort(message: str) -> None:
+    """Print `message` and end every rank of the job (MPI_Abort on COMM_WORLD)."""
+    sys.stdout.flush()
+    print(message, file=sys.stderr, flush=True)
+    world = _world()
+    if world is not None:
+        world.Abort(ABORT_CODE)
+    # MPICH's MPI_Abort can return once it has told the launcher, which then kills
+    # the ranks: nothing more of this process may run meanwhile (atexit handlers).
+    os._exit(ABORT_CODE)
+
+
+def _excepthook(previous):
+    def hook(exc_type, exc, tb):
+        world = _world()
+        if world is None or not abort_on_exception_enabled():
+            previous(exc_type, exc, tb)
+            return
+        rank, size = world.Get_rank(), world.Get_size()
+        try:
+            print(
+                f"ml_comm: rank {rank} of {size}: uncaught {exc_type.__name__}; "
+                "aborting the job (MPI_Abort) so that the other ranks do not wait for this one "
+                f"forever ({ENV_ABORT_ON_EXCEPTION}=0 turns this off)",
+                file=sys.stderr,
+                flush=True,
+            )
+            previous(exc_type, exc, tb)
+        except BaseException:  # noqa: BLE001 - a broken hook must not stop the abort
+            traceback.print_exception(exc_type, exc, tb)
+        abort(f"ml_comm: rank {rank} of {size}: aborting after {exc_type.__name__}: {exc}")
+
+    return hook
+
+
+def install_excepthook() -> None:
+    """Chain ml_comm's hook in front of sys.excepthook, once per process."""
+    global _installed
+    if _installed:
+        return
+    sys.excepthook = _excepthook(sys.excepthook)
+    _installed = True
+
+
+def watch_launcher() -> None:
+    """Exit this rank if its parent process goes away (once per process).
+
+    A launcher that dies before it has killed its ranks (SIGKILL of mpiexec's
+    proxy, a race in its clean-up under load) leaves them reparented to init,
+    spinning in a reduction whose peer is gone. The parent's pid changing is the
+    sign: no launcher restarts a rank under another parent.
+    """
+    global _watching
+    if _watching:
+        return
+    _watching = True
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_SECONDS)
+        try:  # the launcher carried our stderr: it may lead nowhere now
+            world = _world()
+            rank = f"rank {world.Get_rank()}" if world is not None else f"pid {os.getpid()}"
+            print(
+                f"ml_comm: {rank}: the process that launched it (pid {parent}) is gone; "
+                "exiting rather than waiting for the other ranks forever",
+                file=sys.stderr,
+                flush=True,
+            )
+        finally:
+            os._exit(ABORT_CODE)
+
+    threading.Thread(target=watch, name="ml_comm-launcher-watch", daemon=True).start()
+
+
+class Departure:
+    """The barrier a rank leaves through, on a communicator of its own (made at init,
+    collectively, so that leaving needs nothing but point-to-point progress)."""
+
+    def __init__(self, mpi, size: int):
+        self.comm = mpi.COMM_WORLD.Dup() if size > 1 else None
+        self.rank = mpi.COMM_WORLD.Get_rank()
+        self.size = size
+
+    def leave(self, teams) -> None:
+        """Wait for every rank to leave too; abort the job if a peer waits for this
+        rank in a team operation (it would never return)."""
+        if self.comm is None or _world() is None:  # one rank, or MPI already finalized
+            return
+        request = self.comm.Ibarrier()
+        pause = 1e-4
+        while not request.Test():
+            for t, team in enumerate(teams):
+                peer = lib.mlc_team_waiting_peer(team)
+                if peer >= 0:
+                    abort(
+                        f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
+                        f"sys.exit() or the end of the script) while rank {peer} waits for it in "
+                        f"an operation on team {t} that rank {self.rank} never made: the ranks "
+                        "did not make the same calls. Aborting the job (MPI_Abort) instead of "
+                        f"leaving rank {peer} waiting forever."
+                    )
+            time.sleep(pause)
+            pause = min(2 * pause, _MAX_POLL_SECONDS)
+
+    def close(self) -> None:
+        if self.comm is not None and _world() is not None:
+            self.comm.Free()
+        self.comm = None

@@ -1,0 +1,75 @@
+// What the op files share: the live-team registry, dtype mapping, error text and
+// the bookkeeping that finishes an asynchronous kernel from the core's callback.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+extern "C" {
+#include <stddef.h>
+#include <stdint.h>
+#include "ml_comm.h"
+}
+
+namespace ml_comm_tf {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::DataType;
+using tensorflow::OpInputList;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::OpOutputList;
+using tensorflow::Tensor;
+
+inline constexpr const char *kTypes = "T: {float, double, half, bfloat16, int32, int64}";
+
+// The team behind a live id, or nullptr with the op's status set (ml_comm_ops.cc).
+mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id);
+
+inline int CoreDtype(DataType dt) {
+  switch (dt) {
+    case tensorflow::DT_FLOAT: return MLC_FLOAT32;
+    case tensorflow::DT_DOUBLE: return MLC_FLOAT64;
+    case tensorflow::DT_HALF: return MLC_FLOAT16;
+    case tensorflow::DT_BFLOAT16: return MLC_BFLOAT16;
+    case tensorflow::DT_INT32: return MLC_INT32;
+    case tensorflow::DT_INT64: return MLC_INT64;
+    default: return -1;
+  }
+}
+
+inline std::string Failure(mlc_team *team, int status) {
+  char text[512];
+  mlc_team_last_error(team, text, sizeof text);
+  return std::string(mlc_status_name(status)) + (text[0] ? std::string(": ") + text : "");
+}
+
+// What the core's callback needs to finish the kernel.
+struct Pending {
+  mlc_team *team;
+  OpKernelContext *ctx;
+  AsyncOpKernel::DoneCallback done;
+  std::string what;
+};
+
+// mlc_callback for a Pending: sets the op's status on failure, calls done().
+void FinishPending(void *user, int status);
+
+// Allocates a list op's outputs (shaped as its inputs) and describes them to the
+// core: out-of-place (source = input) or, with copy_inputs, pre-filled in place.
+tensorflow::Status ListTensors(OpKernelContext *ctx, const char *out_name, bool copy_inputs,
+                               std::vector<mlc_tensor> *tensors, DataType *dtype);
+
+// Drops the pipelines of teams that are not in live_ids (pipelined_allreduce.cc).
+void ForgetPipelines(const std::vector<int64_t> &live_ids);
+
+}  // namespace ml_comm_tf

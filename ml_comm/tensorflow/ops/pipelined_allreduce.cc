@@ -1,0 +1,266 @@
+// MlCommPipelinedAllreduceN: gradients() on a pipelined team (config_team with
+// ksteps < max_steps). Each call finds its pipeline, keyed by team, dtype and the
+// tensors' element counts (so a retraced graph continues the same one), and asks
+// the core's mlc_step_phase what to return:
+//   SYNC            reduce the inputs into the outputs, as MlCommAllreduceN does
+//   PIPELINE_START  outputs are zeros; copy the inputs into new staging tensors
+//                   and start their in-place average
+//   PIPELINED       outputs are the previous call's staging tensors, averaged;
+//                   then as PIPELINE_START
+//   DRAIN           reduce the inputs into the outputs, then add the previous
+//                   call's average
+// No thread blocks: when the previous call's reduction is still running, the
+// rest of the call runs from that reduction's completion callback. The staging
+// tensors of a call are handed out as the next call's outputs, so nothing is
+// copied back.
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "common.h"
+
+namespace ml_comm_tf {
+namespace {
+
+struct Pipeline {
+  std::mutex mutex;
+  int64_t calls = 0;
+  std::vector<Tensor> staging;    // averaged in place by the request in flight
+  bool running = false;           // that request has not finished yet
+  int status = MLC_OK;            // how it finished
+  std::function<void()> resume;   // the call waiting for it
+  std::condition_variable idle;   // notified when running turns false
+};
+
+using PipelineKey = std::tuple<int64_t, int, std::vector<int64_t>>;
+std::mutex pipelines_mutex;
+std::map<PipelineKey, std::shared_ptr<Pipeline>> pipelines;
+
+std::shared_ptr<Pipeline> FindPipeline(const PipelineKey &key) {
+  std::lock_guard<std::mutex> lock(pipelines_mutex);
+  auto &slot = pipelines[key];
+  if (!slot) slot = std::make_shared<Pipeline>();
+  return slot;
+}
+
+void StagingDone(void *user, int status) {
+  auto *owner = static_cast<std::shared_ptr<Pipeline> *>(user);
+  std::shared_ptr<Pipeline> p = std::move(*owner);
+  delete owner;
+  std::unique_lock<std::mutex> lock(p->mutex);
+  p->running = false;
+  p->status = status;
+  std::function<void()> resume = std::move(p->resume);
+  p->resume = nullptr;
+  lock.unlock();
+  p->idle.notify_all();
+  if (resume) resume();
+}
+
+template <typename T>
+void AddInto(Tensor *out, const Tensor &in) {
+  auto o = out->flat<T>();
+  o = o + in.flat<T>();
+}
+
+void Add(Tensor *out, const Tensor &in) {
+  switch (out->dtype()) {
+    case tensorflow::DT_FLOAT: AddInto<float>(out, in); break;
+    case tensorflow::DT_DOUBLE: AddInto<double>(out, in); break;
+    case tensorflow::DT_HALF: AddInto<Eigen::half>(out, in); break;
+    case tensorflow::DT_BFLOAT16: AddInto<tensorflow::bfloat16>(out, in); break;
+    case tensorflow::DT_INT32: AddInto<int32_t>(out, in); break;
+    case tensorflow::DT_INT64: AddInto<int64_t>(out, in); break;
+    default: break;  // the op's type constraint admits no other
+  }
+}
+
+// DRAIN: this call's reduction finished into the outputs; add the previous one's.
+struct DrainPending {
+  Pending pending;
+  std::vector<Tensor> outputs, previous;
+};
+
+void FinishDrain(void *user, int status) {
+  auto *d = static_cast<DrainPending *>(user);
+  if (status == MLC_OK)
+    for (size_t i = 0; i < d->outputs.size() && i < d->previous.size(); ++i) Add(&d->outputs[i], d->previous[i]);
+  Pending *p = new Pending(std::move(d->pending));
+  delete d;
+  FinishPending(p, status);
+}
+
+}  // namespace
+
+REGISTER_OP("MlCommPipelinedAllreduceN")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .Attr("N: int >= 1")
+    .Attr(kTypes)
+    .Attr("team_handle: int")
+    .Attr("ksteps: int")
+    .Attr("max_steps: int")
+    .Attr("average: bool = true")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Average (or sum) a list over all ranks on a pipelined team: depending on the call
+number (config_team ksteps and max_steps), the result is this call's reduction,
+the previous call's, zeros (entering the pipeline) or both summed (leaving it).
+)doc");
+
+class PipelinedAllreduceNOp : public AsyncOpKernel {
+ public:
+  explicit PipelinedAllreduceNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("ksteps", &ksteps_));
+    OP_REQUIRES_OK(c, c->GetAttr("max_steps", &max_steps_));
+    OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) {
+      done();
+      return;
+    }
+    OpInputList inputs;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
+    std::vector<int64_t> counts;
+    for (int i = 0; i < inputs.size(); ++i) counts.push_back(inputs[i].NumElements());
+    auto p = FindPipeline(PipelineKey(team_handle_, CoreDtype(inputs[0].dtype()), counts));
+    std::unique_lock<std::mutex> lock(p->mutex);
+    int phase = mlc_step_phase(p->calls++, ksteps_, max_steps_);
+    if (phase == MLC_STEP_SYNC) {
+      lock.unlock();
+      Reduce(ctx, team, {}, std::move(done));
+      return;
+    }
+    OP_REQUIRES_ASYNC(ctx, !p->resume,
+                      tensorflow::errors::FailedPrecondition(
+                          "ml_comm: two calls of one pipelined gradients() ran at once; give "
+                          "each model its own team"),
+                      done);
+    auto rest = [this, ctx, team, p, phase, done = std::move(done)]() mutable {
+      Continue(ctx, team, p, phase, std::move(done));
+    };
+    if (p->running) {  // StagingDone runs the rest of this call
+      p->resume = std::move(rest);
+      return;
+    }
+    lock.unlock();
+    rest();
+  }
+
+ private:
+  // The previous call's reduction has finished (or there was none).
+  void Continue(OpKernelContext *ctx, mlc_team *team, std::shared_ptr<Pipeline> p, int phase,
+                DoneCallback done) {
+    std::vector<Tensor> previous = std::move(p->staging);
+    p->staging.clear();
+    OP_REQUIRES_ASYNC(ctx, p->status == MLC_OK,
+                      tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
+                                                   Failure(team, p->status)),
+                      done);
+    if (phase == MLC_STEP_DRAIN) {
+      Reduce(ctx, team, std::move(previous), std::move(done));
+      return;
+    }
+    OpInputList inputs;
+    OpOutputList outputs;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->output_list("reduced", &outputs), done);
+    std::vector<Tensor> staging(inputs.size());
+    std::vector<mlc_tensor> tensors(inputs.size());
+    for (int i = 0; i < inputs.size(); ++i) {
+      if (previous.size() == static_cast<size_t>(inputs.size())) {
+        outputs.set(i, previous[i]);
+      } else {  // entering the pipeline: nothing to return yet
+        Tensor *zeros = nullptr;
+        OP_REQUIRES_OK_ASYNC(ctx, outputs.allocate(i, inputs[i].shape(), &zeros), done);
+        std::memset(const_cast<char *>(zeros->tensor_data().data()), 0, zeros->tensor_data().size());
+      }
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_temp(inputs[i].dtype(), inputs[i].shape(), &staging[i]),
+                           done);
+      auto bytes = inputs[i].tensor_data();
+      char *dst = const_cast<char *>(staging[i].tensor_data().data());
+      if (bytes.size()) std::memcpy(dst, bytes.data(), bytes.size());
+      tensors[i] = mlc_tensor{dst, nullptr, inputs[i].NumElements()};
+    }
+    {
+      std::lock_guard<std::mutex> lock(p->mutex);
+      p->staging = std::move(staging);
+      p->running = true;
+      p->status = MLC_OK;
+    }
+    auto *owner = new std::shared_ptr<Pipeline>(p);
+    int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
+                                      CoreDtype(inputs[0].dtype()), Op(), StagingDone, owner,
+                                      nullptr);
+    if (rc != MLC_OK) {
+      StagingDone(owner, rc);
+      ctx->SetStatus(tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
+                                                  Failure(team, rc)));
+    }
+    done();
+  }
+
+  // This call's own reduction into the outputs, plus `previous` when draining.
+  void Reduce(OpKernelContext *ctx, mlc_team *team, std::vector<Tensor> previous, DoneCallback done) {
+    std::vector<mlc_tensor> tensors;
+    DataType dtype;
+    OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
+    auto *d = new DrainPending{Pending{team, ctx, std::move(done), "allreduce"}, {}, std::move(previous)};
+    for (int i = 0; i < ctx->num_outputs(); ++i) d->outputs.push_back(*ctx->mutable_output(i));
+    int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
+                                      CoreDtype(dtype), Op(), FinishDrain, d, nullptr);
+    if (rc != MLC_OK) FinishDrain(d, rc);
+  }
+
+  int Op() const { return average_ ? MLC_OP_AVERAGE : MLC_OP_SUM; }
+
+  int64_t team_handle_ = 0, ksteps_ = 0, max_steps_ = 0;
+  bool average_ = true;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommPipelinedAllreduceN").Device(tensorflow::DEVICE_CPU),
+                        PipelinedAllreduceNOp);
+
+void ForgetPipelines(const std::vector<int64_t> &live_ids) {
+  std::lock_guard<std::mutex> lock(pipelines_mutex);
+  for (auto it = pipelines.begin(); it != pipelines.end();) {
+    bool live = false;
+    for (int64_t id : live_ids) live = live || std::get<0>(it->first) == id;
+    it = live ? std::next(it) : pipelines.erase(it);
+  }
+}
+
+}  // namespace ml_comm_tf
+
+// config_team on a live team: its pipelines start counting calls afresh, once the
+// reductions they have in flight have finished (their results are dropped), so
+// that the team's counters and queue hold nothing of the old schedule.
+extern "C" void mlc_tf_reset_pipelines(int64_t team_id) {
+  std::vector<std::shared_ptr<ml_comm_tf::Pipeline>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(ml_comm_tf::pipelines_mutex);
+    for (auto it = ml_comm_tf::pipelines.begin(); it != ml_comm_tf::pipelines.end();) {
+      if (std::get<0>(it->first) != team_id) {
+        ++it;
+        continue;
+      }
+      dropped.push_back(it->second);
+      it = ml_comm_tf::pipelines.erase(it);
+    }
+  }
+  for (auto &p : dropped) {
+    std::unique_lock<std::mutex> lock(p->mutex);
+    p->idle.wait(lock, [&] { return !p->running; });
+  }
+}

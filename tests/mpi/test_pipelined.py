@@ -1,0 +1,63 @@
+"""Pipelined teams with NumPy: what each call of gradients() returns for every
+ksteps/max_steps shape, a synchronous and a pipelined team side by side, and inputs
+reused by the caller while their reduction is in flight."""
+
+from __future__ import annotations
+
+import pytest
+from mpi_helpers import Checks
+from pipeline_cases import CASE_IDS, CASES, SPECS, call_inputs, expected
+
+import ml_comm as mc
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture
+def team1(session):
+    yield 1
+    mc.config_team(1, 0, 0, 0)  # back to synchronous for the next test
+
+
+@pytest.mark.parametrize(("ksteps", "max_steps", "returns"), CASES, ids=CASE_IDS)
+def test_each_call_returns_the_documented_averages(session, team1, ksteps, max_steps, returns):
+    mc.config_team(team1, 0, ksteps, max_steps)
+    c = Checks()
+    for call, calls in enumerate(returns):
+        sync = mc.gradients(call_inputs(session.rank, call), 0)
+        piped = mc.gradients(call_inputs(session.rank, call), team1)
+        for i, (got, want) in enumerate(zip(piped, expected(session.nranks, calls))):
+            c.equal(got, want, f"call {call} gradient {i} on the pipelined team")
+        for i, (got, want) in enumerate(zip(sync, expected(session.nranks, (call,)))):
+            c.equal(got, want, f"call {call} gradient {i} on the synchronous team")
+    c.finish()
+
+
+def test_caller_may_reuse_its_arrays_while_they_reduce(session, team1):
+    mc.config_team(team1, 0, 0, 10)
+    c = Checks()
+    arrays = call_inputs(session.rank, 0)
+    first = mc.gradients(arrays, team1)
+    c.true(all(not a.any() for a in first), "entering the pipeline returns zeros")
+    for a, fresh in zip(arrays, call_inputs(session.rank, 1)):
+        a[...] = fresh  # overwritten in place while call 0's reduction may still run
+    second = mc.gradients(arrays, team1)
+    for i, (got, want) in enumerate(zip(second, expected(session.nranks, (0,)))):
+        c.equal(got, want, f"gradient {i}: call 0's average despite the overwritten input")
+    third = mc.gradients(arrays, team1)
+    for i, (got, want) in enumerate(zip(third, expected(session.nranks, (1,)))):
+        c.equal(got, want, f"gradient {i}: call 1's average")
+    c.finish()
+
+
+def test_config_team_starts_the_schedule_again(session, team1):
+    mc.config_team(team1, 0, 1, 10)
+    c = Checks()
+    for call in range(3):
+        mc.gradients(call_inputs(session.rank, call), team1)
+    mc.config_team(team1, 0, 1, 10)  # the in-flight call 2 is dropped
+    again = mc.gradients(call_inputs(session.rank, 5), team1)
+    for i, (got, want) in enumerate(zip(again, expected(session.nranks, (5,)))):
+        c.equal(got, want, f"gradient {i}: first call after config_team is synchronous again")
+    c.true(len(again) == len(SPECS), "one result per gradient")
+    c.finish()

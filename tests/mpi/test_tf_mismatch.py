@@ -1,0 +1,61 @@
+"""TensorFlow ops of ranks that disagree (different gradient sizes or counts) fail on
+every rank with the core's message, for the fused op of eager mode and for the keyed
+groups of tf.function, instead of hanging; the team then keeps working."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from mpi_helpers import Checks, expected_average, make_input
+from tf_helpers import module_session_fixture, to_numpy
+
+import ml_comm as mc
+
+pytestmark = pytest.mark.mpi
+
+tf_session = module_session_fixture()
+
+
+def call(mode, fn):
+    return fn() if mode == "eager" else tf.function(fn)()
+
+
+def still_works(c: Checks, session, mode: str) -> None:
+    grads = [make_input(session.rank, s, np.float32, 9 + i) for i, s in enumerate([(3, 4), (500,)])]
+    out = call(mode, lambda: mc.gradients([tf.constant(g) for g in grads]))
+    for i, s in enumerate([(3, 4), (500,)]):
+        want = expected_average(s, np.float32, session.nranks, 9 + i)
+        c.equal(to_numpy(out[i]), want, f"{mode}: gradients[{i}] after the mismatch")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gradient_sizes_differ(tf_session, mode):
+    if tf_session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    c = Checks()
+    last = tf_session.nranks - 1
+    n = 300 + (tf_session.rank == last)
+    grads = [tf.ones([n]), tf.ones([7])]
+    e = c.raises(
+        tf.errors.InternalError, call, mode, lambda: mc.gradients(grads), words=("ranks disagree",)
+    )
+    text = str(e)
+    c.true(f"rank {last} submitted 2 tensors, 308 float32 elements" in text, text)
+    c.true("submitted 2 tensors, 307 float32 elements" in text, text)
+    still_works(c, tf_session, mode)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_number_of_gradients_differs(tf_session, mode):
+    if tf_session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    c = Checks()
+    grads = [tf.ones([4]) for _ in range(3 if tf_session.rank == 0 else 2)]
+    e = c.raises(
+        tf.errors.InternalError, call, mode, lambda: mc.gradients(grads), words=("ranks disagree",)
+    )
+    c.true("rank 0 submitted 3 tensors, 12 float32" in str(e), str(e))
+    still_works(c, tf_session, mode)
+    c.finish()
