@@ -2,10 +2,9 @@
 it exits 0, prints its header, epochs, profile table and check_buffers_match result on
 rank 0 only, writes the PNG, and the ranks end with identical weights in both models.
 
-With ML_COMM_TIMELINE the two teams are checked for concurrency. A segment slice's end
-in the trace is recorded after the thread has handed the finished tensors to
-TensorFlow, which can wake other threads first, so a late end could fake an overlap.
-Start times carry no such delay: a team's reduction is certainly under way between the
+With ML_COMM_TIMELINE the two teams are checked for concurrency, from start times only
+(an end is taken once a batch's results are unpacked, which a busy machine can
+delay): a team's reduction is certainly under way between the
 starts of its first and its last segment batch (it has not finished its last batch
 while that has not started). ML_COMM_CHUNK_BYTES=4096 cuts every reduction into several
 batches. Under the concurrent schedule some batches of one team must start while a
@@ -18,18 +17,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from example_runner import run_example
 
-ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = Path(sys.prefix) / "bin" / "mpiexec"
-TIMEOUT_S = 300
 CELLS = 8
 TINY = [
     "--epochs", "2", "--steps", "4", "--batch-size", "4", "--cells", str(CELLS),
@@ -40,33 +34,6 @@ pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("tensorflow", "keras", "matplotlib")),
     reason="needs TensorFlow, Keras 3 and matplotlib (pip install 'ml_comm[tf,examples]')",
 )
-
-
-def run_example(nranks: int, args: list[str], cwd: Path, env: dict[str, str]) -> str:
-    """stdout of keras_gan3d.py at `nranks`; fails on a non-zero exit or past TIMEOUT_S
-    (SIGTERM to mpiexec first, which ends the ranks; SIGKILL only if that did not)."""
-    script = ROOT / "examples" / "keras_gan3d.py"
-    cmd = [str(MPIEXEC), "-n", str(nranks), sys.executable, str(script), *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **env},
-    )
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        pytest.fail(f"keras_gan3d.py did not finish in {TIMEOUT_S} s:\n{out}{err}")
-    assert proc.returncode == 0, out + err
-    return out
 
 
 def check_output(out: str, nranks: int, schedule: str) -> None:
@@ -135,7 +102,7 @@ def test_keras_gan3d(nranks: int, schedule: str, tmp_path: Path):
         plot = tmp_path / "profiles.png"
         args += ["--plot", str(plot)]
         env = {"ML_COMM_TIMELINE": str(tmp_path / "trace.json"), "ML_COMM_CHUNK_BYTES": "4096"}
-    out = run_example(nranks, args, tmp_path, env)
+    out = run_example("keras_gan3d.py", *args, nranks=nranks, cwd=tmp_path, env=env)
     check_output(out, nranks, schedule)
     assert_png(plot)
     if nranks == 1:

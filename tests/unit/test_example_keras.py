@@ -5,39 +5,14 @@ example's own exit status)."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-MPIEXEC = Path(sys.prefix) / "bin" / "mpiexec"
-TIMEOUT_S = 300
+from example_runner import run_example
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("tensorflow", "keras", "sklearn")),
     reason="needs TensorFlow, Keras 3 and scikit-learn (pip install 'ml_comm[tf,examples]')",
 )
-
-
-def run_example(name: str, *args: str) -> str:
-    """stdout of the example at 2 ranks; fails on a non-zero exit or past TIMEOUT_S
-    (SIGTERM to mpiexec first, which ends the ranks; SIGKILL only if that did not)."""
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(ROOT / "examples" / name), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-        pytest.fail(f"{name} did not finish in {TIMEOUT_S} s:\n{out}{err}")
-    assert proc.returncode == 0, out + err
-    return out
 
 
 def test_keras_digits_two_ranks():
