@@ -233,7 +233,7 @@ class Session:
 
 
 @contextlib.contextmanager
-def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES):
+def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES, framework=None):
     comm = comm_world()
     comm.barrier()
     # Thresholds scaled down with the chunk size, so that small arrays take all four
@@ -242,7 +242,7 @@ def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES):
     # thread (<= 8 KiB), the ring on the team's threads.
     os.environ.update(SCALED_THRESHOLDS)
     try:
-        mc.init(nthread_per_team, nteams, msglen, chunk_bytes=chunk_bytes)
+        mc.init(nthread_per_team, nteams, msglen, framework, chunk_bytes=chunk_bytes)
     finally:
         for name in SCALED_THRESHOLDS:
             del os.environ[name]

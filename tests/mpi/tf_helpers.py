@@ -16,22 +16,11 @@ Three ways of running the same computation, named by MODES:
 from __future__ import annotations
 
 import contextlib
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from mpi_helpers import (
-    CHUNK_BYTES,
-    MSGLEN,
-    NTEAMS,
-    NTHREAD_PER_TEAM,
-    SCALED_THRESHOLDS,
-    Session,
-    comm_world,
-)
-
-import ml_comm as mc
+from mpi_helpers import CHUNK_BYTES, MSGLEN, NTEAMS, NTHREAD_PER_TEAM, ml_comm_session
 
 # 4 ranks share 2 cores: keep TensorFlow's own thread pools small. This must happen
 # before TensorFlow runs anything; if something already did, keep its settings.
@@ -48,25 +37,10 @@ def tf_ml_comm_session(
 ):
     """ml_comm initialised with framework="tensorflow" (thresholds scaled down with
     the chunk size as in mpi_helpers.ml_comm_session), finalized on exit."""
-    comm = comm_world()
-    comm.barrier()
-    os.environ.update(SCALED_THRESHOLDS)
-    try:
-        mc.init(nthread_per_team, nteams, msglen, "tensorflow", chunk_bytes=chunk_bytes)
-    finally:
-        for name in SCALED_THRESHOLDS:
-            del os.environ[name]
-    try:
-        yield Session(
-            rank=mc.get_rank(),
-            nranks=mc.get_nranks(),
-            nteams=nteams,
-            nthread_per_team=nthread_per_team,
-            msglen=msglen,
-            chunk_bytes=chunk_bytes,
-        )
-    finally:
-        mc.finalize()
+    with ml_comm_session(
+        nthread_per_team, nteams, msglen, chunk_bytes, framework="tensorflow"
+    ) as session:
+        yield session
 
 
 def module_session_fixture(**kwargs):

@@ -69,6 +69,11 @@ void FinishPending(void *user, int status);
 tensorflow::Status ListTensors(OpKernelContext *ctx, const char *out_name, bool copy_inputs,
                                std::vector<mlc_tensor> *tensors, DataType *dtype);
 
+// Reduces the op's "tensors" into its "reduced" outputs (allocated here), adds `add`
+// (tensors shaped as the outputs, or none) to them, then calls done().
+void AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, std::vector<Tensor> add,
+                   AsyncOpKernel::DoneCallback done);
+
 // Drops the pipelines of teams that are not in live_ids (pipelined_allreduce.cc).
 void ForgetPipelines(const std::vector<int64_t> &live_ids);
 

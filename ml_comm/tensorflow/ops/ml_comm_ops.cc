@@ -226,6 +226,55 @@ tensorflow::Status ml_comm_tf::ListTensors(OpKernelContext *ctx, const char *out
   return absl::OkStatus();
 }
 
+namespace {
+
+template <typename T>
+void AddInto(Tensor *out, const Tensor &in) {
+  auto o = out->flat<T>();
+  o = o + in.flat<T>();
+}
+
+void Add(Tensor *out, const Tensor &in) {
+  switch (out->dtype()) {
+    case tensorflow::DT_FLOAT: AddInto<float>(out, in); break;
+    case tensorflow::DT_DOUBLE: AddInto<double>(out, in); break;
+    case tensorflow::DT_HALF: AddInto<Eigen::half>(out, in); break;
+    case tensorflow::DT_BFLOAT16: AddInto<tensorflow::bfloat16>(out, in); break;
+    case tensorflow::DT_INT32: AddInto<int32_t>(out, in); break;
+    case tensorflow::DT_INT64: AddInto<int64_t>(out, in); break;
+    default: break;  // the ops' type constraint admits no other
+  }
+}
+
+// A list reduction in flight, and what to add to its outputs once it is done.
+struct ListPending {
+  Pending pending;
+  std::vector<Tensor> outputs, add;
+};
+
+void FinishList(void *user, int status) {
+  auto *d = static_cast<ListPending *>(user);
+  if (status == MLC_OK)
+    for (size_t i = 0; i < d->add.size(); ++i) Add(&d->outputs[i], d->add[i]);
+  Pending *p = new Pending(std::move(d->pending));
+  delete d;
+  FinishPending(p, status);
+}
+
+}  // namespace
+
+void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, std::vector<Tensor> add,
+                               AsyncOpKernel::DoneCallback done) {
+  std::vector<mlc_tensor> tensors;
+  DataType dtype;
+  OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
+  auto *d = new ListPending{Pending{team, ctx, std::move(done), "allreduce"}, {}, std::move(add)};
+  for (int i = 0; i < ctx->num_outputs(); ++i) d->outputs.push_back(*ctx->mutable_output(i));
+  int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
+                                    CoreDtype(dtype), op, FinishList, d, nullptr);
+  if (rc != MLC_OK) FinishList(d, rc);
+}
+
 REGISTER_OP("MlCommAllreduceN")
     .Input("tensors: N * T")
     .Output("reduced: N * T")
@@ -253,14 +302,7 @@ class AllreduceNOp : public AsyncOpKernel {
       done();
       return;
     }
-    std::vector<mlc_tensor> tensors;
-    DataType dtype;
-    OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
-    auto *pending = new Pending{team, ctx, std::move(done), "allreduce"};
-    int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
-                                      CoreDtype(dtype), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, FinishPending,
-                                      pending, nullptr);
-    if (rc != MLC_OK) FinishPending(pending, rc);
+    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, {}, std::move(done));
   }
 
  private:

@@ -60,39 +60,6 @@ void StagingDone(void *user, int status) {
   if (resume) resume();
 }
 
-template <typename T>
-void AddInto(Tensor *out, const Tensor &in) {
-  auto o = out->flat<T>();
-  o = o + in.flat<T>();
-}
-
-void Add(Tensor *out, const Tensor &in) {
-  switch (out->dtype()) {
-    case tensorflow::DT_FLOAT: AddInto<float>(out, in); break;
-    case tensorflow::DT_DOUBLE: AddInto<double>(out, in); break;
-    case tensorflow::DT_HALF: AddInto<Eigen::half>(out, in); break;
-    case tensorflow::DT_BFLOAT16: AddInto<tensorflow::bfloat16>(out, in); break;
-    case tensorflow::DT_INT32: AddInto<int32_t>(out, in); break;
-    case tensorflow::DT_INT64: AddInto<int64_t>(out, in); break;
-    default: break;  // the op's type constraint admits no other
-  }
-}
-
-// DRAIN: this call's reduction finished into the outputs; add the previous one's.
-struct DrainPending {
-  Pending pending;
-  std::vector<Tensor> outputs, previous;
-};
-
-void FinishDrain(void *user, int status) {
-  auto *d = static_cast<DrainPending *>(user);
-  if (status == MLC_OK)
-    for (size_t i = 0; i < d->outputs.size() && i < d->previous.size(); ++i) Add(&d->outputs[i], d->previous[i]);
-  Pending *p = new Pending(std::move(d->pending));
-  delete d;
-  FinishPending(p, status);
-}
-
 }  // namespace
 
 REGISTER_OP("MlCommPipelinedAllreduceN")
@@ -139,7 +106,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
     int phase = mlc_step_phase(p->calls++, ksteps_, max_steps_);
     if (phase == MLC_STEP_SYNC) {
       lock.unlock();
-      Reduce(ctx, team, {}, std::move(done));
+      AllreduceList(ctx, team, Op(), {}, std::move(done));
       return;
     }
     OP_REQUIRES_ASYNC(ctx, !p->resume,
@@ -169,7 +136,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
                                                    Failure(team, p->status)),
                       done);
     if (phase == MLC_STEP_DRAIN) {
-      Reduce(ctx, team, std::move(previous), std::move(done));
+      AllreduceList(ctx, team, Op(), std::move(previous), std::move(done));
       return;
     }
     OpInputList inputs;
@@ -209,18 +176,6 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
                                                   Failure(team, rc)));
     }
     done();
-  }
-
-  // This call's own reduction into the outputs, plus `previous` when draining.
-  void Reduce(OpKernelContext *ctx, mlc_team *team, std::vector<Tensor> previous, DoneCallback done) {
-    std::vector<mlc_tensor> tensors;
-    DataType dtype;
-    OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
-    auto *d = new DrainPending{Pending{team, ctx, std::move(done), "allreduce"}, {}, std::move(previous)};
-    for (int i = 0; i < ctx->num_outputs(); ++i) d->outputs.push_back(*ctx->mutable_output(i));
-    int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
-                                      CoreDtype(dtype), Op(), FinishDrain, d, nullptr);
-    if (rc != MLC_OK) FinishDrain(d, rc);
   }
 
   int Op() const { return average_ ? MLC_OP_AVERAGE : MLC_OP_SUM; }
