@@ -36,6 +36,7 @@ _MAX_POLL_SECONDS = 0.05
 
 # How often a rank checks that the process that started it is still there.
 _PARENT_POLL_SECONDS = 0.5
+_FORWARD_GRACE_SECONDS = 0.3
 
 _installed = False
 _watching = False
@@ -61,6 +62,10 @@ def abort(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
     world = _world()
     if world is not None:
+        # The launcher kills every rank as soon as it hears of the abort, and output
+        # still in its forwarding pipes is lost with them (a fresh-clone test run once
+        # got an empty stderr): give it a moment to pass the message on first.
+        time.sleep(_FORWARD_GRACE_SECONDS)
         world.Abort(ABORT_CODE)
     # MPICH's MPI_Abort can return once it has told the launcher, which then kills
     # the ranks: nothing more of this process may run meanwhile (atexit handlers).
