@@ -4,7 +4,7 @@ differ only in their checks, interleaved iteration by iteration in one run.
     .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/check_cost.py
     .venv/bin/mpiexec -n 4 .venv/bin/python benchmarks/check_cost.py -b 8 -e 64M -f 8
 
-Four teams of one thread each (csrc/signature.c explains the checks):
+Four teams of one thread each (csrc/agree/exchange.c explains the checks):
 
 - off:      ML_COMM_CHECK_LAYOUT=0, the core without any exchange (as before the checks);
 - layout:   the default, the signature exchange, small allreduces inside it (direct);

@@ -20,13 +20,10 @@ from cffi import FFI
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 # setuptools wants relative source paths.
+# Every layer's sources (csrc/<layer>/*.c), less the loopback transport, which only the
+# C tests use (tests/c).
 SOURCES = sorted(
-    os.path.relpath(p, ROOT)
-    for p in [
-        *ROOT.glob("csrc/*.c"),
-        *ROOT.glob("csrc/algos/*.c"),
-        *ROOT.glob("csrc/transport/*.c"),
-    ]
+    os.path.relpath(p, ROOT) for p in ROOT.glob("csrc/*/*.c") if p.name != "loopback.c"
 )
 
 
@@ -59,7 +56,7 @@ ffibuilder.cdef('extern "Python" void mlc_py_report(void *, const mlc_team_stats
 _incs, _libdirs, _libs = mpi_flags()
 ffibuilder.set_source(
     "ml_comm._core",
-    '#include "core.h"\n',
+    '#include "team/team.h"\n',
     sources=SOURCES,
     include_dirs=["csrc", "csrc/include", *_incs],
     library_dirs=_libdirs,

@@ -10,7 +10,7 @@ Three mechanisms, all only when the job has more than one rank:
 * Leaving while others wait (finalize(), sys.exit(), the end of the script): the
   leaving rank waits for the others in a barrier, and while it waits it looks for
   a peer that has already sent it a message of a team operation that it never
-  made (csrc/departure.c). Such a peer would wait forever, so the job is aborted
+  made (csrc/team/departure.c). Such a peer would wait forever, so the job is aborted
   with a message that names it. A peer that is merely busy (rank 0 saving a
   checkpoint) is waited for, as MPI_Finalize would.
 * The launcher dying: a rank whose parent process (hydra's proxy, slurmstepd)

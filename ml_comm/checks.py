@@ -1,6 +1,6 @@
 """Settings of the core's agreement checks and stall watchdog, and the text of a failed request.
 
-The core (csrc/signature.c, csrc/watchdog.c) reads no environment: `init` reads it
+The core (csrc/agree/exchange.c, csrc/agree/watchdog.c) reads no environment: `init` reads it
 here, once, and hands the values to every team through setters.
 
     ML_COMM_CHECK_LAYOUT=0         no signature exchange before each request (default 1)

@@ -6,15 +6,15 @@
  * ceil(log2 n) message latencies. Large broadcasts are cut into segments that the
  * team's threads send concurrently, so the tree levels of different segments overlap.
  */
-#include "core.h"
+#include "algo.h"
 
-int mlc_broadcast_binomial(const mlc_xfer *x, char *buf, int64_t bytes, int root, int tag) {
+int mlc_broadcast_binomial(mlc_tp *tp, char *buf, int64_t bytes, int root, int tag) {
     int children[64];
-    int rc, parent = mlc_binomial_parent(x->rank, root, x->size);
-    int nchildren = mlc_binomial_children(x->rank, root, x->size, children, 64);
+    int rc, parent = mlc_binomial_parent(tp->rank, root, tp->size);
+    int nchildren = mlc_binomial_children(tp->rank, root, tp->size, children, 64);
 
-    if (parent >= 0 && (rc = mlc_tp_recv(x, buf, bytes, parent, tag))) return rc;
+    if (parent >= 0 && (rc = mlc_tp_recv(tp, buf, bytes, parent, tag))) return rc;
     for (int i = 0; i < nchildren; i++)
-        if ((rc = mlc_tp_send(x, buf, bytes, children[i], tag))) return rc;
+        if ((rc = mlc_tp_send(tp, buf, bytes, children[i], tag))) return rc;
     return MLC_OK;
 }

@@ -2,7 +2,7 @@
  *
  * This file is also the cffi declaration (ml_comm/_build_ffi.py feeds it to
  * ffi.cdef), so it holds no preprocessor lines: C files include <stddef.h> and
- * <stdint.h> before it (csrc/core.h does that). Every constant that Python needs
+ * <stdint.h> before it (csrc/base/base.h does that). Every constant that Python needs
  * is defined here once and read by Python through cffi.
  *
  * Ownership: a context wraps one MPI communicator (it dups it); teams hang off a
@@ -29,7 +29,14 @@ enum mlc_algorithm {
     MLC_ALG_AUTO = 0,               /* latency path below the threshold, ring above */
     MLC_ALG_RING = 1,               /* pipelined ring reduce-scatter + allgather */
     MLC_ALG_RECURSIVE_DOUBLING = 2, /* log2(n) exchanges of the whole buffer */
-    MLC_NUM_ALGORITHMS = 3
+    MLC_NUM_ALGORITHMS = 3,         /* the ids a team may be set to */
+    MLC_ALG_DIRECT = 3              /* every rank's input to every rank, inside the agreement
+                                     * exchange; only a plan chooses it (MLC_ALG_AUTO, small) */
+};
+
+enum mlc_request_kind {
+    MLC_KIND_ALLREDUCE = 0,
+    MLC_KIND_BROADCAST = 1
 };
 
 enum mlc_status {
@@ -77,7 +84,12 @@ typedef void (*mlc_report_fn)(void *user_data, const mlc_team_stats *stats);
 
 const char *mlc_version(void);
 const char *mlc_status_name(int status);
+/* The dtype table (csrc/base/dtype.c), the one list of element types: bytes per
+ * element, name ("float32", "bfloat16", ...; "unknown" outside the table) and
+ * whether it is a floating-point type. */
 int mlc_dtype_size(int dtype);
+const char *mlc_dtype_name(int dtype);
+int mlc_dtype_is_float(int dtype);
 
 /* ---- context ---- */
 /* comm_handle_address: address of an MPI_Comm (mpi4py: MPI._addressof(comm)).
@@ -118,7 +130,7 @@ int mlc_team_set_report(mlc_team *team, int64_t every, mlc_report_fn fn, void *u
 /* The message of the team's most recent failed request ("" if none), for
  * callers that only received a status code. */
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len);
-/* For a rank about to leave (csrc/departure.c): the rank of a peer that has sent
+/* For a rank about to leave (csrc/team/departure.c): the rank of a peer that has sent
  * this rank a message on one of the team's communicators that is not received
  * yet, i.e. a peer inside a team operation this rank has not made; -1 when there
  * is none, -2 while this rank has operations of its own in flight on the team. */
@@ -153,7 +165,7 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                        int root, char *err, size_t errlen);
 
-/* ---- agreement checks and the stall watchdog (csrc/signature.c, watchdog.c) ---- */
+/* ---- agreement checks and the stall watchdog (csrc/agree/exchange.c, watchdog.c) ---- */
 /* Before a request moves any data, the ranks exchange its signature (kind, dtype,
  * op, root, tensor counts) and, when they differ, fail it on every rank with
  * MLC_ERR_MISMATCH and a message saying what each rank submitted (layout: on by
@@ -240,6 +252,38 @@ enum mlc_step_phase {
     MLC_STEP_DRAIN = 3           /* return the previous call's average plus this call's */
 };
 int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps);
+/* Plans (csrc/plan/plan.c): how one request is carried out, chosen once, when it
+ * is submitted, from the request and the team's settings. Everything downstream
+ * reads the plan; nothing chooses again. */
+typedef struct mlc_plan_input {
+    int kind;          /* MLC_KIND_* */
+    int dtype;
+    int ntensors;
+    int64_t total;     /* elements over all tensors */
+    int in_place;      /* one tensor, reduced where it lies */
+    int is_group;      /* a keyed group: tensors arrive after it is queued */
+    int blocking;      /* the caller waits for it: it may run on the caller's thread */
+    int nranks;
+    int checked;       /* the agreement exchange runs before its data moves */
+    int algorithm;     /* the team's: MLC_ALG_* */
+    int nthreads;
+    int64_t chunk_bytes, window_segments, latency_bytes, inline_bytes, direct_bytes;
+} mlc_plan_input;
+typedef struct mlc_plan {
+    int algorithm;     /* row of the algorithm table (never MLC_ALG_AUTO); broadcasts: -1 */
+    int direct;        /* its data travels, and is summed, inside the agreement exchange */
+    int on_caller;     /* runs on the blocking caller's thread, not the team's */
+    int nothing;       /* nothing to move (empty, or one rank in place, unchecked) */
+    int lanes;         /* threads that share its segments: the team's, or 1 on the caller */
+    int fused;         /* several tensors: segments are packed into fusion slots */
+    int64_t seg_elems; /* segment length in elements */
+    int64_t nseg;      /* allreduce: segments over all tensors */
+    int64_t window;    /* slots segment g cycles through: g mod window */
+} mlc_plan;
+void mlc_plan_make(const mlc_plan_input *in, mlc_plan *out);
+/* The algorithm table (csrc/algos/registry.c): how many rows, and a row's name. */
+int mlc_algorithm_count(void);
+const char *mlc_algorithm_name(int algorithm);
 /* Binomial tree broadcast rooted at root. */
 int mlc_binomial_parent(int rank, int root, int size); /* -1 for the root */
 int mlc_binomial_children(int rank, int root, int size, int *children, int max_children);

@@ -1,93 +1,83 @@
-/* Point-to-point transport over MPI: the only file that sends or receives.
- * Byte counts go through the MPI-4 large-count (_c) calls so a buffer above
+/* Point-to-point transport over MPI: the only file that sends or receives with
+ * MPI. Byte counts go through the MPI-4 large-count (_c) calls so a buffer above
  * 2 GiB is not truncated. The communicator is the calling thread's own dup, so
  * messages of different threads never meet. The tag is the segment's number, so
  * that should two ranks ever disagree on a schedule, MPI reports a mismatch
  * instead of pairing one segment's bytes with another's. */
-#include <sched.h>
-#include <stdio.h>
+#include <string.h>
 
-#include "checks.h"
+#include "base/mpi_error.h"
+#include "mpi.h"
 
-int mlc_mpi_error(char *message, int mpi_code, const char *what) {
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(mpi_code, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", mpi_code);
-    if (message) snprintf(message, MLC_MSG_LEN, "%s failed: %.200s", what, text);
-    return MLC_ERR_MPI;
+_Static_assert(sizeof(MPI_Request) <= sizeof(mlc_tp_req), "an MPI_Request fits an mlc_tp_req");
+
+/* Requests are tested many at a time; MPI wants them in an array of its own type. */
+#define MLC_MPI_MAX_BATCH 64
+
+static MPI_Comm comm_of(const mlc_tp *tp) { return *(MPI_Comm *)tp->impl; }
+
+static MPI_Request *handle(mlc_tp_req *req) { return (MPI_Request *)req->opaque; }
+
+static int mpi_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag, mlc_tp_req *req) {
+    int rc = MPI_Isend_c(buf, bytes, MPI_BYTE, dest, tag, comm_of(tp), handle(req));
+    return rc == MPI_SUCCESS ? MLC_OK : mlc_mpi_error(tp->message, rc, "MPI_Isend");
 }
 
-#define CHECK(call, what, x)                                        \
-    do {                                                            \
-        int rc_ = (call);                                           \
-        if (rc_ != MPI_SUCCESS) return mlc_mpi_error((x)->message, rc_, what); \
-    } while (0)
+static int mpi_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_req *req) {
+    int rc = MPI_Irecv_c(buf, bytes, MPI_BYTE, src, tag, comm_of(tp), handle(req));
+    return rc == MPI_SUCCESS ? MLC_OK : mlc_mpi_error(tp->message, rc, "MPI_Irecv");
+}
 
-/* Waits poll and yield instead of blocking in MPI: a blocked MPI call spins,
- * and with more communication threads than cores (several ranks per node, or
- * compute threads beside them) spinning threads starve the very peers they wait
- * for. sched_yield costs nothing when no other thread is runnable. Polling is
- * also where the stall watchdog (watchdog.c) looks at the clock. */
-static int wait_all(const mlc_xfer *x, int n, MPI_Request *reqs, const char *what) {
-    int done = 0;
-    mlc_stall stall = {0};
-    for (;;) {
-        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return mlc_mpi_error(x->message, rc, what);
-        if (done) break;
-        if (x->watch) mlc_watch_poll(x->watch, &stall);
-        sched_yield();
-    }
-    if (x->watch) x->watch->recv_peer = x->watch->send_peer = -1; /* nothing pending now */
+static void load(int n, mlc_tp_req *reqs, MPI_Request *out) {
+    for (int i = 0; i < n; i++) out[i] = *handle(&reqs[i]);
+}
+
+static void store(int n, const MPI_Request *in, mlc_tp_req *reqs) {
+    for (int i = 0; i < n; i++) *handle(&reqs[i]) = in[i];
+}
+
+static int mpi_testall(mlc_tp *tp, int n, mlc_tp_req *reqs, int *done) {
+    MPI_Request r[MLC_MPI_MAX_BATCH];
+    if (n > MLC_MPI_MAX_BATCH) return MLC_ERR_ARG;
+    load(n, reqs, r);
+    int rc = MPI_Testall(n, r, done, MPI_STATUSES_IGNORE);
+    store(n, r, reqs);
+    return rc == MPI_SUCCESS ? MLC_OK : mlc_mpi_error(tp->message, rc, "MPI_Testall");
+}
+
+static int mpi_testany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
+    MPI_Request r[MLC_MPI_MAX_BATCH];
+    int flag = 0, i = MPI_UNDEFINED;
+    if (n > MLC_MPI_MAX_BATCH) return MLC_ERR_ARG;
+    load(n, reqs, r);
+    int rc = MPI_Testany(n, r, &i, &flag, MPI_STATUS_IGNORE);
+    store(n, r, reqs);
+    if (rc != MPI_SUCCESS) return mlc_mpi_error(tp->message, rc, "MPI_Testany");
+    *index = !flag ? -1 : i == MPI_UNDEFINED ? -2 : i;
     return MLC_OK;
 }
 
-int mlc_tp_isend(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, int tag,
-                 MPI_Request *req) {
-    CHECK(MPI_Isend_c(buf, bytes, MPI_BYTE, dest, tag, x->comm, req), "MPI_Isend", x);
-    if (x->watch) x->watch->send_peer = dest;
-    return MLC_OK;
-}
-
-int mlc_tp_irecv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag, MPI_Request *req) {
-    CHECK(MPI_Irecv_c(buf, bytes, MPI_BYTE, src, tag, x->comm, req), "MPI_Irecv", x);
-    if (x->watch) x->watch->recv_peer = src;
-    return MLC_OK;
-}
-
-int mlc_tp_sendrecv(const mlc_xfer *x, const void *sbuf, int64_t sbytes, int dest,
-                    void *rbuf, int64_t rbytes, int src, int tag) {
-    MPI_Request reqs[2];
-    int rc;
-    if ((rc = mlc_tp_irecv(x, rbuf, rbytes, src, tag, &reqs[0]))) return rc;
-    if ((rc = mlc_tp_isend(x, sbuf, sbytes, dest, tag, &reqs[1]))) return rc;
-    return wait_all(x, 2, reqs, "MPI_Sendrecv");
-}
-
-int mlc_tp_send(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, int tag) {
-    MPI_Request req;
-    int rc = mlc_tp_isend(x, buf, bytes, dest, tag, &req);
-    return rc ? rc : wait_all(x, 1, &req, "MPI_Send");
-}
-
-int mlc_tp_recv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag) {
-    MPI_Request req;
-    int rc = mlc_tp_irecv(x, buf, bytes, src, tag, &req);
-    return rc ? rc : wait_all(x, 1, &req, "MPI_Recv");
-}
-
-int mlc_tp_waitany(const mlc_xfer *x, int n, MPI_Request *reqs, int *index) {
-    int flag = 0;
-    mlc_stall stall = {0};
-    for (;;) {
-        int rc = MPI_Testany(n, reqs, index, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mlc_mpi_error(x->message, rc, "MPI_Testany");
-        if (flag) return MLC_OK;
-        if (x->watch) mlc_watch_poll(x->watch, &stall);
-        sched_yield();
+static void mpi_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
+    for (int i = 0; i < n; i++) {
+        MPI_Request *r = handle(&reqs[i]);
+        if (*r == MPI_REQUEST_NULL) continue;
+        /* Waiting could hang on a peer that is gone: cancel, and free what did not end. */
+        int done = 0;
+        MPI_Cancel(r);
+        MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        if (!done) MPI_Request_free(r);
+        *r = MPI_REQUEST_NULL;
     }
 }
 
-int mlc_tp_waitall(const mlc_xfer *x, int n, MPI_Request *reqs) {
-    return wait_all(x, n, reqs, "MPI_Waitall");
+static const mlc_tp_ops mpi_ops = {mpi_isend, mpi_irecv, mpi_testall, mpi_testany, mpi_abandon};
+
+void mlc_tp_mpi_open(mlc_tp *tp, MPI_Comm *comm, int rank, int size, char *message) {
+    memset(tp, 0, sizeof *tp);
+    tp->ops = &mpi_ops;
+    tp->impl = comm;
+    tp->rank = rank;
+    tp->size = size;
+    tp->message = message;
+    tp->recv_peer = tp->send_peer = -1;
 }

@@ -1,16 +1,19 @@
-/* Threaded test of the C core alone (no Python), built by tools/tsan.py with
- * -fsanitize=thread (or address) and run under mpiexec at several rank counts.
+/* Threaded test of the C core alone (no Python), built by tools/sanitizers.py
+ * with -fsanitize=thread (or address) and run under mpiexec at several rank counts.
  *
  * Several application threads drive several teams at once, mixing blocking,
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
  * the latency path, every dtype; results are checked exactly. Exit 0 on success. */
+#include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "core.h"
+#include "base/base.h"
 
 #define NTEAMS 3
 #define ROUNDS 12
@@ -96,7 +99,50 @@ static void group_round(mlc_team *team, int t, int round) {
     }
 }
 
-/* Ranks that disagree (signature.c): every rank gets MLC_ERR_MISMATCH naming both
+static void sleep_ms(int ms) {
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Keyed groups whose last tensors to arrive are empty, or that are all empty:
+ * the data is complete before the group is, and the late arrivals must still
+ * find the group alive (a use after free under AddressSanitizer otherwise). */
+static void empty_last_round(mlc_team *team, int t) {
+    static const int64_t layouts[2][3] = {{6, 0, 0}, {0, 0, 0}};
+    char err[MLC_MSG_LEN];
+    for (int l = 0; l < 2; l++) {
+        atomic_int done_count = 0;
+        float src[6], dst[6] = {0};
+        for (int j = 0; j < 6; j++) src[j] = (float)(rank + j);
+        for (int i = 0; i < 3; i++) {
+            if (mlc_team_group_arrive(team, 7000 + 10 * t + l, 3, layouts[l], MLC_FLOAT32, MLC_OP_SUM, i,
+                                      src, dst, on_tensor_done, &done_count, err, sizeof err))
+                fail(err, t, i, 0, 0);
+            sleep_ms(20); /* let the reduction finish before the empty tensors arrive */
+        }
+        while (atomic_load(&done_count) < 3) sched_yield();
+        if (atomic_load(&done_count) != 3) fail("empty-last group done", t, l, atomic_load(&done_count), 3);
+        for (int j = 0; l == 0 && j < 6; j++) {
+            double want = size * (size - 1) / 2.0 + (double)size * j;
+            if (dst[j] != (float)want) fail("empty-last group sum", t, j, dst[j], want);
+        }
+    }
+}
+
+/* Switching the timeline on and off while blocking calls run on their callers'
+ * threads (they record events too): ThreadSanitizer finds a race if the switch
+ * does not wait for them. */
+static atomic_int drivers_left;
+static void *timeline_toggler(void *arg) {
+    mlc_team *team = arg;
+    for (int i = 0; atomic_load(&drivers_left) > 0; i++) {
+        mlc_team_timeline_enable(team, i % 2 ? 0 : 256); /* MLC_ERR_STATE while busy: fine */
+        sched_yield();
+    }
+    return NULL;
+}
+
+/* Ranks that disagree (agree/): every rank gets MLC_ERR_MISMATCH naming both
  * layouts, on the inline path, the threads' path and a broadcast, and the team
  * goes on in step. */
 static void mismatch_round(mlc_team *team, int t) {
@@ -209,7 +255,9 @@ static void *driver(void *arg) {
         group_round(team, t, round);
         if (size > 1 && round % 4 == t) mismatch_round(team, t);
         if (t == 0) nonfinite_round(team, t, round);
+        if (round == 0) empty_last_round(team, t);
     }
+    atomic_fetch_sub(&drivers_left, 1);
     return NULL;
 }
 
@@ -235,9 +283,12 @@ int main(int argc, char **argv) {
      * recursive doubling on team 1, every size forced through it on team 2. */
     mlc_team_set_direct_threshold(teams[1], 0);
     mlc_team_set_algorithm(teams[2], MLC_ALG_RECURSIVE_DOUBLING);
-    pthread_t th[NTEAMS];
+    pthread_t th[NTEAMS], toggler;
+    atomic_store(&drivers_left, NTEAMS);
     for (int t = 0; t < NTEAMS; t++) pthread_create(&th[t], NULL, driver, (void *)(intptr_t)t);
+    pthread_create(&toggler, NULL, timeline_toggler, teams[1]);
     for (int t = 0; t < NTEAMS; t++) pthread_join(th[t], NULL);
+    pthread_join(toggler, NULL);
     for (int t = 0; t < NTEAMS; t++) mlc_team_destroy(teams[t]);
     mlc_context_destroy(ctx);
     int local = atomic_load(&failures), total = 0;

@@ -1,6 +1,6 @@
 """Ranks that submit different requests to one team (lengths, tensor counts, layouts,
 dtypes, reduce ops, broadcast roots) get an MLCommError on every rank that names each
-rank and what it submitted (csrc/signature.c), instead of a hang or wrong numbers;
+rank and what it submitted (csrc/agree/), instead of a hang or wrong numbers;
 the team then keeps working, in step, on every rank.
 
 The ranks make different calls here on purpose; every test still ends with the same

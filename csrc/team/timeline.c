@@ -6,11 +6,12 @@
 
 #include "team.h"
 
-double mlc_clock(void) { return mlc_now(); }
-
 int mlc_team_timeline_enable(mlc_team *team, int64_t capacity) {
     if (capacity < 0) return MLC_ERR_ARG;
-    pthread_mutex_lock(&team->lock); /* no request runs while the array changes */
+    /* No request may run while the array changes: queued ones record from the
+     * team's threads, blocking ones from their caller's (under caller_lock). */
+    pthread_mutex_lock(&team->caller_lock);
+    pthread_mutex_lock(&team->lock);
     int busy = team->head != NULL;
     if (!busy) {
         free(team->events);
@@ -19,6 +20,7 @@ int mlc_team_timeline_enable(mlc_team *team, int64_t capacity) {
         atomic_store(&team->events_used, 0);
     }
     pthread_mutex_unlock(&team->lock);
+    pthread_mutex_unlock(&team->caller_lock);
     if (busy) return MLC_ERR_STATE;
     return capacity && !team->events ? MLC_ERR_NOMEM : MLC_OK;
 }

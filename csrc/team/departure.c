@@ -34,8 +34,8 @@ int mlc_team_waiting_peer(mlc_team *team) {
     if (!busy && pthread_mutex_trylock(&team->caller_lock) == 0) pthread_mutex_unlock(&team->caller_lock);
     else busy = 1;
     if (busy) return -2;
-    /* Every team operation starts with the agreement check's message (signature.c). */
-    int source = probe(team->guard.comm);
+    /* Every team operation starts with the agreement check's message (agree/exchange.c). */
+    int source = probe(team->agree_comm);
     if (source < 0) source = probe(team->caller_comm);
     for (int i = 0; source < 0 && i < team->nthreads; i++) source = probe(team->workers[i].comm);
     return source;

@@ -1,33 +1,45 @@
-/* Team internals shared by team.c (threads, queue, requests) and execute.c
- * (how one thread carries out its part of a request). */
+/* Team layer: contexts, teams of persistent communication threads, requests and
+ * keyed groups, and how a request is carried out. The top of the C core: it
+ * calls plan/, agree/, algos/ and transport/, and nothing calls it but the
+ * public API. Files: context.c, team.c (threads, queue, completion), request.c
+ * (requests and the async/blocking entry points), group.c (keyed groups),
+ * execute.c (segments), departure.c, timeline.c. */
 #ifndef MLC_TEAM_H
 #define MLC_TEAM_H
 
+#include <mpi.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
-#include "core.h"
-#include "checks.h"
+#include "agree/agree.h"
+#include "plan/plan.h"
+#include "transport/mpi.h"
 
-/* Segments a thread keeps in flight in one ring call (see allreduce_ring.c). */
-#define MLC_RING_BATCH 2
-/* Mid-sized requests are cut finer than chunk_bytes to keep every thread busy,
- * down to this size, below which per-message costs dominate. */
-#define MLC_MIN_SEGMENT_BYTES (32 * 1024)
+struct mlc_context {
+    MPI_Comm comm; /* dup of the user's communicator; teams dup it again */
+    int rank;
+    int size;
+};
 
-enum mlc_request_kind { MLC_KIND_ALLREDUCE, MLC_KIND_BROADCAST };
+typedef struct mlc_group mlc_group;
 
 struct mlc_request {
     mlc_team *team;
     uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
-    int kind, dtype, op, root, algorithm;
+    int kind, dtype, op, root;
+    int part, nparts; /* of the caller's multi-request call; 0 and 1 otherwise */
     int ntensors;
     mlc_tensor *tensors; /* copy of the caller's list */
     int64_t *starts;     /* starts[i]: element offset of tensor i in the concatenation */
-    int heap;            /* tensors/starts/the request itself were malloc'ed */
     int64_t total;       /* elements */
+    int heap;            /* tensors/starts/the request itself were malloc'ed */
+    mlc_plan plan;       /* made once, at submission (plan/plan.c) */
+    mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
+    mlc_agreement agreement; /* the agreement check's state (agree/) */
+
     int workers_left;
     _Atomic int finished; /* set last; waiters may poll it without the lock */
-    int detached; /* nobody waits: the team frees it when done */
+    int detached;         /* nobody waits: the team frees it when done */
     int status;
     char message[MLC_MSG_LEN];
     mlc_callback callback;
@@ -35,27 +47,6 @@ struct mlc_request {
     double submitted_at;
     double ready_at; /* its last input arrived (a group's last tensor; else submission) */
     mlc_request *next;
-
-    /* Keyed groups (group.c): tensors arrive one by one after the request is queued. */
-    int is_group;
-    int64_t key;
-    int narrived, next_missing;   /* under the team lock */
-    unsigned char *arrived;       /* per tensor */
-    _Atomic int64_t ready_elems;  /* elements [0, ready_elems) may be read */
-    _Atomic int *segs_left;       /* per tensor: segments still to reduce; NULL: no per-tensor done */
-    mlc_callback *tensor_done;
-    void **tensor_user;
-    mlc_request *next_open;
-
-    /* The agreement check (signature.c): the verdict is set before any data moves. */
-    int part, nparts;         /* of the caller's multi-request call; 0 and 1 otherwise */
-    _Atomic int check_state;  /* MLC_CHECK_*; DONE publishes the fields below */
-    int check_status;
-    int direct_ok;     /* may travel with its signature (MLC_ALG_AUTO, not a group) */
-    int done_by_check; /* a direct allreduce: the exchange already reduced it */
-    char check_message[MLC_MSG_LEN];
-    int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
-    mlc_request *next_check;  /* registered requests, under the team lock */
 };
 
 typedef struct mlc_worker {
@@ -63,6 +54,7 @@ typedef struct mlc_worker {
     int index;
     pthread_t thread;
     MPI_Comm comm; /* this thread's own dup */
+    mlc_tp tp;
     char *scratch;
     int64_t scratch_bytes;
     uint64_t last_seq; /* last request this thread has finished */
@@ -89,9 +81,10 @@ struct mlc_team {
     int shutting_down;
     mlc_worker *workers;
 
-    /* Blocking small operations run on the caller's thread, on their own communicator. */
+    /* Blocking operations on the caller's thread run on their own communicator. */
     pthread_mutex_t caller_lock;
     MPI_Comm caller_comm;
+    mlc_tp caller_tp;
     char *caller_pack, *caller_scratch;
     int64_t caller_pack_bytes, caller_scratch_bytes;
     char caller_message[MLC_MSG_LEN];
@@ -101,31 +94,40 @@ struct mlc_team {
     mlc_report_fn report_fn;
     void *report_user;
     char last_error[MLC_MSG_LEN];
-    mlc_guard guard; /* agreement checks and stall limits (checks.h) */
+
+    MPI_Comm agree_comm; /* carries signatures only */
+    mlc_agree agree;     /* agreement checks and stall limits */
 
     mlc_event *events; /* timeline; NULL when off */
     int64_t events_capacity;
     _Atomic int64_t events_used;
 };
 
-/* timeline.c */
-void mlc_timeline_record(mlc_team *team, int kind, int thread, int64_t request, int64_t detail,
-                         int64_t bytes, double start, double end);
+/* request.c */
+/* Under team->lock. in: the finished signature input; NULL for a keyed group,
+ * which hands it to the agreement check when it can (group.c). */
+void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *in);
+void mlc_free_request(mlc_request *req);
+void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking);
+/* The request's description and (non-group) finished signature input. */
+void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in);
 
 /* team.c */
-void mlc_queue_request(mlc_team *team, mlc_request *req); /* under team->lock */
-void mlc_free_request(mlc_request *req);
-int64_t mlc_request_segment_elems(const mlc_team *team, const mlc_request *req);
+void mlc_account(mlc_team *team, int64_t bytes, double seconds); /* a request run inline */
 
 /* group.c */
 int mlc_group_wait_ready(mlc_request *req, int64_t end); /* MLC_ERR_STATE on shutdown */
 int mlc_group_wait_all(mlc_request *req); /* every tensor arrived; MLC_ERR_STATE on shutdown */
 void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count);
 void mlc_group_fail_remaining(mlc_request *req);
+void mlc_group_free(mlc_group *g);
 
 /* execute.c */
 int mlc_execute_part(mlc_worker *w, mlc_request *req);
 int mlc_execute_inline(mlc_team *team, mlc_request *req);
-void mlc_copy_range(const mlc_request *req, int64_t start, int64_t count, char *fused, int to_fused);
+
+/* timeline.c */
+void mlc_timeline_record(mlc_team *team, int kind, int thread, int64_t request, int64_t detail,
+                         int64_t bytes, double start, double end);
 
 #endif

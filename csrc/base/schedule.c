@@ -1,7 +1,7 @@
 /* Schedules: which block, peer or thread each step uses. Pure functions of
  * (rank, size, step, counts) so that every rank derives the same plan with no
  * negotiation; tests/unit/test_schedules.py simulates them for 1..16 ranks. */
-#include "core.h"
+#include "base.h"
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 

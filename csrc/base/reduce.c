@@ -4,7 +4,7 @@
  * loops are plain so the compiler vectorises them. */
 #include <string.h>
 
-#include "core.h"
+#include "base.h"
 
 static float bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;

@@ -1,9 +1,9 @@
-/* NaN/Inf scan for the finite check (signature.c): a value is NaN or +-Inf
+/* NaN/Inf scan for the finite check (agree/): a value is NaN or +-Inf
  * exactly when all its exponent bits are set, for every IEEE format and bfloat16.
  * The loops test bits, not values, so they vectorise without -ffast-math and run
  * at memory speed; a block at a time, so a NaN near the start ends the scan early.
  * Reads the buffer only; no messages. */
-#include "checks.h"
+#include "base.h"
 
 #define MLC_FINITE_BLOCK 4096
 
@@ -27,14 +27,4 @@ int mlc_has_nonfinite(const void *buf, int64_t n, int dtype) {
     case MLC_BFLOAT16: SCAN(uint16_t, 0x7f80u);
     default: return 0; /* integers are always finite */
     }
-}
-
-int mlc_dtype_is_float(int dtype) {
-    return dtype == MLC_FLOAT32 || dtype == MLC_FLOAT64 || dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16;
-}
-
-const char *mlc_dtype_name(int dtype) {
-    static const char *names[MLC_NUM_DTYPES] = {"float32", "float64", "float16",
-                                                "bfloat16", "int32", "int64"};
-    return dtype >= 0 && dtype < MLC_NUM_DTYPES ? names[dtype] : "unknown";
 }

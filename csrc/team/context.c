@@ -1,38 +1,10 @@
 /* Contexts: one dup of the user's communicator, checked for the thread level
- * the communication threads need. Also the small helpers with no other home. */
+ * the communication threads need. Teams hang off a context. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-#include "core.h"
-
-const char *mlc_version(void) { return MLC_VERSION; }
-
-const char *mlc_status_name(int status) {
-    switch (status) {
-    case MLC_OK: return "ok";
-    case MLC_ERR_ARG: return "invalid argument";
-    case MLC_ERR_NOMEM: return "out of memory";
-    case MLC_ERR_MPI: return "MPI error";
-    case MLC_ERR_THREAD_LEVEL: return "MPI is not initialised with MPI_THREAD_MULTIPLE";
-    case MLC_ERR_STATE: return "object is shut down";
-    case MLC_PENDING: return "pending";
-    case MLC_ERR_MISMATCH: return "ranks disagree on the request";
-    case MLC_ERR_NONFINITE: return "NaN or Inf in the input";
-    default: return "unknown status";
-    }
-}
-
-int mlc_dtype_size(int dtype) {
-    static const int sizes[MLC_NUM_DTYPES] = {4, 8, 2, 2, 4, 8};
-    return dtype >= 0 && dtype < MLC_NUM_DTYPES ? sizes[dtype] : 0;
-}
-
-double mlc_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "base/mpi_error.h"
+#include "team.h"
 
 mlc_context *mlc_context_create(uintptr_t comm_handle_address, char *err, size_t errlen) {
     int initialized = 0, finalized = 0, level = 0;

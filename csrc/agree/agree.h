@@ -1,0 +1,99 @@
+/* Agreement check: before a request moves any data, every rank learns what every
+ * other rank submitted, and all ranks reach the same verdict (exchange.c says
+ * how). The team layer hands each request over finished: its description, its
+ * payload (for a direct allreduce) and its finite-scan result, in an
+ * mlc_sign_input; the check never looks into groups or execution. */
+#ifndef MLC_AGREE_H
+#define MLC_AGREE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "watchdog.h"
+
+/* Below MPICH's eager limit for shared memory (a message of 8 KiB goes slower),
+ * signature included; benchmarks/RESULTS.md "Agreement check". */
+#define MLC_DEFAULT_DIRECT_BYTES 4096
+
+/* What this rank submitted for one request. */
+typedef struct mlc_sign_input {
+    int kind, dtype, op, root;
+    int ntensors, part, nparts, is_group;
+    int64_t total, key;
+    const mlc_tensor *tensors; /* counts (the layout); for a direct allreduce the input, */
+    const int64_t *starts;     /* and where the result goes */
+    int direct;                /* the plan sends the input along (algos/allreduce_direct.c) */
+    int nonfinite_tensor;      /* first tensor holding NaN/Inf; -1: none or unchecked */
+    int nonfinite_count;
+} mlc_sign_input;
+
+/* Where a request stands in the check (mlc_agreement.state). */
+enum { MLC_CHECK_NONE = 0, MLC_CHECK_PENDING = 1, MLC_CHECK_DONE = 2 };
+
+/* One request's agreement state, embedded in the team layer's request. */
+typedef struct mlc_agreement {
+    mlc_sign_input in;
+    int64_t seq;
+    _Atomic int ready; /* `in` is final (a keyed group's scan waits for its tensors) */
+    _Atomic int state; /* MLC_CHECK_*; DONE publishes the fields below */
+    int status;
+    int done_by_exchange; /* a direct allreduce: the result is already in place */
+    char message[MLC_MSG_LEN];
+    int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
+    struct mlc_agreement *next;
+} mlc_agreement;
+
+/* A team's agreement engine. */
+typedef struct mlc_agree {
+    int layout; /* compare signatures (on by default) */
+    int finite; /* scan inputs for NaN/Inf (off by default) */
+    mlc_watchdog dog;
+    mlc_tp tp;                    /* a communicator carrying signatures only */
+    char tp_message[MLC_MSG_LEN];
+    pthread_mutex_t exchange_lock; /* held by the one thread exchanging */
+    pthread_mutex_t list_lock;     /* the list below; taken inside the team's lock */
+    pthread_cond_t ready_cv;       /* an agreement became ready, or shutdown */
+    mlc_agreement *head, *tail;    /* registered, not yet exchanged, in queue order */
+    int shutting_down;
+    char *slots; /* one per rank: signature, then room for a direct allreduce's input */
+    size_t slot_bytes;
+    int64_t direct_bytes;
+    char *acc; /* direct_bytes: where several tensors' direct allreduce is summed */
+    mlc_tp_req *reqs; /* 2 (size - 1) */
+    unsigned char *arrived;
+    int drop_left; /* parts of a failed multi-request call to fail without exchanging */
+    int drop_status;
+    char drop_message[MLC_MSG_LEN];
+} mlc_agree;
+
+/* Life cycle: init sets defaults and cannot fail; open takes the endpoint of a
+ * communicator for this engine alone; destroy works after a failed or no open. */
+void mlc_agree_init(mlc_agree *ag);
+int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
+void mlc_agree_destroy(mlc_agree *ag);
+void mlc_agree_shutdown(mlc_agree *ag); /* agreements never made ready fail */
+int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes);
+
+/* Whether a request of this kind and dtype takes part in the check. */
+int mlc_agree_wants(const mlc_agree *ag, int kind, int dtype);
+/* Under the team's lock, in queue order: queue a for the exchange; in is final
+ * unless it is NULL (then mlc_agree_ready gives it later). */
+void mlc_agree_register(mlc_agree *ag, mlc_agreement *a, int64_t seq, const mlc_sign_input *in);
+void mlc_agree_ready(mlc_agree *ag, mlc_agreement *a, const mlc_sign_input *in);
+/* The verdict on a: MLC_OK, or an error with its text copied into message. The
+ * first thread that needs a verdict runs the exchanges of every registered
+ * request up to a, in order; the others wait for it. */
+int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message);
+
+/* signature.c: this rank's signature, comparison and the messages. */
+typedef struct mlc_signature mlc_signature;
+size_t mlc_signature_bytes(void);
+void mlc_sign(const mlc_sign_input *in, mlc_signature *s);
+/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_MISMATCH or
+ * MLC_ERR_NONFINITE with the message; *direct: every rank sent its input. */
+int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a,
+              int *direct);
+/* "average of 3 float32 tensors, 1000 elements" and the like. */
+void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,53 @@
+/* Algorithms: one file each, behind one interface, listed in one table
+ * (registry.c). An algorithm sees a transport endpoint and the batch of
+ * segments it is given; it knows nothing of teams, requests or plans. */
+#ifndef MLC_ALGO_H
+#define MLC_ALGO_H
+
+#include "transport/transport.h"
+
+/* A contiguous piece of one reduction. */
+typedef struct mlc_segment {
+    char *data;
+    int64_t count;
+    int tag; /* of its messages: the segment's number modulo MLC_TAG_SPACE */
+} mlc_segment;
+
+/* Tags are segment numbers modulo this (the MPI standard's smallest MPI_TAG_UB). */
+#define MLC_TAG_SPACE 32768
+/* Segments a thread keeps in flight in one call (see allreduce_ring.c). */
+#define MLC_RING_BATCH 2
+
+/* One allreduce call: a batch of segments reduced in place, every rank the same. */
+typedef struct mlc_algo_call {
+    int dtype, elem_size, op;
+    const mlc_segment *segs;
+    int nseg;
+    char *scratch; /* receive staging of the calling thread */
+    int64_t scratch_bytes;
+} mlc_algo_call;
+
+typedef int (*mlc_allreduce_fn)(mlc_tp *tp, const mlc_algo_call *call);
+
+/* A row of the table: the algorithm's id (MLC_ALG_*), name and entry point. */
+typedef struct mlc_algo {
+    int id;
+    const char *name;
+    mlc_allreduce_fn allreduce;
+} mlc_algo;
+
+const mlc_algo *mlc_algo_find(int id); /* NULL: no such row */
+
+int mlc_allreduce_ring(mlc_tp *tp, const mlc_algo_call *call);
+int mlc_allreduce_recursive_doubling(mlc_tp *tp, const mlc_algo_call *call);
+int mlc_allreduce_direct(mlc_tp *tp, const mlc_algo_call *call);
+/* The ring's two halves (reduce_scatter_ring.c, allgather_ring.c). */
+int mlc_reduce_scatter_ring(mlc_tp *tp, const mlc_algo_call *call);
+int mlc_allgather_ring(mlc_tp *tp, const mlc_algo_call *call);
+/* The direct allreduce's sum: the n ranks' inputs, in rank order (allreduce_direct.c). */
+void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, int dtype, int op);
+
+/* Broadcast of one segment from root (broadcast_binomial.c). */
+int mlc_broadcast_binomial(mlc_tp *tp, char *buf, int64_t bytes, int root, int tag);
+
+#endif

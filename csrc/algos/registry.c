@@ -1,0 +1,27 @@
+/* The algorithm table: adding an algorithm is one file and one row here (and an
+ * id in ml_comm.h's enum mlc_algorithm). plan/plan.c is the one place that picks
+ * a row for a request. */
+#include <stddef.h>
+
+#include "algo.h"
+
+static const mlc_algo table[] = {
+    {MLC_ALG_RING, "ring", mlc_allreduce_ring},
+    {MLC_ALG_RECURSIVE_DOUBLING, "recursive_doubling", mlc_allreduce_recursive_doubling},
+    {MLC_ALG_DIRECT, "direct", mlc_allreduce_direct},
+};
+
+#define NROWS ((int)(sizeof table / sizeof table[0]))
+
+const mlc_algo *mlc_algo_find(int id) {
+    for (int i = 0; i < NROWS; i++)
+        if (table[i].id == id) return &table[i];
+    return NULL;
+}
+
+int mlc_algorithm_count(void) { return NROWS; }
+
+const char *mlc_algorithm_name(int id) {
+    const mlc_algo *a = mlc_algo_find(id);
+    return a ? a->name : id == MLC_ALG_AUTO ? "auto" : "unknown";
+}

@@ -1,0 +1,41 @@
+/* Base layer: what every other layer may use and that uses nothing of theirs.
+ * Status and version text, the dtype table, the clock, message text, copies
+ * between tensor lists and contiguous buffers, the reduction kernels and the
+ * NaN/Inf scan. No MPI, no threads, no teams. */
+#ifndef MLC_BASE_H
+#define MLC_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ml_comm.h"
+
+#define MLC_VERSION "0.1.0"
+/* Room for a message that lists what each group of ranks submitted. */
+#define MLC_MSG_LEN 512
+
+/* clock.c: seconds on CLOCK_MONOTONIC. */
+double mlc_now(void);
+
+/* text.c: append to buf (holding *off bytes) what fits; a cut text ends "...". */
+void mlc_append(char *buf, size_t len, size_t *off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* tensors.c: elements [start, start+count) of the concatenation of a tensor list,
+ * copied from the tensors' inputs into buf (gather) or from buf into their data
+ * (scatter). starts[i] is tensor i's first element in the concatenation. */
+void mlc_gather_range(const mlc_tensor *tensors, const int64_t *starts, int ntensors, int dtype,
+                      int64_t start, int64_t count, char *buf);
+void mlc_scatter_range(const mlc_tensor *tensors, const int64_t *starts, int ntensors, int dtype,
+                       int64_t start, int64_t count, const char *buf);
+/* The bytes a tensor's reduction reads: its source, or its data when in place. */
+static inline const void *mlc_tensor_input(const mlc_tensor *t) { return t->source ? t->source : t->data; }
+
+/* reduce.c: dst += src element-wise; an average's final division. */
+void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype);
+void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks);
+
+/* finite.c: 1 when some of the n elements is NaN or +-Inf (floating dtypes only). */
+int mlc_has_nonfinite(const void *buf, int64_t n, int dtype);
+
+#endif

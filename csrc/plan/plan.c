@@ -1,0 +1,69 @@
+/* Plans: how one request is carried out, decided once when it is submitted.
+ *
+ * Allreduce, in this order:
+ *   direct     under MLC_ALG_AUTO, when the agreement exchange runs anyway and the
+ *              request is at most direct_bytes and not a keyed group: its data
+ *              rides in the exchange (algos/allreduce_direct.c), nothing after;
+ *   algorithm  the team's, or under MLC_ALG_AUTO recursive doubling below
+ *              latency_bytes and the ring above (keyed groups: always the ring,
+ *              their tensors arrive segment by segment);
+ *   thread     a blocking call runs on the caller's thread (one lane) up to
+ *              latency_bytes for recursive doubling and up to inline_bytes for the
+ *              ring: the hand-off to the team's threads and back costs more than
+ *              the whole transfer below a few MiB; else on the team's threads;
+ *   segments   chunk_bytes, or less so every lane gets a full batch, never below
+ *              MLC_MIN_SEGMENT_BYTES; recursive doubling on the caller's thread
+ *              takes the whole buffer as one segment;
+ *   window     several tensors are packed segment by segment into fusion slots:
+ *              the team's window, or one batch of the caller's buffer.
+ * Broadcast: on the caller's thread up to latency_bytes (whole tensors), else
+ * segments of chunk_bytes per tensor spread over the team's threads. */
+#include <string.h>
+
+#include "plan.h"
+
+static void plan_broadcast(const mlc_plan_input *in, int64_t bytes, mlc_plan *p) {
+    const int es = mlc_dtype_size(in->dtype);
+    p->algorithm = -1;
+    p->on_caller = in->blocking && bytes <= in->latency_bytes;
+    p->lanes = p->on_caller ? 1 : in->nthreads;
+    p->seg_elems = p->on_caller ? 0 : in->chunk_bytes / es; /* 0: whole tensors */
+}
+
+static int choose_algorithm(const mlc_plan_input *in, int64_t bytes, int direct) {
+    if (direct) return MLC_ALG_DIRECT;
+    if (in->algorithm != MLC_ALG_AUTO) return in->algorithm;
+    return in->is_group || bytes >= in->latency_bytes ? MLC_ALG_RING : MLC_ALG_RECURSIVE_DOUBLING;
+}
+
+void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
+    const int es = mlc_dtype_size(in->dtype);
+    const int64_t bytes = in->total * es;
+    memset(p, 0, sizeof *p);
+    p->fused = in->ntensors > 1;
+    if (in->kind == MLC_KIND_BROADCAST) {
+        plan_broadcast(in, bytes, p);
+        return;
+    }
+    p->direct = in->checked && in->algorithm == MLC_ALG_AUTO && !in->is_group &&
+                bytes <= in->direct_bytes;
+    p->algorithm = choose_algorithm(in, bytes, p->direct);
+    p->nothing = in->blocking && !in->checked && (bytes == 0 || (in->nranks == 1 && in->in_place));
+    if (p->direct || p->nothing) {
+        p->on_caller = in->blocking;
+        p->lanes = 1;
+        return;
+    }
+    const int whole = p->algorithm == MLC_ALG_RECURSIVE_DOUBLING;
+    p->on_caller = in->blocking && bytes <= (whole ? in->latency_bytes : in->inline_bytes);
+    p->lanes = p->on_caller ? 1 : in->nthreads;
+    if (p->on_caller && whole) {
+        p->seg_elems = in->total > 0 ? in->total : 1;
+    } else {
+        p->seg_elems = mlc_segment_elems(in->total, in->chunk_bytes / es, p->lanes, MLC_RING_BATCH,
+                                         MLC_MIN_SEGMENT_BYTES / es);
+    }
+    p->nseg = mlc_segment_count(in->total, p->seg_elems);
+    if (!p->fused) p->window = p->nseg;
+    else p->window = p->on_caller ? (whole ? 1 : MLC_RING_BATCH) : in->window_segments;
+}

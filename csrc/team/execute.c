@@ -1,0 +1,150 @@
+/* How a request's plan is carried out, by one lane: a team thread doing its
+ * share, or a blocking caller doing all of it.
+ *
+ * A request's tensors are one virtual buffer of `total` elements, cut into the
+ * plan's segments. Segment g belongs to lane owner(g): every rank derives the
+ * same assignment, so thread i of every rank works on the same segments in the
+ * same order over its own communicator, with no negotiation. A single tensor is
+ * reduced in place (an out-of-place input is copied to the output first).
+ * Several tensors are packed segment by segment into fusion slots (slot g mod
+ * window), reduced there and unpacked by the owning lane, so packing is spread
+ * over the threads and overlaps the other threads' communication.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "team.h"
+
+/* Who carries out segments: lane `index` of `lanes`, staging fused segments in
+ * slots of slot_bytes. */
+typedef struct mlc_lane {
+    int index;
+    int thread; /* for the timeline: the team thread, or -1 for the caller */
+    mlc_tp *tp;
+    char *staging;
+    int64_t slot_bytes;
+    char *scratch;
+    int64_t scratch_bytes;
+} mlc_lane;
+
+static void describe_request(const void *arg, char *buf, size_t len) {
+    mlc_sign_input in;
+    const mlc_request *req = arg;
+    mlc_sign_input_of(req->team, req, &in);
+    mlc_describe_input(&in, buf, len);
+}
+
+/* Reduce a batch, unpack it if it was staged, and tell the group which tensors are done. */
+static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segment *batch,
+                        const int64_t *starts, int nb) {
+    const int es = mlc_dtype_size(req->dtype);
+    const mlc_algo *algo = mlc_algo_find(req->plan.algorithm);
+    const mlc_algo_call call = {req->dtype, es, req->op, batch, nb, lane->scratch, lane->scratch_bytes};
+    double t0 = req->team->events ? mlc_now() : 0;
+    int rc = algo ? algo->allreduce(lane->tp, &call) : MLC_ERR_ARG;
+    if (rc) return rc;
+    int64_t bytes = 0;
+    for (int i = 0; i < nb; i++) {
+        if (req->plan.fused)
+            mlc_scatter_range(req->tensors, req->starts, req->ntensors, req->dtype, starts[i],
+                              batch[i].count, batch[i].data);
+        bytes += batch[i].count * es;
+    }
+    /* Recorded before the done callbacks: they run framework code (TensorFlow
+     * schedules the ops waiting for these tensors), which is not communication. */
+    if (req->team->events)
+        mlc_timeline_record(req->team, MLC_EVENT_SEGMENTS, lane->thread, (int64_t)req->seq,
+                            starts[0], bytes, t0, mlc_now());
+    for (int i = 0; i < nb; i++) mlc_group_segment_done((mlc_request *)req, starts[i], batch[i].count);
+    return MLC_OK;
+}
+
+static int allreduce_segments(const mlc_request *req, const mlc_lane *lane) {
+    const mlc_plan *p = &req->plan;
+    const int es = mlc_dtype_size(req->dtype);
+    const mlc_tensor *only = &req->tensors[0];
+    mlc_segment batch[MLC_RING_BATCH];
+    int64_t starts[MLC_RING_BATCH];
+    int nb = 0, rc;
+
+    for (int64_t g = 0; g < p->nseg; g++) {
+        if (mlc_segment_owner(g, p->window, p->lanes) != lane->index) continue;
+        int64_t start = g * p->seg_elems;
+        int64_t count = req->total - start < p->seg_elems ? req->total - start : p->seg_elems;
+        /* Batches must be the same on every rank (their messages go in lock step), so
+         * a segment whose tensors are still being computed is waited for, never
+         * skipped: the batch boundaries depend on the segment numbers alone. */
+        if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
+        char *data = p->fused ? lane->staging + (g % p->window) * lane->slot_bytes
+                              : (char *)only->data + start * es;
+        if (p->fused)
+            mlc_gather_range(req->tensors, req->starts, req->ntensors, req->dtype, start, count, data);
+        else if (only->source && only->source != only->data)
+            memcpy(data, (const char *)only->source + start * es, count * es);
+        batch[nb].data = data;
+        batch[nb].count = count;
+        batch[nb].tag = (int)(g % MLC_TAG_SPACE);
+        starts[nb++] = start;
+        if (nb < MLC_RING_BATCH && g + (int64_t)p->lanes < p->nseg) continue;
+        if ((rc = finish_batch(req, lane, batch, starts, nb))) return rc;
+        nb = 0;
+    }
+    /* The loop flushes when no later segment can be this lane's; this is a guard. */
+    return nb ? finish_batch(req, lane, batch, starts, nb) : MLC_OK;
+}
+
+/* Broadcast needs no fusion: each tensor is cut into its own segments of the
+ * plan's length (whole tensors on the caller's thread). */
+static int broadcast_segments(const mlc_request *req, const mlc_lane *lane) {
+    const int64_t es = mlc_dtype_size(req->dtype), seg_bytes = req->plan.seg_elems * es;
+    int64_t g = 0;
+    for (int t = 0; t < req->ntensors; t++) {
+        int64_t bytes = req->tensors[t].count * es;
+        int64_t step = seg_bytes > 0 ? seg_bytes : bytes + 1;
+        for (int64_t off = 0; off < bytes; off += step, g++) {
+            if (g % req->plan.lanes != lane->index) continue;
+            int64_t len = bytes - off < step ? bytes - off : step;
+            int rc = mlc_broadcast_binomial(lane->tp, (char *)req->tensors[t].data + off, len,
+                                            req->root, (int)(g % MLC_TAG_SPACE));
+            if (rc) return rc;
+        }
+    }
+    return MLC_OK;
+}
+
+/* The agreement first (ranks agree before data moves), then the data. */
+static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
+    mlc_team *team = req->team;
+    message[0] = '\0';
+    int rc = mlc_agree_verdict(&team->agree, &req->agreement, message);
+    if (rc == MLC_OK && !req->agreement.done_by_exchange) {
+        mlc_stall stall;
+        mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req, NULL, NULL);
+        mlc_tp_set_progress(lane->tp, mlc_stall_transport_progress, &stall);
+        if (req->kind == MLC_KIND_BROADCAST) rc = broadcast_segments(req, lane);
+        else if (!req->plan.direct) rc = allreduce_segments(req, lane);
+        else rc = MLC_ERR_STATE; /* planned direct, but the exchange could not carry it */
+        if (rc == MLC_ERR_STATE && req->plan.direct)
+            snprintf(message, MLC_MSG_LEN, "the direct threshold changed while this request was queued");
+        mlc_tp_set_progress(lane->tp, NULL, NULL);
+    }
+    /* A group is finished (and freed) only once all its tensors arrived, even
+     * empty ones that no segment waits for, and after a failure. */
+    if (req->group) mlc_group_wait_all(req);
+    return rc;
+}
+
+int mlc_execute_part(mlc_worker *w, mlc_request *req) {
+    mlc_team *team = w->team;
+    const mlc_lane lane = {w->index, w->index, &w->tp, team->fusion, team->chunk_bytes,
+                           w->scratch, w->scratch_bytes};
+    return run_lane(req, &lane, w->message);
+}
+
+/* A blocking request on the caller's thread: no hand-off to the team's threads
+ * and back, which costs more than the whole transfer up to a few MiB. */
+int mlc_execute_inline(mlc_team *team, mlc_request *req) {
+    const mlc_lane lane = {0, -1, &team->caller_tp, team->caller_pack, team->chunk_bytes,
+                           team->caller_scratch, team->caller_scratch_bytes};
+    return run_lane(req, &lane, team->caller_message);
+}

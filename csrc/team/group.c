@@ -1,0 +1,280 @@
+/* Keyed groups: one fused reduction whose tensors arrive one at a time.
+ *
+ * A framework op per gradient calls mlc_team_group_arrive(key, index, ...) as soon
+ * as its gradient exists. The first arrival of a key opens a request with the
+ * whole layout (every tensor's count) and queues it on the team at once, so the
+ * threads start on the leading segments while later tensors are still being
+ * computed: a segment is reduced when every tensor overlapping it has arrived,
+ * and each tensor's done callback runs when every segment overlapping it is back.
+ * Arrival order within a group does not matter; the layout is fixed by the counts.
+ * Ranks agree because groups of one key are queued in step order: a key has at
+ * most one group per step, and an arrival joins the oldest open group of its key
+ * that still lacks its index. The request is not finished (and freed) before its
+ * last tensor arrived, even when the last ones are empty and so add no data.
+ * With the finite check, each arrival scans its own tensor, and the last hands
+ * the finished input to the agreement check.
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "team.h"
+
+#define MLC_READY_SPIN_SECONDS 50e-6
+
+struct mlc_group {
+    int64_t key;
+    int narrived, next_missing;  /* under the team lock */
+    unsigned char *arrived;      /* per tensor */
+    _Atomic int64_t ready_elems; /* elements [0, ready_elems) may be read */
+    _Atomic int *segs_left;      /* per tensor: segments still to reduce */
+    mlc_callback *tensor_done;
+    void **tensor_user;
+    int nonfinite_tensor, nonfinite_count; /* the finite check's scan so far */
+    mlc_request *next_open;                /* team->open_groups */
+};
+
+void mlc_group_free(mlc_group *g) {
+    free(g->arrived);
+    free(g->segs_left);
+    free(g->tensor_done);
+    free(g->tensor_user);
+    free(g);
+}
+
+static mlc_group *new_group(int64_t key, int ntensors) {
+    mlc_group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->key = key;
+    g->nonfinite_tensor = -1;
+    g->arrived = calloc(ntensors, 1);
+    g->segs_left = calloc(ntensors, sizeof *g->segs_left);
+    g->tensor_done = calloc(ntensors, sizeof *g->tensor_done);
+    g->tensor_user = calloc(ntensors, sizeof *g->tensor_user);
+    if (!g->arrived || !g->segs_left || !g->tensor_done || !g->tensor_user) {
+        mlc_group_free(g);
+        return NULL;
+    }
+    atomic_init(&g->ready_elems, 0);
+    return g;
+}
+
+static int same_layout(const mlc_request *req, int ntensors, const int64_t *counts, int dtype, int op) {
+    if (req->ntensors != ntensors || req->dtype != dtype || req->op != op) return 0;
+    for (int i = 0; i < ntensors; i++)
+        if (req->tensors[i].count != counts[i]) return 0;
+    return 1;
+}
+
+static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
+                               int dtype, int op) {
+    mlc_request *req = calloc(1, sizeof *req);
+    if (!req) return NULL;
+    req->heap = 1;
+    req->tensors = calloc(ntensors, sizeof *req->tensors);
+    req->starts = calloc(ntensors + 1, sizeof *req->starts);
+    req->group = new_group(key, ntensors);
+    if (!req->tensors || !req->starts || !req->group) {
+        mlc_free_request(req);
+        return NULL;
+    }
+    for (int i = 0; i < ntensors; i++) {
+        req->tensors[i].count = counts[i];
+        req->starts[i] = req->total;
+        req->total += counts[i];
+    }
+    req->starts[ntensors] = req->total;
+    req->team = team;
+    req->kind = MLC_KIND_ALLREDUCE;
+    req->ntensors = ntensors;
+    req->dtype = dtype;
+    req->op = op;
+    req->nparts = 1;
+    req->detached = 1;
+    mlc_plan_request(team, req, 0);
+    const int64_t seg = req->plan.seg_elems;
+    for (int i = 0; i < ntensors; i++) {
+        int64_t first = req->starts[i] / seg, last = (req->starts[i + 1] - 1) / seg;
+        atomic_init(&req->group->segs_left[i], counts[i] ? (int)(last - first + 1) : 0);
+    }
+    return req;
+}
+
+/* The group's input for the agreement check, once known: at opening without the
+ * finite check, after the last arrival with it. */
+static void sign_input(const mlc_team *team, const mlc_request *req, mlc_sign_input *in) {
+    mlc_sign_input_of(team, req, in); /* layout only: tensors may not have arrived */
+    in->nonfinite_tensor = req->group->nonfinite_tensor;
+    in->nonfinite_count = req->group->nonfinite_count;
+}
+
+static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *counts, int dtype,
+                         int op, int index, const void *data, char *err, size_t errlen) {
+    const char *what = NULL;
+    if (!team) what = "no team";
+    else if (ntensors < 1 || !counts) what = "a group needs at least one tensor";
+    else if (index < 0 || index >= ntensors) what = "the index is outside the group";
+    else if (dtype < 0 || dtype >= MLC_NUM_DTYPES) what = "unknown dtype";
+    else if (op != MLC_OP_SUM && op != MLC_OP_AVERAGE) what = "unknown reduction op";
+    for (int i = 0; !what && i < ntensors; i++)
+        if (counts[i] < 0) what = "a tensor count is negative";
+    if (!what && counts[index] > 0 && !data) what = "a non-empty tensor needs a data buffer";
+    if (!what) return 0;
+    snprintf(err, errlen, "mlc_team_group_arrive: invalid arguments (index %d of %d): %s", index,
+             ntensors, what);
+    return 1;
+}
+
+int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
+                          int op, int index, const void *source, void *data, mlc_callback done,
+                          void *user_data, char *err, size_t errlen) {
+    if (bad_arguments(team, ntensors, counts, dtype, op, index, data, err, errlen)) return MLC_ERR_ARG;
+    const void *input = source ? source : data;
+    /* Scanned before taking the lock: the threads need it meanwhile. */
+    const int nonfinite = team->agree.finite && mlc_dtype_is_float(dtype) && counts[index] > 0 &&
+                          mlc_has_nonfinite(input, counts[index], dtype);
+
+    pthread_mutex_lock(&team->lock);
+    if (team->shutting_down) {
+        pthread_mutex_unlock(&team->lock);
+        snprintf(err, errlen, "the team is shut down (ml_comm.finalize() was called)");
+        return MLC_ERR_STATE;
+    }
+    mlc_request **link = &team->open_groups, *req = NULL;
+    for (; *link; link = &(*link)->group->next_open) {
+        if ((*link)->group->key != key || (*link)->group->arrived[index]) continue;
+        req = *link;
+        break;
+    }
+    if (req && !same_layout(req, ntensors, counts, dtype, op)) {
+        pthread_mutex_unlock(&team->lock);
+        snprintf(err, errlen, "group %lld: tensor %d arrived with another layout (count, dtype or op) "
+                 "than the group's", (long long)key, index);
+        return MLC_ERR_ARG;
+    }
+    if (!req) {
+        req = open_group(team, key, ntensors, counts, dtype, op);
+        if (!req) {
+            pthread_mutex_unlock(&team->lock);
+            snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);
+            return MLC_ERR_NOMEM;
+        }
+        *link = req; /* appended: the open list keeps step order */
+        mlc_sign_input in;
+        if (!team->agree.finite) sign_input(team, req, &in);
+        mlc_queue_request(team, req, team->agree.finite ? NULL : &in);
+    }
+    mlc_group *g = req->group;
+    req->tensors[index].data = data;
+    req->tensors[index].source = source;
+    g->tensor_done[index] = done;
+    g->tensor_user[index] = user_data;
+    g->arrived[index] = 1;
+    g->narrived++;
+    if (nonfinite) {
+        g->nonfinite_count++;
+        if (g->nonfinite_tensor < 0 || index < g->nonfinite_tensor) g->nonfinite_tensor = index;
+    }
+    double now = mlc_now();
+    req->ready_at = now;
+    mlc_timeline_record(team, MLC_EVENT_ARRIVE, -1, (int64_t)req->seq, index,
+                        counts[index] * mlc_dtype_size(dtype), now, now);
+    while (g->next_missing < ntensors && g->arrived[g->next_missing]) g->next_missing++;
+    atomic_store(&g->ready_elems, req->starts[g->next_missing]);
+    if (g->narrived == ntensors) { /* complete: no later arrival may join it */
+        for (link = &team->open_groups; *link != req; link = &(*link)->group->next_open) {}
+        *link = g->next_open;
+        if (team->agree.finite && mlc_agree_wants(&team->agree, req->kind, req->dtype)) {
+            mlc_sign_input in;
+            sign_input(team, req, &in);
+            mlc_agree_ready(&team->agree, &req->agreement, &in);
+        }
+    }
+    pthread_cond_broadcast(&team->ready_cv);
+    int empty = counts[index] == 0;
+    pthread_mutex_unlock(&team->lock);
+    /* req may be gone from here on (the last arrival lets it finish). */
+    if (empty && done) done(user_data, MLC_OK);
+    return MLC_OK;
+}
+
+static int is_ready(mlc_request *req, int64_t end) {
+    return !req->group || atomic_load(&req->group->ready_elems) >= end;
+}
+
+/* For the stall watchdog, under the team lock: this rank's tensors not submitted yet. */
+static void describe_unsubmitted(const void *arg, char *buf, size_t len) {
+    const mlc_request *req = arg;
+    const mlc_group *g = req->group;
+    int off = snprintf(buf, len, "this rank's own tensors, not submitted yet:"), shown = 0;
+    for (int i = 0; i < req->ntensors && off > 0 && (size_t)off + 24 < len; i++)
+        if (!g->arrived[i]) off += snprintf(buf + off, len - off, "%s %d", shown++ ? "," : "", i);
+    if (shown < req->ntensors - g->narrived && off > 0 && (size_t)off + 5 < len)
+        snprintf(buf + off, len - off, ", ...");
+}
+
+static void describe_request(const void *arg, char *buf, size_t len) {
+    mlc_sign_input in;
+    const mlc_request *req = arg;
+    mlc_sign_input_of(req->team, req, &in);
+    mlc_describe_input(&in, buf, len);
+}
+
+/* Under the team lock: wait until done(req) or shutdown. */
+static int wait_until(mlc_request *req, int (*done)(mlc_request *, int64_t), int64_t arg) {
+    mlc_team *team = req->team;
+    mlc_stall stall;
+    mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req,
+                    describe_unsubmitted, req);
+    while (!done(req, arg) && !team->shutting_down) mlc_stall_cond_wait(&stall, &team->ready_cv, &team->lock);
+    return done(req, arg) ? MLC_OK : MLC_ERR_STATE; /* shut down before the tensors came */
+}
+
+int mlc_group_wait_ready(mlc_request *req, int64_t end) {
+    if (is_ready(req, end)) return MLC_OK;
+    double until = mlc_now() + MLC_READY_SPIN_SECONDS;
+    while (!is_ready(req, end) && mlc_now() < until) sched_yield();
+    pthread_mutex_lock(&req->team->lock);
+    int rc = wait_until(req, is_ready, end);
+    pthread_mutex_unlock(&req->team->lock);
+    return rc;
+}
+
+static int all_arrived(mlc_request *req, int64_t unused) {
+    return !req->group || req->group->narrived == req->ntensors;
+}
+
+int mlc_group_wait_all(mlc_request *req) {
+    if (!req->group) return MLC_OK;
+    pthread_mutex_lock(&req->team->lock);
+    int rc = wait_until(req, all_arrived, 0);
+    pthread_mutex_unlock(&req->team->lock);
+    return rc;
+}
+
+/* Elements [start, start+count) are reduced and in place: tensors whose last
+ * segment this was are done. */
+void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count) {
+    mlc_group *g = req->group;
+    if (!g || count == 0) return;
+    int lo = 0, hi = req->ntensors - 1;
+    while (lo < hi) { /* last tensor starting at or before start */
+        int mid = (lo + hi + 1) / 2;
+        if (req->starts[mid] <= start) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int t = lo; t < req->ntensors && req->starts[t] < start + count; t++) {
+        if (req->tensors[t].count == 0) continue;
+        if (atomic_fetch_sub(&g->segs_left[t], 1) == 1 && g->tensor_done[t])
+            g->tensor_done[t](g->tensor_user[t], MLC_OK);
+    }
+}
+
+/* After a failure: every tensor still waiting hears of it, once. */
+void mlc_group_fail_remaining(mlc_request *req) {
+    mlc_group *g = req->group;
+    for (int t = 0; g && t < req->ntensors; t++)
+        if (atomic_exchange(&g->segs_left[t], 0) > 0 && g->tensor_done[t])
+            g->tensor_done[t](g->tensor_user[t], req->status ? req->status : MLC_ERR_STATE);
+}

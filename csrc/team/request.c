@@ -1,0 +1,296 @@
+/* Requests: one allreduce or broadcast of a list of tensors, planned once when it
+ * is submitted (plan/plan.c), checked by the ranks' agreement (agree/) and
+ * carried out by the team's threads or, for a blocking call the plan puts there,
+ * on the caller's thread (execute.c). The public async, blocking, wait and test
+ * entry points live here. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "team.h"
+
+/* A caller blocked on a request polls this long before sleeping. */
+#define MLC_WAIT_SPIN_SECONDS 200e-6
+
+static void set_error(char *err, size_t errlen, const char *text) {
+    if (err && errlen) snprintf(err, errlen, "%s", text);
+}
+
+void mlc_free_request(mlc_request *req) {
+    if (!req->heap) return; /* a blocking call's request on its caller's stack */
+    if (req->group) mlc_group_free(req->group);
+    free(req->tensors);
+    free(req->starts);
+    free(req);
+}
+
+static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int ntensors, int dtype,
+                      int op, int root) {
+    if (!team || ntensors < 0 || (ntensors > 0 && !tensors) || dtype < 0 || dtype >= MLC_NUM_DTYPES)
+        return MLC_ERR_ARG;
+    if (kind == MLC_KIND_ALLREDUCE && op != MLC_OP_SUM && op != MLC_OP_AVERAGE) return MLC_ERR_ARG;
+    if (kind == MLC_KIND_BROADCAST && (root < 0 || root >= team->ctx->size)) return MLC_ERR_ARG;
+    for (int i = 0; i < ntensors; i++)
+        if (tensors[i].count < 0 || (tensors[i].count > 0 && !tensors[i].data)) return MLC_ERR_ARG;
+    return MLC_OK;
+}
+
+void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
+    const mlc_tensor *only = req->ntensors == 1 ? &req->tensors[0] : NULL;
+    const mlc_plan_input in = {
+        .kind = req->kind,
+        .dtype = req->dtype,
+        .ntensors = req->ntensors,
+        .total = req->total,
+        .in_place = only && mlc_tensor_input(only) == only->data,
+        .is_group = req->group != NULL,
+        .blocking = blocking,
+        .nranks = team->ctx->size,
+        .checked = mlc_agree_wants(&team->agree, req->kind, req->dtype),
+        .algorithm = team->algorithm,
+        .nthreads = team->nthreads,
+        .chunk_bytes = team->chunk_bytes,
+        .window_segments = team->window_segments,
+        .latency_bytes = team->latency_bytes,
+        .inline_bytes = team->inline_bytes,
+        .direct_bytes = team->agree.direct_bytes,
+    };
+    mlc_plan_make(&in, &req->plan);
+}
+
+/* Fill req, whose tensors/starts arrays the caller provides (heap or stack). */
+static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
+                         int ntensors, int dtype, int op, int root, int blocking) {
+    req->total = 0;
+    for (int i = 0; i < ntensors; i++) {
+        req->tensors[i] = tensors[i];
+        req->starts[i] = req->total;
+        req->total += tensors[i].count;
+    }
+    req->starts[ntensors] = req->total;
+    req->team = team;
+    req->kind = kind;
+    req->ntensors = ntensors;
+    req->dtype = dtype;
+    req->op = op;
+    req->root = root;
+    req->part = 0;
+    req->nparts = 1;
+    mlc_plan_request(team, req, blocking);
+}
+
+static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int ntensors, int dtype,
+                        int op, int root, int blocking, mlc_request **out) {
+    *out = NULL;
+    int rc = check_args(team, kind, tensors, ntensors, dtype, op, root);
+    if (rc) return rc;
+    mlc_request *req = calloc(1, sizeof *req);
+    if (!req) return MLC_ERR_NOMEM;
+    req->heap = 1;
+    req->tensors = malloc((ntensors ? ntensors : 1) * sizeof *req->tensors);
+    req->starts = malloc((ntensors + 1) * sizeof *req->starts);
+    if (!req->tensors || !req->starts) {
+        mlc_free_request(req);
+        return MLC_ERR_NOMEM;
+    }
+    fill_request(req, team, kind, tensors, ntensors, dtype, op, root, blocking);
+    *out = req;
+    return MLC_OK;
+}
+
+void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in) {
+    *in = (mlc_sign_input){req->kind, req->dtype, req->op, req->root, req->ntensors, req->part,
+                           req->nparts, req->group != NULL, req->total, 0, req->tensors, req->starts,
+                           req->plan.direct, -1, 0};
+    /* A keyed group's tensors are scanned as they arrive (group.c). */
+    if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
+        !mlc_dtype_is_float(req->dtype))
+        return;
+    for (int i = 0; i < req->ntensors; i++) {
+        const mlc_tensor *t = &req->tensors[i];
+        if (t->count > 0 && mlc_has_nonfinite(mlc_tensor_input(t), t->count, req->dtype)) {
+            if (in->nonfinite_tensor < 0) in->nonfinite_tensor = i;
+            in->nonfinite_count++;
+        }
+    }
+}
+
+/* Under the team lock: the request's place in the team's order, and in the
+ * agreement check's. A keyed group's input is handed to the check later. */
+static void take_seq(mlc_team *team, mlc_request *req, const mlc_sign_input *in) {
+    req->seq = ++team->next_seq;
+    if (mlc_agree_wants(&team->agree, req->kind, req->dtype))
+        mlc_agree_register(&team->agree, &req->agreement, (int64_t)req->seq, in);
+}
+
+void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *ready) {
+    req->submitted_at = mlc_now();
+    req->ready_at = req->submitted_at;
+    req->workers_left = team->nthreads;
+    take_seq(team, req, ready);
+    if (team->tail) team->tail->next = req;
+    else team->head = req;
+    team->tail = req;
+    atomic_store(&team->published_seq, req->seq);
+    pthread_cond_broadcast(&team->work_cv);
+}
+
+static int submit(mlc_team *team, mlc_request *req, mlc_callback cb, void *user, mlc_request **out) {
+    req->callback = cb;
+    req->user_data = user;
+    req->detached = out == NULL;
+    mlc_sign_input in; /* outside the lock: the finite check scans the input */
+    mlc_sign_input_of(team, req, &in);
+    pthread_mutex_lock(&team->lock);
+    if (team->shutting_down) {
+        pthread_mutex_unlock(&team->lock);
+        mlc_free_request(req);
+        return MLC_ERR_STATE;
+    }
+    mlc_queue_request(team, req, &in);
+    pthread_mutex_unlock(&team->lock);
+    if (out) *out = req;
+    return MLC_OK;
+}
+
+int mlc_team_allreduce_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                             int op, mlc_callback callback, void *user_data, mlc_request **out) {
+    return mlc_team_allreduce_async_part(team, tensors, ntensors, dtype, op, 0, 1, callback,
+                                         user_data, out);
+}
+
+int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                             int root, mlc_callback callback, void *user_data, mlc_request **out) {
+    mlc_request *req;
+    int rc = make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, 0, &req);
+    return rc ? rc : submit(team, req, callback, user_data, out);
+}
+
+int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
+                                  int dtype, int op, int part, int nparts, mlc_callback callback,
+                                  void *user_data, mlc_request **out) {
+    mlc_request *req;
+    if (nparts < 1 || part < 0 || part >= nparts) return MLC_ERR_ARG;
+    int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 0, &req);
+    if (rc) return rc;
+    req->part = part;
+    req->nparts = nparts;
+    return submit(team, req, callback, user_data, out);
+}
+
+/* Blocking form: what the plan puts on the caller's thread runs here, in the
+ * team's order; the rest goes through the threads. */
+static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen) {
+    int rc;
+    if (req->plan.nothing) {
+        mlc_free_request(req);
+        return MLC_OK;
+    }
+    if (req->plan.on_caller) {
+        double t0 = mlc_now();
+        mlc_sign_input in;
+        mlc_sign_input_of(team, req, &in);
+        pthread_mutex_lock(&team->caller_lock);
+        pthread_mutex_lock(&team->lock);
+        take_seq(team, req, &in);
+        pthread_mutex_unlock(&team->lock);
+        rc = mlc_execute_inline(team, req);
+        if (rc) set_error(err, errlen, team->caller_message[0] ? team->caller_message : mlc_status_name(rc));
+        pthread_mutex_unlock(&team->caller_lock);
+        mlc_account(team, req->total * mlc_dtype_size(req->dtype), mlc_now() - t0);
+        mlc_free_request(req);
+        return rc;
+    }
+    mlc_request *handle;
+    if ((rc = submit(team, req, NULL, NULL, &handle))) return rc;
+    rc = mlc_request_wait(handle);
+    if (rc) set_error(err, errlen, handle->message);
+    mlc_request_free(handle);
+    return rc;
+}
+
+int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
+                       char *err, size_t errlen) {
+    mlc_request *req;
+    int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 1, &req);
+    if (rc) {
+        set_error(err, errlen, "invalid allreduce arguments (dtype, op, or tensor list)");
+        return rc;
+    }
+    return run_blocking(team, req, err, errlen);
+}
+
+int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
+                              size_t errlen) {
+    mlc_tensor tensor = {data, NULL, count};
+    int64_t starts[2];
+    mlc_request local = {0};
+    int rc = check_args(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0);
+    if (rc) {
+        set_error(err, errlen, "invalid allreduce arguments (dtype, op, or buffer)");
+        return rc;
+    }
+    local.tensors = &tensor;
+    local.starts = starts;
+    fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1);
+    if (local.plan.on_caller || local.plan.nothing)
+        return run_blocking(team, &local, err, errlen); /* the stack request suffices */
+    mlc_request *req; /* the threads need a request that outlives this frame */
+    if ((rc = make_request(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1, &req))) return rc;
+    return run_blocking(team, req, err, errlen);
+}
+
+int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
+                       char *err, size_t errlen) {
+    return mlc_team_broadcast_part(team, tensors, ntensors, dtype, root, 0, 1, err, errlen);
+}
+
+int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                            int root, int part, int nparts, char *err, size_t errlen) {
+    mlc_request *req;
+    int rc = nparts < 1 || part < 0 || part >= nparts
+                 ? MLC_ERR_ARG
+                 : make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, 1, &req);
+    if (rc) {
+        set_error(err, errlen, "invalid broadcast arguments (dtype, root, part, or tensor list)");
+        return rc;
+    }
+    req->part = part;
+    req->nparts = nparts;
+    return run_blocking(team, req, err, errlen);
+}
+
+int mlc_request_wait(mlc_request *req) {
+    mlc_team *team = req->team;
+    double t0 = mlc_now(), until = t0 + MLC_WAIT_SPIN_SECONDS;
+    /* Poll first: a wake-up through the condition variable costs tens of
+     * microseconds, as much as a whole small reduction. */
+    while (!atomic_load(&req->finished) && mlc_now() < until) sched_yield();
+    pthread_mutex_lock(&team->lock);
+    while (!req->finished) pthread_cond_wait(&team->done_cv, &team->lock);
+    team->stats.wait_seconds += mlc_now() - t0;
+    int status = req->status;
+    pthread_mutex_unlock(&team->lock);
+    return status;
+}
+
+int mlc_request_test(mlc_request *req) {
+    pthread_mutex_lock(&req->team->lock);
+    int status = req->finished ? req->status : MLC_PENDING;
+    pthread_mutex_unlock(&req->team->lock);
+    return status;
+}
+
+const char *mlc_request_message(const mlc_request *req) { return req->message; }
+
+int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor) {
+    const mlc_agreement *a = &req->agreement;
+    if (rank) *rank = a->nonfinite_ranks ? a->nonfinite_rank : -1;
+    if (tensor) *tensor = a->nonfinite_ranks ? a->nonfinite_tensor : -1;
+    return a->nonfinite_ranks;
+}
+
+void mlc_request_free(mlc_request *req) {
+    if (req) mlc_free_request(req);
+}

@@ -1,0 +1,336 @@
+/* Teams: persistent communication threads fed by one FIFO of requests.
+ *
+ * Every thread of a team takes every request, in queue order, and does its own
+ * segments of it (execute.c). The request completes when its last thread is
+ * done; that thread updates the stats, runs the callback and wakes waiters.
+ * Requests complete in queue order (each thread finishes request k before it
+ * starts k+1), so the finished request is always the head of the queue.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mpi_error.h"
+#include "team.h"
+
+/* Idle threads poll this long before sleeping: a request that follows soon after
+ * the previous one starts without a wake-up, and idle teams still use no CPU. */
+#define MLC_IDLE_SPIN_SECONDS 50e-6
+/* Defaults of the thresholds; README "Tuning" and benchmarks/RESULTS.md say why. */
+#define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
+#define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
+
+/* The caller's buffers: the latency path packs and receives whole buffers below
+ * latency_bytes; the inline ring stages and receives a batch of segments. */
+static int resize_caller_buffers(mlc_team *team) {
+    int64_t ring = MLC_RING_BATCH * team->chunk_bytes + 64;
+    int64_t bytes = team->latency_bytes > ring ? team->latency_bytes : ring;
+    char *pack = realloc(team->caller_pack, bytes);
+    if (!pack) return MLC_ERR_NOMEM;
+    team->caller_pack = pack;
+    team->caller_pack_bytes = bytes;
+    char *scratch = realloc(team->caller_scratch, bytes);
+    if (!scratch) return MLC_ERR_NOMEM;
+    team->caller_scratch = scratch;
+    team->caller_scratch_bytes = bytes;
+    return MLC_OK;
+}
+
+static void set_error(char *err, size_t errlen, const char *text) {
+    if (err && errlen) snprintf(err, errlen, "%s", text);
+}
+
+static mlc_request *next_request(mlc_worker *w) {
+    mlc_team *team = w->team;
+    double until = mlc_now() + MLC_IDLE_SPIN_SECONDS;
+    while (atomic_load(&team->published_seq) <= w->last_seq && mlc_now() < until) sched_yield();
+    pthread_mutex_lock(&team->lock);
+    while (atomic_load(&team->published_seq) <= w->last_seq && !team->shutting_down)
+        pthread_cond_wait(&team->work_cv, &team->lock);
+    mlc_request *req = team->head;
+    while (req && req->seq <= w->last_seq) req = req->next;
+    pthread_mutex_unlock(&team->lock);
+    return req; /* NULL only when shutting down with nothing left */
+}
+
+/* A report to make once the team lock is released. */
+typedef struct due_report {
+    mlc_report_fn fn; /* NULL: none due */
+    void *user;
+    mlc_team_stats stats;
+} due_report;
+
+/* Under the team lock, after a reduction was counted. */
+static due_report report_due(const mlc_team *team) {
+    due_report r = {NULL, NULL, team->stats};
+    if (team->report_fn && team->report_every > 0 && team->stats.calls % team->report_every == 0) {
+        r.fn = team->report_fn;
+        r.user = team->report_user;
+    }
+    return r;
+}
+
+int mlc_team_set_report(mlc_team *team, int64_t every, mlc_report_fn fn, void *user_data) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    team->report_every = every;
+    team->report_fn = fn;
+    team->report_user = user_data;
+    pthread_mutex_unlock(&team->lock);
+    return MLC_OK;
+}
+
+static void finish_part(mlc_team *team, mlc_request *req, int status, const char *message) {
+    due_report report = {NULL, NULL, {0}};
+    pthread_mutex_lock(&team->lock);
+    if (status != MLC_OK && req->status == MLC_OK) {
+        req->status = status;
+        snprintf(req->message, MLC_MSG_LEN, "%s", message[0] ? message : mlc_status_name(status));
+        memcpy(team->last_error, req->message, MLC_MSG_LEN);
+    }
+    int last = --req->workers_left == 0;
+    if (last) {
+        team->head = req->next; /* see the file comment: req is the head */
+        if (!team->head) team->tail = NULL;
+        team->stats.calls++;
+        team->stats.bytes += req->total * mlc_dtype_size(req->dtype);
+        double now = mlc_now();
+        team->stats.busy_seconds += now - req->submitted_at;
+        team->stats.exposed_seconds += now - req->ready_at;
+        report = report_due(team);
+        mlc_timeline_record(team, MLC_EVENT_REQUEST, -1, (int64_t)req->seq, req->ntensors,
+                            req->total * mlc_dtype_size(req->dtype), req->submitted_at, now);
+    }
+    pthread_mutex_unlock(&team->lock);
+    if (!last) return;
+    if (report.fn) report.fn(report.user, &report.stats);
+    if (req->status != MLC_OK && req->group) mlc_group_fail_remaining(req);
+    if (req->callback) req->callback(req->user_data, req->status);
+    pthread_mutex_lock(&team->lock);
+    int detached = req->detached;
+    req->finished = 1;
+    pthread_cond_broadcast(&team->done_cv);
+    pthread_mutex_unlock(&team->lock);
+    if (detached) mlc_free_request(req);
+}
+
+/* A blocking request that ran on its caller's thread is counted like a queued one. */
+void mlc_account(mlc_team *team, int64_t bytes, double seconds) {
+    pthread_mutex_lock(&team->lock);
+    team->stats.calls++;
+    team->stats.bytes += bytes;
+    team->stats.busy_seconds += seconds;
+    team->stats.wait_seconds += seconds;
+    team->stats.exposed_seconds += seconds;
+    due_report report = report_due(team);
+    pthread_mutex_unlock(&team->lock);
+    if (report.fn) report.fn(report.user, &report.stats);
+}
+
+static void *worker_main(void *arg) {
+    mlc_worker *w = arg;
+    mlc_request *req;
+    while ((req = next_request(w)) != NULL) {
+        int status = mlc_execute_part(w, req);
+        w->last_seq = req->seq;
+        finish_part(w->team, req, status, w->message);
+    }
+    return NULL;
+}
+
+static int dup_comm(MPI_Comm parent, MPI_Comm *out, char *err, size_t errlen) {
+    int rc = MPI_Comm_dup(parent, out);
+    if (rc != MPI_SUCCESS) {
+        char msg[MLC_MSG_LEN];
+        mlc_mpi_error(msg, rc, "MPI_Comm_dup");
+        set_error(err, errlen, msg);
+        return MLC_ERR_MPI;
+    }
+    return MLC_OK;
+}
+
+static void abort_job(void *arg, int exit_code) { MPI_Abort(((mlc_context *)arg)->comm, exit_code); }
+
+int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_t chunk_bytes,
+                    mlc_team **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!ctx || nthreads < 1 || nthreads > 256 || fusion_bytes < 0 || chunk_bytes < 8) {
+        set_error(err, errlen, "mlc_team_create: need 1 <= nthreads <= 256, fusion_bytes >= 0, chunk_bytes >= 8");
+        return MLC_ERR_ARG;
+    }
+    mlc_team *team = calloc(1, sizeof *team);
+    if (!team) return MLC_ERR_NOMEM;
+    team->ctx = ctx;
+    team->nthreads = nthreads;
+    team->chunk_bytes = chunk_bytes / 8 * 8;
+    team->window_segments = (fusion_bytes + team->chunk_bytes - 1) / team->chunk_bytes;
+    /* At least two slots per thread, so a thread's ring batch never shares a slot. */
+    if (team->window_segments < (int64_t)nthreads * MLC_RING_BATCH)
+        team->window_segments = (int64_t)nthreads * MLC_RING_BATCH;
+    team->algorithm = MLC_ALG_AUTO;
+    team->latency_bytes = MLC_DEFAULT_LATENCY_BYTES;
+    team->inline_bytes = MLC_DEFAULT_INLINE_BYTES;
+    pthread_mutex_init(&team->lock, NULL);
+    pthread_mutex_init(&team->caller_lock, NULL);
+    pthread_cond_init(&team->work_cv, NULL);
+    pthread_cond_init(&team->done_cv, NULL);
+    pthread_cond_init(&team->ready_cv, NULL);
+    team->caller_comm = team->agree_comm = MPI_COMM_NULL;
+    mlc_agree_init(&team->agree);
+    team->agree.dog.abort_job = abort_job;
+    team->agree.dog.abort_arg = ctx;
+    team->fusion = malloc(team->window_segments * team->chunk_bytes);
+    team->workers = calloc(nthreads, sizeof *team->workers);
+    for (int i = 0; team->workers && i < nthreads; i++) team->workers[i].comm = MPI_COMM_NULL;
+    if (!team->fusion || resize_caller_buffers(team) != MLC_OK || !team->workers) {
+        mlc_team_destroy(team);
+        set_error(err, errlen, "out of memory allocating the team's buffers");
+        return MLC_ERR_NOMEM;
+    }
+    int rc = dup_comm(ctx->comm, &team->caller_comm, err, errlen);
+    if (rc == MLC_OK) rc = dup_comm(ctx->comm, &team->agree_comm, err, errlen);
+    if (rc == MLC_OK) {
+        mlc_tp tp;
+        mlc_tp_mpi_open(&tp, &team->agree_comm, ctx->rank, ctx->size, NULL);
+        if ((rc = mlc_agree_open(&team->agree, &tp)))
+            set_error(err, errlen, "out of memory allocating the team's check buffers");
+        mlc_tp_mpi_open(&team->caller_tp, &team->caller_comm, ctx->rank, ctx->size, team->caller_message);
+    }
+    for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
+        mlc_worker *w = &team->workers[i];
+        w->team = team;
+        w->index = i;
+        w->scratch_bytes = MLC_RING_BATCH * team->chunk_bytes + 64;
+        w->scratch = malloc(w->scratch_bytes);
+        if (!w->scratch) rc = MLC_ERR_NOMEM;
+        else rc = dup_comm(ctx->comm, &w->comm, err, errlen);
+        mlc_tp_mpi_open(&w->tp, &w->comm, ctx->rank, ctx->size, w->message);
+    }
+    /* Threads start only once every communicator exists: a failure above leaves none running. */
+    for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
+        if (pthread_create(&team->workers[i].thread, NULL, worker_main, &team->workers[i]) != 0) {
+            set_error(err, errlen, "pthread_create failed for a communication thread");
+            team->nthreads = i; /* join only those that started */
+            rc = MLC_ERR_NOMEM;
+        }
+    }
+    if (rc != MLC_OK) {
+        mlc_team_destroy(team);
+        return rc;
+    }
+    *out = team;
+    return MLC_OK;
+}
+
+static void free_comm(MPI_Comm *comm) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (*comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(comm);
+}
+
+void mlc_team_destroy(mlc_team *team) {
+    if (!team) return;
+    pthread_mutex_lock(&team->lock);
+    team->shutting_down = 1; /* threads finish what is queued, then leave */
+    pthread_cond_broadcast(&team->work_cv);
+    pthread_cond_broadcast(&team->ready_cv); /* groups still missing tensors fail */
+    pthread_mutex_unlock(&team->lock);
+    mlc_agree_shutdown(&team->agree);
+    for (int i = 0; team->workers && i < team->nthreads; i++)
+        if (team->workers[i].thread) pthread_join(team->workers[i].thread, NULL);
+    for (int i = 0; team->workers && i < team->nthreads; i++) {
+        free_comm(&team->workers[i].comm);
+        free(team->workers[i].scratch);
+    }
+    free_comm(&team->caller_comm);
+    free_comm(&team->agree_comm);
+    mlc_agree_destroy(&team->agree);
+    free(team->workers);
+    free(team->fusion);
+    free(team->caller_pack);
+    free(team->caller_scratch);
+    free(team->events);
+    pthread_mutex_destroy(&team->lock);
+    pthread_mutex_destroy(&team->caller_lock);
+    pthread_cond_destroy(&team->work_cv);
+    pthread_cond_destroy(&team->done_cv);
+    pthread_cond_destroy(&team->ready_cv);
+    free(team);
+}
+
+int mlc_team_set_algorithm(mlc_team *team, int algorithm) {
+    if (algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS) return MLC_ERR_ARG;
+    team->algorithm = algorithm;
+    return MLC_OK;
+}
+
+int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
+    if (bytes < 0) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->caller_lock);
+    int64_t old = team->latency_bytes;
+    team->latency_bytes = bytes;
+    int rc = resize_caller_buffers(team);
+    if (rc) team->latency_bytes = old;
+    pthread_mutex_unlock(&team->caller_lock);
+    return rc;
+}
+
+int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
+    if (bytes < 0) return MLC_ERR_ARG;
+    team->inline_bytes = bytes;
+    return MLC_OK;
+}
+
+void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
+    out->nthreads = team->nthreads;
+    out->algorithm = team->algorithm;
+    out->chunk_bytes = team->chunk_bytes;
+    out->fusion_bytes = team->window_segments * team->chunk_bytes;
+    out->latency_bytes = team->latency_bytes;
+    out->inline_bytes = team->inline_bytes;
+    out->direct_bytes = team->agree.direct_bytes;
+}
+
+const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {
+    pthread_mutex_lock(&team->lock);
+    snprintf(buf, len, "%s", team->last_error);
+    pthread_mutex_unlock(&team->lock);
+    return buf;
+}
+
+void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&team->lock);
+    *out = team->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
+}
+
+
+/* ---- the agreement check's settings (agree/) ---- */
+
+int mlc_team_set_checks(mlc_team *team, int layout, int finite) {
+    if (!team) return MLC_ERR_ARG;
+    team->agree.layout = layout != 0;
+    team->agree.finite = finite != 0;
+    return MLC_OK;
+}
+
+int mlc_team_set_id(mlc_team *team, int id) {
+    if (!team || id < 0) return MLC_ERR_ARG;
+    team->agree.dog.team_id = id;
+    return MLC_OK;
+}
+
+int mlc_team_set_direct_threshold(mlc_team *team, int64_t bytes) {
+    if (!team) return MLC_ERR_ARG;
+    return mlc_agree_set_direct_bytes(&team->agree, bytes);
+}
+
+int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_seconds) {
+    /* !(x >= 0) also refuses NaN */
+    if (!team || !(warn_seconds >= 0) || !(abort_seconds >= 0)) return MLC_ERR_ARG;
+    team->agree.dog.warn = warn_seconds;
+    team->agree.dog.abort = abort_seconds;
+    return MLC_OK;
+}

@@ -1,0 +1,75 @@
+/* Posting and waiting, over any transport implementation.
+ *
+ * Waits poll and yield instead of blocking inside the implementation: a blocked
+ * MPI call spins, and with more communication threads than cores (several ranks
+ * per node, or compute threads beside them) spinning threads starve the very
+ * peers they wait for; sched_yield costs nothing when no other thread is
+ * runnable. Every poll calls the progress hook (the stall watchdog). The peers of
+ * the last posts are kept so a stalled wait can say whom it waits for. */
+#include <sched.h>
+
+#include "transport.h"
+
+void mlc_tp_set_progress(mlc_tp *tp, mlc_tp_progress fn, void *arg) {
+    tp->progress = fn;
+    tp->progress_arg = arg;
+}
+
+int mlc_tp_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag, mlc_tp_req *req) {
+    tp->send_peer = dest;
+    return tp->ops->isend(tp, buf, bytes, dest, tag, req);
+}
+
+int mlc_tp_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_req *req) {
+    tp->recv_peer = src;
+    return tp->ops->irecv(tp, buf, bytes, src, tag, req);
+}
+
+static void poll_once(mlc_tp *tp, int64_t poll) {
+    if (tp->progress) tp->progress(tp->progress_arg, tp, poll);
+    sched_yield();
+}
+
+int mlc_tp_waitall(mlc_tp *tp, int n, mlc_tp_req *reqs) {
+    int done = 0, rc;
+    int64_t poll = 0;
+    while ((rc = tp->ops->testall(tp, n, reqs, &done)) == MLC_OK && !done) poll_once(tp, poll++);
+    if (rc == MLC_OK) tp->recv_peer = tp->send_peer = -1; /* nothing pending now */
+    return rc;
+}
+
+int mlc_tp_waitany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
+    int rc;
+    int64_t poll = 0;
+    while ((rc = tp->ops->testany(tp, n, reqs, index)) == MLC_OK && *index == -1) poll_once(tp, poll++);
+    return rc;
+}
+
+void mlc_tp_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
+    tp->ops->abandon(tp, n, reqs);
+    tp->recv_peer = tp->send_peer = -1;
+}
+
+int mlc_tp_sendrecv(mlc_tp *tp, const void *sbuf, int64_t sbytes, int dest, void *rbuf,
+                    int64_t rbytes, int src, int tag) {
+    mlc_tp_req reqs[2];
+    int rc = mlc_tp_irecv(tp, rbuf, rbytes, src, tag, &reqs[0]);
+    if (rc) return rc;
+    if ((rc = mlc_tp_isend(tp, sbuf, sbytes, dest, tag, &reqs[1]))) {
+        mlc_tp_abandon(tp, 1, reqs);
+        return rc;
+    }
+    return mlc_tp_waitall(tp, 2, reqs);
+}
+
+int mlc_tp_send(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag) {
+    mlc_tp_req req;
+    int rc = mlc_tp_isend(tp, buf, bytes, dest, tag, &req);
+    return rc ? rc : mlc_tp_waitall(tp, 1, &req);
+}
+
+int mlc_tp_recv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag) {
+    mlc_tp_req req;
+    int rc = mlc_tp_irecv(tp, buf, bytes, src, tag, &req);
+    return rc ? rc : mlc_tp_waitall(tp, 1, &req);
+}

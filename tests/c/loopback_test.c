@@ -1,0 +1,260 @@
+/* The algorithms and the agreement exchange without MPI: ranks are threads of
+ * this process over the loopback transport (csrc/transport/loopback.c), at 1 to
+ * MAX_RANKS ranks. Built and run by tests/unit/test_loopback.py (also under
+ * AddressSanitizer). Inputs are small integers, so every sum is exact and every
+ * element's expected value is known; every rank must end with the same bits.
+ * Exit 0 when everything matched; the first failures are printed. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree/agree.h"
+#include "algos/algo.h"
+#include "transport/loopback.h"
+
+#define MAX_RANKS 16
+
+static atomic_int failures;
+static atomic_long checks;
+
+static void fail(const char *what, int n, int rank, long long i, double got, double want) {
+    if (atomic_fetch_add(&failures, 1) < 20)
+        fprintf(stderr, "%s: n=%d rank %d at %lld: got %g want %g\n", what, n, rank, i, got, want);
+}
+
+static int value(int r, int64_t i) { return (int)((i * 7 + r * 3) % 11) - 5; }
+
+/* ---- running a job: one thread per rank ---- */
+
+typedef struct job job;
+typedef void (*rank_fn)(job *j, int rank, mlc_tp *tp);
+
+struct job {
+    int n;
+    mlc_loopback *lb;
+    rank_fn fn;
+    void *arg;
+    pthread_barrier_t barrier;
+};
+
+typedef struct {
+    job *j;
+    int rank;
+} rank_arg;
+
+static void *rank_main(void *p) {
+    rank_arg *a = p;
+    char message[MLC_MSG_LEN] = "";
+    mlc_tp tp;
+    mlc_loopback_open(a->j->lb, a->rank, &tp, message);
+    a->j->fn(a->j, a->rank, &tp);
+    return NULL;
+}
+
+static void run_job(int n, rank_fn fn, void *arg) {
+    job j = {n, mlc_loopback_create(n), fn, arg, {{0}}};
+    pthread_t th[MAX_RANKS];
+    rank_arg args[MAX_RANKS];
+    pthread_barrier_init(&j.barrier, NULL, (unsigned)n);
+    for (int r = 0; r < n; r++) {
+        args[r] = (rank_arg){&j, r};
+        pthread_create(&th[r], NULL, rank_main, &args[r]);
+    }
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&j.barrier);
+    mlc_loopback_destroy(j.lb);
+}
+
+/* ---- allreduce: every algorithm of the table, every count and dtype ---- */
+
+typedef struct {
+    int algorithm, dtype, op, nseg;
+    int64_t count;
+    char *results[MAX_RANKS]; /* each rank's output, compared bit for bit */
+} allreduce_case;
+
+static void fill(void *buf, int dtype, int64_t count, int rank) {
+    for (int64_t i = 0; i < count; i++) {
+        double v = value(rank, i);
+        switch (dtype) {
+        case MLC_FLOAT32: ((float *)buf)[i] = (float)v; break;
+        case MLC_FLOAT64: ((double *)buf)[i] = v; break;
+        case MLC_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+        case MLC_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+        case MLC_FLOAT16: ((_Float16 *)buf)[i] = (_Float16)v; break;
+        case MLC_BFLOAT16: { /* small integers are exact in bfloat16: the top half of a float */
+            float f = (float)v;
+            uint32_t bits;
+            memcpy(&bits, &f, 4);
+            ((uint16_t *)buf)[i] = (uint16_t)(bits >> 16);
+            break;
+        }
+        }
+    }
+}
+
+static double element(const void *buf, int dtype, int64_t i) {
+    switch (dtype) {
+    case MLC_FLOAT32: return ((const float *)buf)[i];
+    case MLC_FLOAT64: return ((const double *)buf)[i];
+    case MLC_INT32: return ((const int32_t *)buf)[i];
+    case MLC_INT64: return (double)((const int64_t *)buf)[i];
+    case MLC_FLOAT16: return (double)((const _Float16 *)buf)[i];
+    default: {
+        uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    }
+}
+
+static double expected(int dtype, int op, int n, int64_t i) {
+    long long sum = 0;
+    for (int r = 0; r < n; r++) sum += value(r, i);
+    if (op == MLC_OP_SUM || n == 1) return (double)sum;
+    if (dtype == MLC_INT32 || dtype == MLC_INT64) return (double)(sum / n); /* C division */
+    if (dtype == MLC_FLOAT32) return (float)sum / (float)n;
+    return (double)sum / n; /* float64; halves are tested with sums only */
+}
+
+static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
+    allreduce_case *c = j->arg;
+    const int es = mlc_dtype_size(c->dtype);
+    char *buf = calloc(c->count + 1, es);
+    const int64_t scratch_bytes = (int64_t)(j->n + 1) * (c->count + 1) * es + 64;
+    char *scratch = malloc(scratch_bytes);
+    fill(buf, c->dtype, c->count, rank);
+    mlc_segment segs[MLC_RING_BATCH];
+    int64_t first = c->nseg == 2 ? c->count / 2 : c->count;
+    segs[0] = (mlc_segment){buf, first, 0};
+    segs[1] = (mlc_segment){buf + first * es, c->count - first, 1};
+    const mlc_algo_call call = {c->dtype, es, c->op, segs, c->nseg, scratch, scratch_bytes};
+    int rc = mlc_algo_find(c->algorithm)->allreduce(tp, &call);
+    if (rc) fail(tp->message[0] ? tp->message : mlc_status_name(rc), j->n, rank, -1, rc, 0);
+    for (int64_t i = 0; i < c->count; i++) {
+        double want = expected(c->dtype, c->op, j->n, i), got = element(buf, c->dtype, i);
+        if (got != want) {
+            fail(mlc_algorithm_name(c->algorithm), j->n, rank, i, got, want);
+            break;
+        }
+    }
+    c->results[rank] = buf;
+    free(scratch);
+}
+
+static void allreduce_cases(int n) {
+    const int algorithms[] = {MLC_ALG_RING, MLC_ALG_RECURSIVE_DOUBLING, MLC_ALG_DIRECT};
+    const int64_t counts[] = {0, 1, n - 1, n, n + 1, 7, 1001};
+    for (unsigned a = 0; a < sizeof algorithms / sizeof *algorithms; a++)
+        for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
+            for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
+                for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
+                    for (int nseg = 1; nseg <= 2; nseg++) {
+                        if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
+                        allreduce_case c = {algorithms[a], dtype, op, nseg, counts[k], {0}};
+                        run_job(n, allreduce_rank, &c);
+                        size_t bytes = (size_t)c.count * mlc_dtype_size(dtype);
+                        for (int r = 1; r < n; r++)
+                            if (bytes && memcmp(c.results[0], c.results[r], bytes))
+                                fail("ranks' bits differ", n, r, -1, 0, 0);
+                        for (int r = 0; r < n; r++) free(c.results[r]);
+                        atomic_fetch_add(&checks, 1);
+                    }
+}
+
+/* ---- broadcast from every root ---- */
+
+static void broadcast_rank(job *j, int rank, mlc_tp *tp) {
+    const int root = *(int *)j->arg;
+    int64_t buf[333];
+    for (int i = 0; i < 333; i++) buf[i] = rank * 1000 + i;
+    int rc = mlc_broadcast_binomial(tp, (char *)buf, sizeof buf, root, 5);
+    if (rc) fail("broadcast", j->n, rank, -1, rc, 0);
+    for (int i = 0; i < 333; i++)
+        if (buf[i] != root * 1000 + i) {
+            fail("broadcast value", j->n, rank, i, (double)buf[i], root * 1000.0 + i);
+            break;
+        }
+}
+
+/* ---- the agreement exchange ---- */
+
+/* Three requests in a row: equal signatures, then rank n-1 submitting one more
+ * element (every rank must fail it, naming both), then a direct allreduce that
+ * the exchange itself reduces. */
+static void agree_rank(job *j, int rank, mlc_tp *tp) {
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
+    float data[3][8];
+    mlc_tensor tensors[3];
+    int64_t starts[3][2];
+    mlc_agreement a[3];
+    for (int k = 0; k < 3; k++) {
+        int64_t count = k == 1 && rank == j->n - 1 ? 6 : 5;
+        for (int i = 0; i < 8; i++) data[k][i] = (float)value(rank, i);
+        tensors[k] = (mlc_tensor){data[k], NULL, count};
+        starts[k][0] = 0;
+        starts[k][1] = count;
+        mlc_sign_input in = {MLC_KIND_ALLREDUCE, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1, 0, count, 0,
+                             &tensors[k], starts[k], k == 2, -1, 0};
+        memset(&a[k], 0, sizeof a[k]);
+        mlc_agree_register(&ag, &a[k], k + 1, &in);
+    }
+    char message[MLC_MSG_LEN];
+    if (mlc_agree_verdict(&ag, &a[0], message) != MLC_OK) fail(message, j->n, rank, 0, 0, 0);
+    int rc = mlc_agree_verdict(&ag, &a[1], message);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d submitted 1 tensor, 6 float32", j->n - 1);
+    if (j->n > 1 && (rc != MLC_ERR_MISMATCH || !strstr(message, want))) fail(message, j->n, rank, 1, rc, 0);
+    if (j->n == 1 && rc != MLC_OK) fail(message, j->n, rank, 1, rc, 0);
+    if (mlc_agree_verdict(&ag, &a[2], message) != MLC_OK) fail(message, j->n, rank, 2, 0, 0);
+    if (j->n > 1 && !a[2].done_by_exchange) fail("direct not done by the exchange", j->n, rank, 2, 0, 1);
+    for (int i = 0; j->n > 1 && i < 5; i++)
+        if (data[2][i] != (float)expected(MLC_FLOAT32, MLC_OP_SUM, j->n, i))
+            fail("direct sum", j->n, rank, i, data[2][i], expected(MLC_FLOAT32, MLC_OP_SUM, j->n, i));
+    pthread_barrier_wait(&j->barrier); /* no rank leaves while a peer still receives */
+    mlc_agree_destroy(&ag);
+}
+
+/* A send that fails in the middle of an exchange: the verdict is the error, and
+ * no receive of that exchange stays posted (the next exchange would reuse its
+ * handles). Only rank 1 takes part; its second send fails. */
+static void failing_send_rank(job *j, int rank, mlc_tp *tp) {
+    if (rank != 1) return;
+    mlc_loopback_fail_sends(j->lb, rank, 1);
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    mlc_agree_open(&ag, tp);
+    float x[4] = {0};
+    mlc_tensor t = {x, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = {MLC_KIND_ALLREDUCE, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1, 0, 4, 0, &t, starts, 0, -1, 0};
+    mlc_agreement a;
+    memset(&a, 0, sizeof a);
+    mlc_agree_register(&ag, &a, 1, &in);
+    char message[MLC_MSG_LEN];
+    int rc = mlc_agree_verdict(&ag, &a, message);
+    if (rc != MLC_ERR_MPI || !strstr(message, "injected")) fail(message, j->n, rank, 0, rc, MLC_ERR_MPI);
+    int left = mlc_loopback_posted(j->lb, rank);
+    if (left) fail("receives left posted after a failed exchange", j->n, rank, 0, left, 0);
+    mlc_agree_destroy(&ag);
+}
+
+int main(int argc, char **argv) {
+    int max_ranks = argc > 1 ? atoi(argv[1]) : MAX_RANKS;
+    if (max_ranks < 1 || max_ranks > MAX_RANKS) max_ranks = MAX_RANKS;
+    for (int n = 1; n <= max_ranks; n++) {
+        allreduce_cases(n);
+        for (int root = 0; root < n; root++) run_job(n, broadcast_rank, &root);
+        run_job(n, agree_rank, NULL);
+    }
+    run_job(3, failing_send_rank, NULL);
+    int f = atomic_load(&failures);
+    printf("loopback_test: 1-%d ranks, %ld allreduce cases, %d failures: %s\n", max_ranks,
+           atomic_load(&checks), f, f ? "FAILED" : "ok");
+    return f ? 1 : 0;
+}

@@ -1,0 +1,101 @@
+"""Plans (csrc/plan/plan.c): the one place that decides how a request is carried out.
+
+mlc_plan_make is a pure function of the request and the team's settings, so it is tested here
+without MPI, through the core's cffi module.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ml_comm._core import ffi, lib
+
+KIB, MIB = 1024, 1024 * 1024
+TEAM = dict(
+    algorithm=lib.MLC_ALG_AUTO, nthreads=2, chunk_bytes=256 * KIB, window_segments=16,
+    latency_bytes=512 * KIB, inline_bytes=4 * MIB, direct_bytes=4 * KIB,
+)  # fmt: skip
+
+
+def plan(total: int, **overrides):
+    fields = dict(TEAM, kind=lib.MLC_KIND_ALLREDUCE, dtype=lib.MLC_FLOAT32, ntensors=1,
+                  total=total, in_place=1, is_group=0, blocking=1, nranks=4, checked=1)  # fmt: skip
+    fields.update(overrides)
+    inp = ffi.new("mlc_plan_input *", fields)
+    out = ffi.new("mlc_plan *")
+    lib.mlc_plan_make(inp, out)
+    return out
+
+
+def test_small_allreduce_rides_the_agreement_exchange():
+    p = plan(1024)  # 4 KiB
+    assert (p.algorithm, p.direct, p.on_caller) == (lib.MLC_ALG_DIRECT, 1, 1)
+    assert plan(1025).direct == 0  # one element over the threshold
+    assert plan(1024, checked=0).direct == 0  # no exchange to ride
+    assert plan(1024, algorithm=lib.MLC_ALG_RING).direct == 0  # the user chose an algorithm
+    assert plan(1024, is_group=1, blocking=0).direct == 0  # a group's tensors come later
+
+
+def test_latency_path_below_the_threshold_ring_above():
+    below, above = plan(512 * KIB // 4 - 1), plan(512 * KIB // 4)
+    assert below.algorithm == lib.MLC_ALG_RECURSIVE_DOUBLING
+    assert above.algorithm == lib.MLC_ALG_RING
+    # On the caller, recursive doubling takes the whole buffer as one segment.
+    assert (below.on_caller, below.lanes, below.nseg) == (1, 1, 1)
+    assert below.seg_elems == 512 * KIB // 4 - 1
+
+
+def test_keyed_groups_always_take_the_ring_on_the_team_threads():
+    p = plan(10, is_group=1, blocking=0, ntensors=3, in_place=0)
+    assert (p.algorithm, p.direct, p.on_caller, p.lanes, p.fused) == (lib.MLC_ALG_RING, 0, 0, 2, 1)
+    assert p.window == TEAM["window_segments"]
+
+
+@pytest.mark.parametrize("blocking, nbytes, on_caller", [(1, 4 * MIB, 1), (1, 4 * MIB + 4, 0),
+                                                         (0, 1 * MIB, 0)])  # fmt: skip
+def test_blocking_calls_up_to_the_inline_threshold_stay_on_the_caller(blocking, nbytes, on_caller):
+    p = plan(nbytes // 4, blocking=blocking)
+    assert p.on_caller == on_caller
+    assert p.lanes == (1 if on_caller else TEAM["nthreads"])
+
+
+def test_forced_recursive_doubling_above_the_latency_threshold_goes_to_the_threads():
+    p = plan(MIB // 4, algorithm=lib.MLC_ALG_RECURSIVE_DOUBLING)
+    assert (p.algorithm, p.on_caller, p.lanes) == (lib.MLC_ALG_RECURSIVE_DOUBLING, 0, 2)
+
+
+def test_fusion_window():
+    assert plan(MIB, ntensors=5, in_place=0).window == 2  # one ring batch (MLC_RING_BATCH)
+    assert plan(MIB, ntensors=5, in_place=0, blocking=0).window == TEAM["window_segments"]
+    single = plan(MIB, blocking=0)
+    assert single.window == single.nseg  # one tensor: reduced where it lies
+
+
+def test_nothing_to_move():
+    assert plan(0, checked=0).nothing == 1
+    assert plan(100, checked=0, nranks=1).nothing == 1
+    assert plan(100, checked=0, nranks=1, in_place=0).nothing == 0  # the copy is still due
+    assert plan(0, checked=1).nothing == 0  # ranks must still agree on it
+    assert plan(0, checked=0, blocking=0).nothing == 0  # async: the caller waits on a request
+
+
+@pytest.mark.parametrize("total", [0, 1, 7, 8191, 8192, 65536, 1_000_003, 50_000_000])
+@pytest.mark.parametrize("lanes_blocking", [0, 1])
+def test_segments_cover_the_request_exactly_once(total, lanes_blocking):
+    p = plan(total, blocking=lanes_blocking, algorithm=lib.MLC_ALG_RING)
+    assert p.seg_elems >= 1
+    assert p.nseg * p.seg_elems >= total > (p.nseg - 1) * p.seg_elems if total else p.nseg == 0
+    assert p.seg_elems * 4 <= TEAM["chunk_bytes"]
+
+
+def test_broadcast_plans():
+    small = plan(100, kind=lib.MLC_KIND_BROADCAST)
+    assert (small.algorithm, small.on_caller, small.seg_elems) == (-1, 1, 0)  # whole tensors
+    large = plan(MIB, kind=lib.MLC_KIND_BROADCAST)
+    assert (large.on_caller, large.lanes, large.seg_elems) == (0, 2, TEAM["chunk_bytes"] // 4)
+
+
+def test_algorithm_table():
+    names = [lib.mlc_algorithm_name(i) for i in (lib.MLC_ALG_RING,
+             lib.MLC_ALG_RECURSIVE_DOUBLING, lib.MLC_ALG_DIRECT)]  # fmt: skip
+    assert [ffi.string(n).decode() for n in names] == ["ring", "recursive_doubling", "direct"]
+    assert lib.mlc_algorithm_count() == 3
