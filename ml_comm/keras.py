@@ -224,7 +224,7 @@ def broadcast_weights(model, root: int = 0) -> None:
 
 def _check_team(team) -> None:
     """Raises before init(), without framework="tensorflow", or for a bad team id."""
-    if mc._active().tf is None:
+    if mc._active().backend.name != "tensorflow":
         raise MLCommError(
             "ml_comm was initialised without framework='tensorflow'; start it with "
             "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"
