@@ -54,8 +54,7 @@ int mlc_guard_verdict(mlc_team *team, mlc_request *req, char *message);
 /* ---- finite.c ---- */
 /* 1 when some of the n elements is NaN or +-Inf (floating dtypes only). */
 int mlc_has_nonfinite(const void *buf, int64_t n, int dtype);
-int mlc_dtype_is_float(int dtype);
-const char *mlc_dtype_name(int dtype);
+/* mlc_dtype_is_float and mlc_dtype_name (defined in finite.c) are public: ml_comm.h. */
 
 /* ---- watchdog.c ---- */
 /* One wait in progress: when it started, when to warn next. Zero-initialise. */

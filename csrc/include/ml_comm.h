@@ -77,7 +77,12 @@ typedef void (*mlc_report_fn)(void *user_data, const mlc_team_stats *stats);
 
 const char *mlc_version(void);
 const char *mlc_status_name(int status);
+/* The dtype table, for Python, the TensorFlow ops and Keras: element size in bytes,
+ * name (NumPy's, e.g. "float32", "bfloat16"), 1 for floating types. A code outside
+ * 0..MLC_NUM_DTYPES-1 gives 0, "unknown" and 0. */
 int mlc_dtype_size(int dtype);
+const char *mlc_dtype_name(int dtype);
+int mlc_dtype_is_float(int dtype);
 
 /* ---- context ---- */
 /* comm_handle_address: address of an MPI_Comm (mpi4py: MPI._addressof(comm)).

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from .. import _dtypes
 from ..errors import MLCommError
 from ..pipeline import is_pipelined
 from . import build
@@ -28,7 +29,8 @@ _team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 # Per graph and team: the op that the next keyed group must wait for (see _chain).
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-SUPPORTED = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
+# The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order.
+SUPPORTED = tuple(tf.as_dtype(name) for name in _dtypes.NAMES.values())
 
 
 def load_ops():
