@@ -15,6 +15,10 @@ from ._core import ffi
 
 
 def as_array(value, what: str) -> np.ndarray:
+    """`value` to be read: an array, or a NumPy scalar (np.float32(1), a Keras
+    optimizer's iterations.numpy()) as a 0-d array."""
+    if isinstance(value, np.generic):
+        return np.asarray(value)
     if not isinstance(value, np.ndarray):
         hint = ""
         if type(value).__module__.startswith(("tensorflow", "keras")):
@@ -25,6 +29,11 @@ def as_array(value, what: str) -> np.ndarray:
 
 def in_place_array(value, what: str) -> np.ndarray:
     """An array the core may write its result into: supported dtype, writeable, contiguous."""
+    if isinstance(value, np.generic):
+        raise TypeError(
+            f"{what} is a NumPy scalar ({type(value).__name__}), which cannot be changed in "
+            "place; pass a 0-d array instead (numpy.array(x)) and read the result from it"
+        )
     arr = as_array(value, what)
     _dtypes.code_of(arr.dtype)
     if not arr.flags.writeable:

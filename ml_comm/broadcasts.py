@@ -18,7 +18,7 @@ from .session import Session
 
 def broadcast(s: Session, values, root: int):
     """Overwrite each array in `values` (an array or a list of them) with root's; returns values."""
-    single = isinstance(values, np.ndarray)
+    single = isinstance(values, (np.ndarray, np.generic))  # a scalar: refused below, saying why
     arrays = [values] if single else values
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"broadcast takes a list of numpy arrays, got {type(values).__name__}")
@@ -42,12 +42,12 @@ def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int) -> None:
 
 def check_buffers_match(s: Session, values, flag: int) -> int:
     """0 when every rank holds the same buffers as rank 0, else the number of ranks that differ."""
-    if not isinstance(values, (np.ndarray, list, tuple)):
+    if not isinstance(values, (np.ndarray, np.generic, list, tuple)):
         raise TypeError(
             "check_buffers_match takes a numpy array or a list of them, "
             f"got {type(values).__name__}"
         )
-    arrays = [values] if isinstance(values, np.ndarray) else list(values)
+    arrays = list(values) if isinstance(values, (list, tuple)) else [values]
     digest = hashlib.blake2b(digest_size=16)
     for i, a in enumerate(arrays):
         a = np.asarray(as_array(a, f"check_buffers_match value {i}"), order="C")

@@ -41,7 +41,16 @@ def gradients(s: Session, stages: dict, grads: Sequence[np.ndarray], team: int) 
     groups = group_by_dtype(inputs)
     if not pipeline.is_pipelined(config.ksteps, config.max_steps):
         average_groups(handle, inputs, groups, outputs)
-        return outputs
+    else:
+        _pipelined(handle, config, stages, inputs, groups, outputs)
+    # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
+    return [
+        out[()] if isinstance(g, np.generic) and out is not None else out
+        for g, out in zip(grads, outputs)
+    ]
+
+
+def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:
     for idx in groups.values():
         order = idx[::-1]
         arrays = [inputs[i] for i in order]
@@ -57,4 +66,3 @@ def gradients(s: Session, stages: dict, grads: Sequence[np.ndarray], team: int) 
         )
         for i, r in zip(order, results):
             outputs[i] = r
-    return outputs
