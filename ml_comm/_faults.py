@@ -137,13 +137,14 @@ def watch_launcher() -> None:
 
 
 class Departure:
-    """The barrier a rank leaves through, on a communicator of its own (made at init,
-    collectively, so that leaving needs nothing but point-to-point progress)."""
+    """The barrier a rank leaves through, on a communicator of its own (a duplicate of
+    the session's, made at init, collectively, so that leaving needs nothing but
+    point-to-point progress). Ranks in messages are the session communicator's."""
 
-    def __init__(self, mpi, size: int):
-        self.comm = mpi.COMM_WORLD.Dup() if size > 1 else None
-        self.rank = mpi.COMM_WORLD.Get_rank()
-        self.size = size
+    def __init__(self, comm):
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+        self.comm = comm.Dup() if self.size > 1 else None
 
     def leave(self, teams) -> None:
         """Wait for every rank to leave too; abort the job if a peer waits for this

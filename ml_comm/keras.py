@@ -78,11 +78,12 @@ import numpy as np
 import tensorflow as tf
 
 from . import api as mc
+from . import tensorflow as tf_binding
 from .errors import MLCommError
 
 DEFAULT_MSGLEN = 1 << 22
 
-_SUPPORTED_DTYPES = frozenset({tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64})
+_SUPPORTED_DTYPES = frozenset(tf_binding.SUPPORTED)  # the core's dtypes
 _VERBOSE_METHODS = ("fit", "evaluate", "predict")
 _WRAPPED_METHODS = (*_VERBOSE_METHODS, "train_on_batch")
 
@@ -224,7 +225,7 @@ def broadcast_weights(model, root: int = 0) -> None:
 
 def _check_team(team) -> None:
     """Raises before init(), without framework="tensorflow", or for a bad team id."""
-    if mc._active().tf is None:
+    if mc._active().backend.name != "tensorflow":
         raise MLCommError(
             "ml_comm was initialised without framework='tensorflow'; start it with "
             "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"

@@ -24,6 +24,9 @@ MPIEXEC = VENV / "bin" / "mpiexec"
 # Every MPI run is killed after this long so that a hung rank never hangs CI.
 MPI_RUN_TIMEOUT_S = int(os.environ.get("ML_COMM_TEST_TIMEOUT", "600"))
 TEST_RANKS = (1, 2, 3, 4)
+# The NumPy-API MPI tests once more with ml_comm on a sub-communicator (init(comm=...);
+# tests/mpi/mpi_helpers.py suite_comm): COMM_WORLD split in two halves, and a duplicate.
+SUB_COMM_RUNS = (("split", 4), ("dup", 3))
 TF_KERAS = "tf_keras==2.21.0"  # must match TensorFlow's major.minor
 
 
@@ -68,8 +71,19 @@ def ensure_venv(extras: str = "test,examples,tf") -> None:
     stamp.write_text(want)
 
 
-def mpirun(n: int, args: list[str | Path], timeout: float = MPI_RUN_TIMEOUT_S) -> int:
-    return run([MPIEXEC, "-n", str(n), *args], timeout=timeout)
+def mpirun(
+    n: int, args: list[str | Path], timeout: float = MPI_RUN_TIMEOUT_S, env: dict | None = None
+) -> int:
+    return run([MPIEXEC, "-n", str(n), *args], timeout=timeout, env=env)
+
+
+def numpy_mpi_tests() -> list[str]:
+    """tests/mpi's modules that use no framework (neither TensorFlow nor Keras)."""
+    return [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
+        if not p.name.startswith(("test_tf_", "test_keras_"))
+    ]
 
 
 def cmd_train() -> int:
@@ -99,6 +113,12 @@ def cmd_test() -> int:
         )
         if rc != 0:
             failures.append(f"mpi n={n} (exit {rc})")
+    for kind, n in SUB_COMM_RUNS:
+        pytest = [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider"]
+        env = {**os.environ, "ML_COMM_TEST_COMM": kind}
+        rc = mpirun(n, [*pytest, *numpy_mpi_tests()], env=env)
+        if rc != 0:
+            failures.append(f"mpi over a {kind} communicator n={n} (exit {rc})")
     # Two Slurm nodes in network namespaces (tools/testbed.sh); needs root and the
     # Slurm/munge packages (.ci/run installs them), else the tests skip and say why.
     testbed = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/testbed"]
@@ -116,6 +136,8 @@ def cmd_test() -> int:
     print(
         "all test runs passed: ruff, unit, faults, tsan, mpi n="
         + ",".join(map(str, TEST_RANKS))
+        + ", mpi over "
+        + ", ".join(f"{kind} n={n}" for kind, n in SUB_COMM_RUNS)
         + ", testbed, tfcnn"
     )
     return 0

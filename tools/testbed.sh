@@ -19,7 +19,7 @@
 #
 # The /24 has no default route, no forwarding and no NAT: it exists only on this
 # machine. Packages (Debian): slurmd slurmctld slurm-client munge iproute2.
-# Pitfalls handled here (DESIGN.md section 6): slurmd starts under
+# Pitfalls handled here (found when the test bed was built): slurmd starts under
 # `nsenter --net` (not `ip netns exec`, which remounts /sys and breaks cgroup
 # detection), cgroup.conf pins cgroup/v1 without automount, slurmctld and each
 # slurmd get their own UTS hostname, MpiDefault=pmi2 for the mpich wheel. MPI

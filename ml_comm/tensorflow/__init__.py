@@ -1,10 +1,11 @@
 """TensorFlow binding: broadcast and gradients as TensorFlow ops.
 
-`ml_comm.init(..., framework="tensorflow")` loads the op library (building it
-on first use, see build.py) and routes `ml_comm.broadcast` and
-`ml_comm.gradients` here. Eager mode runs one fused op per dtype; in graphs
-(tf.function, tf.compat.v1) every gradient gets its own op of a keyed group, so
-each is reduced as soon as backprop produced it.
+`ml_comm.init(..., framework="tensorflow")` makes the session's backend
+(backend.py here: it loads the op library, building it on first use, see
+build.py), which routes `ml_comm.broadcast` and `ml_comm.gradients` here.
+Eager mode runs one fused op per dtype; in graphs (tf.function, tf.compat.v1)
+every gradient gets its own op of a keyed group, so each is reduced as soon as
+backprop produced it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from .. import _dtypes
 from ..errors import MLCommError
 from ..pipeline import is_pipelined
 from . import build
@@ -27,7 +29,8 @@ _team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 # Per graph and team: the op that the next keyed group must wait for (see _chain).
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-SUPPORTED = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
+# The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order.
+SUPPORTED = tuple(tf.as_dtype(name) for name in _dtypes.NAMES.values())
 
 
 def load_ops():
@@ -70,8 +73,7 @@ def set_live_teams(handles: Sequence[int]) -> list[int]:
 def _dense(value) -> tf.Tensor:
     # IndexedSlices (embedding gradients) become dense: the reduction is over the
     # whole variable either way, and a dense sum is exact and order-independent.
-    if isinstance(value, tf.IndexedSlices):
-        return tf.convert_to_tensor(value)
+    # tf.convert_to_tensor densifies them.
     return tf.convert_to_tensor(value)
 
 

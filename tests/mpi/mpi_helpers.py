@@ -5,6 +5,8 @@ Run the same suite at every rank count, each under a hard timeout:
     timeout -k 5 300 .venv/bin/mpiexec -n N .venv/bin/python -m pytest -q --with-mpi \
         -p no:cacheprovider tests/mpi          # N = 1, 2, 3, 4
 
+and over a sub-communicator with ML_COMM_TEST_COMM=dup or split (see suite_comm()).
+
 Rules every test here follows (a test that breaks them hangs the other ranks):
 
 * every rank makes the same collective calls (ml_comm and mpi4py) in the same order;
@@ -96,6 +98,39 @@ def comm_world():
     return MPI.COMM_WORLD
 
 
+# Which communicator the tests run ml_comm on (mpi4py's style: one test body, several
+# communicators): "world" (default), "dup" (a duplicate of COMM_WORLD) or "split"
+# (COMM_WORLD split in two by rank parity: each half is a job of its own, with its own
+# ranks 0..n-1, running the same tests at the same time as the other half).
+SUITE_COMM_ENV = "ML_COMM_TEST_COMM"
+SUITE_COMMS = ("world", "dup", "split")
+_suite_comm = None
+
+
+def suite_comm_kind() -> str:
+    kind = os.environ.get(SUITE_COMM_ENV, "world")
+    if kind not in SUITE_COMMS:
+        raise ValueError(f"{SUITE_COMM_ENV} must be one of {SUITE_COMMS}, got {kind!r}")
+    return kind
+
+
+def suite_comm():
+    """The communicator of SUITE_COMM_ENV, made once (collectively, on first use). Tests
+    pass it to mc.init(comm=...) and take ranks and sizes from it (or from mc.get_rank /
+    mc.get_nranks after init), never from COMM_WORLD."""
+    global _suite_comm
+    if _suite_comm is None:
+        world = comm_world()
+        kind = suite_comm_kind()
+        if kind == "dup":
+            _suite_comm = world.Dup()
+        elif kind == "split":
+            _suite_comm = world.Split(color=world.rank % 2, key=world.rank)
+        else:
+            _suite_comm = world
+    return _suite_comm
+
+
 def int_values(rank: int, count: int, seed: int = 0) -> np.ndarray:
     """value(rank, index) in [-5, 5] as int64."""
     idx = np.arange(count, dtype=np.int64)
@@ -161,7 +196,7 @@ class Checks:
     """Records failures instead of raising, then fails on every rank at once."""
 
     def __init__(self):
-        self.comm = comm_world()
+        self.comm = suite_comm()
         self.rank = self.comm.rank
         self.failures: list[str] = []
 
@@ -234,7 +269,7 @@ class Session:
 
 @contextlib.contextmanager
 def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES, framework=None):
-    comm = comm_world()
+    comm = suite_comm()
     comm.barrier()
     # Thresholds scaled down with the chunk size, so that small arrays take all four
     # paths of a blocking call: the direct allreduce inside the agreement check (<= 64 B),
@@ -242,7 +277,7 @@ def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES, f
     # thread (<= 8 KiB), the ring on the team's threads.
     os.environ.update(SCALED_THRESHOLDS)
     try:
-        mc.init(nthread_per_team, nteams, msglen, framework, chunk_bytes=chunk_bytes)
+        mc.init(nthread_per_team, nteams, msglen, framework, chunk_bytes=chunk_bytes, comm=comm)
     finally:
         for name in SCALED_THRESHOLDS:
             del os.environ[name]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import CHUNK_BYTES, Checks, expected_average, make_input
+from mpi_helpers import CHUNK_BYTES, Checks, comm_world, expected_average, make_input, suite_comm
 
 import ml_comm as mc
 
@@ -84,6 +84,11 @@ INIT_CASES = [
     InitCase("ML_COMM_INLINE_BYTES=1k", (1, 1, 64), ValueError,
              r"^environment variable ML_COMM_INLINE_BYTES must be an integer, got '1k'$",
              env={"ML_COMM_INLINE_BYTES": "1k"}),
+    InitCase("comm='world'", (1, 1, 64), TypeError,
+             r"^comm must be an mpi4py communicator \(e\.g\. MPI\.COMM_WORLD\.Split\(\.\.\.\)\), "
+             r"got str$", kwargs={"comm": "world"}),
+    InitCase("comm=0", (1, 1, 64), TypeError, r"^comm must be an mpi4py communicator .* got int$",
+             kwargs={"comm": 0}),
 ]
 # fmt: on
 
@@ -107,7 +112,7 @@ def finalize_quietly():
 
 def valid_cycle(c: Checks, tag: str) -> None:
     """init works after the error; exact gradients; finalize."""
-    mc.init(1, 1, 64, chunk_bytes=CHUNK_BYTES)
+    mc.init(1, 1, 64, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
     try:
         rank, n = mc.get_rank(), mc.get_nranks()
         out = mc.gradients([make_input(rank, (300,), np.float32, 7)])
@@ -185,7 +190,7 @@ CALLS: dict[str, Callable] = {
 def test_call_without_session(name, when):
     c = Checks()
     if when == "after finalize":
-        mc.init(1, 2, 64, chunk_bytes=CHUNK_BYTES)
+        mc.init(1, 2, 64, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
         mc.finalize()
     check_raises(c, f"{name} {when}", mc.MLCommError, NOT_INITIALISED, CALLS[name])
     c.finish()
@@ -196,7 +201,7 @@ def test_finalize_is_idempotent():
     it does nothing."""
     c = Checks()
     mc.finalize()
-    mc.init(1, 1, 64, chunk_bytes=CHUNK_BYTES)
+    mc.init(1, 1, 64, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
     mc.finalize()
     mc.finalize()
     check_raises(c, "after double finalize", mc.MLCommError, NOT_INITIALISED, CALLS["gradients"])
@@ -207,7 +212,45 @@ def test_finalize_is_idempotent():
 def test_rank_and_size_work_without_session():
     """get_rank / get_nranks / version_info need MPI only, not init."""
     c = Checks()
-    comm = mc.init_mpi().COMM_WORLD
+    comm = comm_world()  # before init, rank and size are COMM_WORLD's
     c.true(mc.get_rank() == comm.rank and mc.get_nranks() == comm.size, "rank/size")
     c.true(mc.version_info()["nranks"] == comm.size, "version_info nranks")
+    c.finish()
+
+
+def test_comm_null_and_intercomm():
+    """A rank outside the communicator (COMM_NULL from a Split) and an intercommunicator
+    are refused before anything starts, saying why."""
+    from mpi4py import MPI
+
+    c = Checks()
+    check_raises(
+        c,
+        "comm=COMM_NULL",
+        ValueError,
+        r"^comm is MPI\.COMM_NULL: this rank is in no communicator",
+        mc.init,
+        1,
+        1,
+        64,
+        comm=MPI.COMM_NULL,
+    )
+    world = comm_world()
+    if world.size > 1:  # an intercommunicator between the even and the odd ranks
+        half = world.Split(color=world.rank % 2, key=world.rank)
+        inter = half.Create_intercomm(0, world, 1 - world.rank % 2, tag=7)
+        check_raises(
+            c,
+            "intercomm",
+            ValueError,
+            r"^comm is an intercommunicator; ml_comm needs an intra",
+            mc.init,
+            1,
+            1,
+            64,
+            comm=inter,
+        )
+        inter.Free()
+        half.Free()
+    valid_cycle(c, "after a bad comm")
     c.finish()

@@ -93,3 +93,15 @@ def test_buffers_untouched(session):
     mc.check_buffers_match(values)
     c.equal(values[0], before, "check_buffers_match modified its input")
     c.finish()
+
+
+def test_numpy_scalars(session):
+    """A NumPy scalar alone or in a list is compared like a 0-d array."""
+    c = Checks()
+    n = session.nranks
+    check_result(c, mc.check_buffers_match(np.int64(7)), 0, "equal scalar")
+    check_result(c, mc.check_buffers_match([np.float32(1.5), np.zeros(3)]), 0, "equal list")
+    mine = np.float32(2.0 if n > 1 and session.rank == n - 1 else 1.0)
+    check_result(c, mc.check_buffers_match(mine, flag=0), 1 if n > 1 else 0, "scalar differs")
+    check_result(c, mc.check_buffers_match([mine], flag=0), 1 if n > 1 else 0, "in a list")
+    c.finish()

@@ -240,3 +240,22 @@ def test_periodic_report(session, capsys, verbosity):
     mine = f"Rank {session.rank} "
     c.true(all(mine in ln for ln in lines), f"report lines name another rank: {lines}")
     c.finish()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_numpy_scalars(session, dtype):
+    """NumPy scalars (np.float32(x), a Keras optimizer's iterations.numpy()) are
+    averaged like 0-d arrays and come back as NumPy scalars of their dtype."""
+    c = Checks()
+    for tag, seeds in (("alone", (1,)), ("pair", (2, 3))):
+        grads = [make_input(session.rank, (), dtype, seed)[()] for seed in seeds]
+        out = mc.gradients(grads)
+        for seed, o in zip(seeds, out):
+            want = expected_average((), dtype, session.nranks, seed)[()]
+            c.true(type(o) is type(want), f"{tag}: got {type(o).__name__}, want {type(want)}")
+            c.equal(np.asarray(o), np.asarray(want), f"{tag}: scalar seed {seed}")
+    arrays = [make_input(session.rank, (5,), dtype, 4), make_input(session.rank, (), dtype, 5)[()]]
+    out = mc.gradients(arrays, team=1)
+    c.equal(out[0], expected_average((5,), dtype, session.nranks, 4), "amid: array")
+    c.equal(np.asarray(out[1]), expected_average((), dtype, session.nranks, 5), "amid: scalar")
+    c.finish()

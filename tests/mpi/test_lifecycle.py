@@ -14,7 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mpi_helpers import CHUNK_BYTES, DTYPES, Checks, comm_world, expected_average, make_input
+from mpi_helpers import (
+    CHUNK_BYTES,
+    DTYPES,
+    Checks,
+    comm_world,
+    expected_average,
+    make_input,
+    suite_comm,
+)
 
 import ml_comm as mc
 
@@ -93,7 +101,13 @@ def test_init_finalize_init_again():
     try:
         for i, cfg in enumerate(configs):
             nteams = cfg["nteams"]
-            mc.init(cfg["nthread_per_team"], nteams, cfg["msglen"], chunk_bytes=cfg["chunk_bytes"])
+            mc.init(
+                cfg["nthread_per_team"],
+                nteams,
+                cfg["msglen"],
+                chunk_bytes=cfg["chunk_bytes"],
+                comm=suite_comm(),
+            )
             check_working(c, nteams, f"cycle {i}")
             c.raises(ValueError, mc.gradients, [np.zeros(2, np.float32)], team=nteams)
             mc.finalize()
@@ -106,7 +120,7 @@ def test_init_finalize_init_again():
 def test_init_twice_raises_and_session_survives():
     c = Checks()
     try:
-        mc.init(1, 2, 256, chunk_bytes=CHUNK_BYTES)
+        mc.init(1, 2, 256, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
         c.raises(mc.MLCommError, mc.init, 1, 2, 256, chunk_bytes=CHUNK_BYTES)
         c.raises(mc.MLCommError, mc.init, 2, 1, 64)
         check_working(c, 2, "after init twice")
@@ -120,7 +134,7 @@ def test_init_twice_raises_and_session_survives():
 def test_framework_numpy(framework):
     c = Checks()
     try:
-        mc.init(1, 1, 512, framework, chunk_bytes=CHUNK_BYTES)
+        mc.init(1, 1, 512, framework, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
         check_working(c, 1, f"framework={framework!r}")
     finally:
         finalize_quietly()
@@ -131,13 +145,73 @@ def test_default_chunk_bytes_and_positional_args():
     """Default 1 MiB segments: a 1.2 MB array is 2 segments, 300x msglen."""
     c = Checks()
     try:
-        mc.init(2, 1, 1000)
+        mc.init(2, 1, 1000, comm=suite_comm())
         rank, n = mc.get_rank(), mc.get_nranks()
         out = mc.gradients([make_input(rank, (300_001,), np.float32, 4)])
         c.equal(out[0], expected_average((300_001,), np.float32, n, 4), "default chunk")
         check_working(c, 1, "default chunk")
     finally:
         finalize_quietly()
+    c.finish()
+
+
+@pytest.mark.parametrize("kind", ["split", "dup", "self"])
+def test_init_on_a_sub_communicator(kind):
+    """init(comm=...): rank, size and every operation are the communicator's. With a
+    split by rank parity each half averages among itself only, at the same time as
+    the other half."""
+    from mpi4py import MPI
+
+    c = Checks()
+    world = comm_world()
+    if kind == "split":
+        comm = world.Split(color=world.rank % 2, key=world.rank)
+    elif kind == "dup":
+        comm = world.Dup()
+    else:
+        comm = MPI.COMM_SELF
+    try:
+        mc.init(2, 2, 256, chunk_bytes=CHUNK_BYTES, comm=comm)
+        c.true(
+            (mc.get_rank(), mc.get_nranks()) == (comm.rank, comm.size),
+            f"{kind}: get_rank/get_nranks {(mc.get_rank(), mc.get_nranks())}, "
+            f"want {(comm.rank, comm.size)}",
+        )
+        check_working(c, 2, kind)
+        # The halves differ in their data: each half's result is its own average.
+        seed = 3 + (world.rank % 2 if kind == "split" else 0)
+        x = make_input(comm.rank, (1001,), np.float64, seed)
+        out = mc.gradients([x])[0]
+        want = expected_average((1001,), np.float64, comm.size, seed)
+        c.equal(out, want, f"{kind}: gradients over the communicator's ranks only")
+    finally:
+        finalize_quietly()
+        if kind != "self":
+            comm.Free()
+    c.finish()
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_finalize_frees_the_teams_when_the_summary_fails():
+    """The closing report prints; if that raises (stdout closed), finalize still stops
+    the teams' threads and frees their communicators, then raises."""
+    c = Checks()
+    before = _os_threads()
+    mc.init(3, 2, 256, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
+    mc.config_team(1, mc.ALG_AUTO, 10, 10, verbosity=2, perf_freq=1000)
+    c.true(_os_threads() >= before + 6, f"threads {before} -> {_os_threads()}: teams not seen")
+    mc.gradients([make_input(mc.get_rank(), (8,), np.float32)], team=1)
+    stdout, sys.stdout = sys.stdout, open(os.devnull, "w")  # noqa: SIM115 - closed below
+    sys.stdout.close()
+    try:
+        c.raises(ValueError, mc.finalize, words=("closed file",))
+    finally:
+        sys.stdout = stdout
+    c.true(_os_threads() == before, f"threads {before} before init, {_os_threads()} after")
+    check_not_initialised(c, "after a failed summary")
     c.finish()
 
 

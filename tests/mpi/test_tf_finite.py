@@ -53,3 +53,36 @@ def test_nan_in_one_rank_fails_everywhere(tf_session, mode):
         want = expected_average(s, np.float32, tf_session.nranks, i)
         c.equal(to_numpy(out[i]), want, f"{mode}: gradients[{i}]")
     c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_pipelined_team_recovers_after_one_failed_step(tf_session, mode):
+    """A pipelined call whose reduction fails (a NaN on one rank) makes the next call,
+    the one that would return it, raise on every rank; the calls after that work
+    again: the pipeline starts afresh (zeros, then the previous call's average)."""
+    rank, n, last = tf_session.rank, tf_session.nranks, tf_session.nranks - 1
+    shape = (6,)
+    zeros = np.zeros(shape, np.float32)
+    step = lambda ts: mc.gradients(ts, 1)  # noqa: E731
+    if mode == "function":
+        step = tf.function(step)
+
+    def call(seed, nan=False):
+        a = make_input(rank, shape, np.float32, seed)
+        if nan and rank == last:
+            a[1] = np.nan
+        return to_numpy(step([tf.constant(a)])[0])
+
+    c = Checks()
+    mc.config_team(1, mc.ALG_AUTO, 0, 100)  # pipelined from the first call
+    try:
+        c.equal(call(0), zeros, f"{mode}: call 0 (entering the pipeline)")
+        c.equal(call(1, nan=True), expected_average(shape, np.float32, n, 0), f"{mode}: call 1")
+        c.raises(tf.errors.InternalError, call, 2, words=("NaN or Inf",))
+        c.equal(call(3), zeros, f"{mode}: call 3 (the pipeline starts afresh)")
+        for seed in (4, 5):
+            want = expected_average(shape, np.float32, n, seed - 1)
+            c.equal(call(seed), want, f"{mode}: call {seed} returns call {seed - 1}'s average")
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, 0, 0)
+    c.finish()

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/types.h"
 
 extern "C" {
 #include <stddef.h>
@@ -30,21 +32,50 @@ using tensorflow::OpKernelContext;
 using tensorflow::OpOutputList;
 using tensorflow::Tensor;
 
-inline constexpr const char *kTypes = "T: {float, double, half, bfloat16, int32, int64}";
+// The one mapping from the core's dtypes (enum mlc_dtype in ml_comm.h) to
+// TensorFlow's: the core's code, TensorFlow's enum and the C++ element type. The ops'
+// type constraint, CoreDtype and every per-type dispatch derive from it; a dtype
+// added to the core fails the static_assert until it has its row here.
+template <int kCore, DataType kTf, typename Element>
+struct Dtype {
+  static constexpr int core = kCore;
+  static constexpr DataType tf = kTf;
+  using type = Element;
+};
+
+using Dtypes = std::tuple<Dtype<MLC_FLOAT32, tensorflow::DT_FLOAT, float>,
+                          Dtype<MLC_FLOAT64, tensorflow::DT_DOUBLE, double>,
+                          Dtype<MLC_FLOAT16, tensorflow::DT_HALF, Eigen::half>,
+                          Dtype<MLC_BFLOAT16, tensorflow::DT_BFLOAT16, tensorflow::bfloat16>,
+                          Dtype<MLC_INT32, tensorflow::DT_INT32, int32_t>,
+                          Dtype<MLC_INT64, tensorflow::DT_INT64, int64_t>>;
+static_assert(std::tuple_size_v<Dtypes> == MLC_NUM_DTYPES, "one row per dtype of ml_comm.h");
+
+// Calls f(row) for every row of Dtypes, in the core's order.
+template <typename F>
+void ForEachDtype(F &&f) {
+  std::apply([&](auto... row) { (f(row), ...); }, Dtypes{});
+}
+
+// The ops' type attribute, "T: {float, double, ...}", from Dtypes.
+inline std::string TypeAttr() {
+  std::string names;
+  ForEachDtype([&](auto row) {
+    names += (names.empty() ? "" : ", ") + tensorflow::DataTypeString(row.tf);
+  });
+  return "T: {" + names + "}";
+}
 
 // The team behind a live id, or nullptr with the op's status set (ml_comm_ops.cc).
 mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id);
 
+// The core's code of a TensorFlow dtype, or -1.
 inline int CoreDtype(DataType dt) {
-  switch (dt) {
-    case tensorflow::DT_FLOAT: return MLC_FLOAT32;
-    case tensorflow::DT_DOUBLE: return MLC_FLOAT64;
-    case tensorflow::DT_HALF: return MLC_FLOAT16;
-    case tensorflow::DT_BFLOAT16: return MLC_BFLOAT16;
-    case tensorflow::DT_INT32: return MLC_INT32;
-    case tensorflow::DT_INT64: return MLC_INT64;
-    default: return -1;
-  }
+  int code = -1;
+  ForEachDtype([&](auto row) {
+    if (row.tf == dt) code = row.core;
+  });
+  return code;
 }
 
 inline std::string Failure(mlc_team *team, int status) {

@@ -88,7 +88,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Input("tensor: T")
     .Output("buffer: T")
     .Output("token: int64")
-    .Attr(kTypes)
+    .Attr(TypeAttr())
     .Attr("team_handle: int")
     .Attr("group_key: int")
     .Attr("index: int")
@@ -170,7 +170,7 @@ REGISTER_OP("MlCommGroupWait")
     .Input("buffer: T")
     .Input("token: int64")
     .Output("reduced: T")
-    .Attr(kTypes)
+    .Attr(TypeAttr())
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc("The result of an MlCommGroupSubmit, once the reduction has filled its buffer.");
@@ -235,15 +235,9 @@ void AddInto(Tensor *out, const Tensor &in) {
 }
 
 void Add(Tensor *out, const Tensor &in) {
-  switch (out->dtype()) {
-    case tensorflow::DT_FLOAT: AddInto<float>(out, in); break;
-    case tensorflow::DT_DOUBLE: AddInto<double>(out, in); break;
-    case tensorflow::DT_HALF: AddInto<Eigen::half>(out, in); break;
-    case tensorflow::DT_BFLOAT16: AddInto<tensorflow::bfloat16>(out, in); break;
-    case tensorflow::DT_INT32: AddInto<int32_t>(out, in); break;
-    case tensorflow::DT_INT64: AddInto<int64_t>(out, in); break;
-    default: break;  // the ops' type constraint admits no other
-  }
+  ForEachDtype([&](auto row) {  // the ops' type constraint admits no other dtype
+    if (out->dtype() == row.tf) AddInto<typename decltype(row)::type>(out, in);
+  });
 }
 
 // A list reduction in flight, and what to add to its outputs once it is done.
@@ -279,7 +273,7 @@ REGISTER_OP("MlCommAllreduceN")
     .Input("tensors: N * T")
     .Output("reduced: N * T")
     .Attr("N: int >= 1")
-    .Attr(kTypes)
+    .Attr(TypeAttr())
     .Attr("team_handle: int")
     .Attr("average: bool = true")
     .SetIsStateful()
@@ -316,7 +310,7 @@ REGISTER_OP("MlCommBroadcastN")
     .Input("tensors: N * T")
     .Output("broadcast: N * T")
     .Attr("N: int >= 1")
-    .Attr("T: {float, double, half, bfloat16, int32, int64}")
+    .Attr(TypeAttr())
     .Attr("team_handle: int")
     .Attr("root: int")
     .SetIsStateful()

@@ -66,7 +66,7 @@ REGISTER_OP("MlCommPipelinedAllreduceN")
     .Input("tensors: N * T")
     .Output("reduced: N * T")
     .Attr("N: int >= 1")
-    .Attr(kTypes)
+    .Attr(TypeAttr())
     .Attr("team_handle: int")
     .Attr("ksteps: int")
     .Attr("max_steps: int")
@@ -131,9 +131,13 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
                 DoneCallback done) {
     std::vector<Tensor> previous = std::move(p->staging);
     p->staging.clear();
-    OP_REQUIRES_ASYNC(ctx, p->status == MLC_OK,
+    // The failure is this call's to report, once: reset before returning, so that the
+    // next call enters the pipeline afresh (zeros), as the NumPy pipeline does.
+    const int previous_status = p->status;
+    p->status = MLC_OK;
+    OP_REQUIRES_ASYNC(ctx, previous_status == MLC_OK,
                       tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
-                                                   Failure(team, p->status)),
+                                                   Failure(team, previous_status)),
                       done);
     if (phase == MLC_STEP_DRAIN) {
       AllreduceList(ctx, team, Op(), std::move(previous), std::move(done));

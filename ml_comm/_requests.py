@@ -1,0 +1,91 @@
+"""Asynchronous NumPy averages: submitting fused requests to a team, waiting for them,
+and turning failed ones into one MLCommError."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dtypes, checks
+from ._buffers import tensor_list
+from ._core import ffi, lib
+from ._status import check
+from .errors import MLCommError
+
+
+def submit_average(
+    handle, outputs: list[np.ndarray], inputs: list[np.ndarray], in_place=False, part=0, nparts=1
+):
+    """Start an asynchronous average of arrays of one dtype; returns (request, keep).
+
+    part/nparts: this request's place among the call's requests (one per dtype), so
+    that ranks whose lists split into different dtypes fail alike (csrc/signature.c)."""
+    tensors, keep = tensor_list(outputs, None if in_place else inputs)
+    out = ffi.new("mlc_request **")
+    rc = lib.mlc_team_allreduce_async_part(
+        handle,
+        tensors,
+        len(outputs),
+        _dtypes.CODES[outputs[0].dtype],
+        lib.MLC_OP_AVERAGE,
+        part,
+        nparts,
+        ffi.NULL,
+        ffi.NULL,
+        out,
+    )
+    check(rc, "gradients")
+    return out[0], (tensors, keep)
+
+
+def average_groups(handle, inputs, groups, outputs) -> None:
+    """Synchronous: one fused request per dtype, all in flight at once; fills outputs."""
+    requests = []
+    orders = []
+    keep = []
+    try:
+        for part, idx in enumerate(groups.values()):
+            order = idx[::-1]
+            for i in order:
+                outputs[i] = np.empty(inputs[i].shape, inputs[i].dtype)
+            request, k = submit_average(
+                handle,
+                [outputs[i] for i in order],
+                [inputs[i] for i in order],
+                part=part,
+                nparts=len(groups),
+            )
+            keep.append(k)
+            requests.append(request)
+            orders.append(order)
+    finally:
+        errors = wait_all(requests, orders)
+    if errors:
+        raise MLCommError("gradients failed: " + "; ".join(errors))
+
+
+def average_now(handle, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    outputs = [np.empty(a.shape, a.dtype) for a in arrays]
+    request, _keep = submit_average(handle, outputs, arrays)
+    wait_one(request)
+    return outputs
+
+
+def wait_one(request) -> None:
+    errors = wait_all([request])
+    if errors:
+        raise MLCommError("gradients failed: " + "; ".join(errors))
+
+
+def wait_all(requests, orders=None) -> list[str]:
+    """Wait for and free the requests; their distinct error messages. orders[k]: the
+    gradient list index of each tensor of request k, for NaN/Inf reports."""
+    errors = []
+    for k, req in enumerate(requests):
+        status = lib.mlc_request_wait(req)
+        if status != lib.MLC_OK:
+            order = orders[k] if orders is not None else None
+            text = checks.request_error(req, status, order, "gradients")
+            if text not in errors:  # the parts of a failed call repeat its message
+                errors.append(text)
+        lib.mlc_request_free(req)
+    return errors

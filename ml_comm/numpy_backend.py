@@ -1,0 +1,34 @@
+"""The NumPy backend (framework None or "numpy"): gradients and broadcast take and
+return NumPy arrays; pipelined teams keep their state here (see backend.py)."""
+
+from __future__ import annotations
+
+from . import broadcasts, pipeline, reductions
+from ._requests import wait_one
+from .session import Session
+
+
+class NumpyBackend:
+    name = "numpy"
+    nonblocking_ops = False  # callers block in mlc_request_wait
+
+    def __init__(self, session: Session):
+        self.session = session
+        # Pipelined teams: team -> {gradient layout: pipeline.Stage}
+        self.pipelines: dict[int, dict] = {}
+
+    def gradients(self, grads, team: int) -> list:
+        self.session.team(team)  # a bad team id fails before the pipelines are touched
+        return reductions.gradients(self.session, self.pipelines.setdefault(team, {}), grads, team)
+
+    def broadcast(self, values, root: int):
+        return broadcasts.broadcast(self.session, values, root)
+
+    def restart(self, team: int) -> None:
+        # A reduction in flight finishes (under the old settings) and its result is dropped.
+        pipeline.drain_all(self.pipelines.pop(team, {}), wait_one)
+
+    def close(self) -> None:
+        for stages in self.pipelines.values():
+            pipeline.drain_all(stages, wait_one)
+        self.pipelines = {}
