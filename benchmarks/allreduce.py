@@ -8,9 +8,14 @@
 For each message size (bytes; count = bytes / itemsize elements) it times, in the same run and
 interleaved iteration by iteration (the order alternates, so machine noise hits both alike):
 
-- ml_comm: ``mc.allreduce_sum(buf)`` in place (``--op average``: ``mc.average(buf)``);
-- MPI: ``comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)`` through mpi4py on the same MPI library
-  (``--op average``: followed by an in-place multiply by 1/nranks, which is what average costs).
+- ml_comm: the call that --api names (benchmarks/product_paths.py), on --tensors tensors that
+  split the size (or, with --shapes resnet50, on ResNet-50's 214 gradients, one row):
+  ``gradients`` (the default: ``mc.gradients(list)``, new results each call), ``tf`` (the op
+  inside tf.function, the caller holding the inputs), ``tf-forwarded`` (gradients computed
+  inside the function), ``average`` / ``allreduce_sum`` (in place, one buffer);
+- MPI: ``comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)`` through mpi4py on the same MPI library,
+  on one flat buffer of the same bytes (``--api average``: followed by an in-place multiply by
+  1/nranks, which is what average costs).
 
 Each iteration starts after a barrier; its time is the slowest rank's; the reported time is the
 median over iterations. algbw = bytes / time, busbw = algbw * 2(n-1)/n (the bytes each rank's
@@ -43,6 +48,9 @@ from pathlib import Path
 import numpy as np
 
 import ml_comm as mc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import product_paths  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
 ALGS = {"auto": "ALG_AUTO", "ring": "ALG_RING", "rd": "ALG_RECURSIVE_DOUBLING"}
@@ -87,7 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("-t", "--threads", type=int, default=2, help="ml_comm threads per team (2)")
     a("--chunk-bytes", type=parse_bytes, default=None, help="ml_comm ring segment size")
     a("--alg", choices=sorted(ALGS), default="auto", help="ml_comm algorithm (auto)")
-    a("--op", choices=("sum", "average"), default="sum", help="sum: allreduce_sum; average")
+    a("--api", choices=product_paths.APIS, default="gradients", help="ml_comm call (gradients)")
+    a("--tensors", type=int, default=1, help="tensors each size is split into (1)")
+    a("--shapes", choices=("resnet50",), help="one row: this model's gradient list instead")
     a("-d", "--dtype", choices=sorted(DTYPES), default="float32", help="element type (float32)")
     a("--json", metavar="PATH", help="write the header and per-size rows as JSON")
     a("--plot", metavar="PNG", help="write a plot (benchmarks/plot.py) of this run")
@@ -96,8 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--factor must be >= 2")
     if args.min_bytes > args.max_bytes:
         p.error("--min-bytes must not exceed --max-bytes")
-    if args.op == "average" and not args.dtype.startswith("float"):
-        p.error("--op average needs a floating-point --dtype")
+    averages = args.api not in ("allreduce_sum",)
+    if averages and not args.dtype.startswith("float"):
+        p.error(f"--api {args.api} averages: it needs a floating-point --dtype")
+    if args.tensors < 1:
+        p.error("--tensors must be at least 1")
+    args.op = "average" if averages else "sum"
     return args
 
 
@@ -116,13 +130,13 @@ def fill_pattern(buf: np.ndarray, rank: int, tile: np.ndarray) -> None:
         np.add(tile[: len(part)], rank, out=part, casting="unsafe")
 
 
-def count_wrong(buf: np.ndarray, nranks: int, op: str, tile: np.ndarray) -> int:
-    """Elements that differ from sum_r ((i % 13) + r) (or its average, within one ulp)."""
+def count_wrong(buf: np.ndarray, nranks: int, op: str, tile: np.ndarray, scale: int = 1) -> int:
+    """Elements that differ from scale * sum_r ((i % 13) + r) (or its average, within one ulp)."""
     wrong = 0
     offset = nranks * (nranks - 1) // 2
     for off in range(0, len(buf), BLOCK):
         part = buf[off : off + BLOCK]
-        expected = tile[: len(part)].astype(np.float64) * nranks + offset
+        expected = (tile[: len(part)].astype(np.float64) * nranks + offset) * scale
         if op == "average":
             expected = (expected / nranks).astype(buf.dtype)
             wrong += int(np.count_nonzero(np.abs(part - expected) > np.spacing(expected)))
@@ -158,6 +172,8 @@ def header_fields(args, nranks: int) -> dict:
         "inline_bytes": settings["inline_bytes"],
         "alg": args.alg,
         "op": args.op,
+        "api": args.api,
+        "tensors": "resnet50" if args.shapes else args.tensors,
         "dtype": args.dtype,
         "iters": args.iters or "auto",
         "warmup": args.warmup if args.warmup >= 0 else "auto",
@@ -175,7 +191,8 @@ def print_header(h: dict) -> None:
     print(
         f"# nranks {h['nranks']}, threads/team {h['threads_per_team']}, chunk {chunk}, "
         f"latency path below {latency}, caller's thread up to {human_bytes(h['inline_bytes'])}, "
-        f"alg {h['alg']}, op {h['op']}, dtype {h['dtype']}, iters {h['iters']}, "
+        f"alg {h['alg']}, api {h['api']}, tensors {h['tensors']}, dtype {h['dtype']}, "
+        f"iters {h['iters']}, "
         f"warmup {h['warmup']}"
     )
     print(f"# date {h['date']}, host {h['hostname']}")
@@ -217,26 +234,43 @@ class Bench:
         self.MPI, self.comm, self.args = MPI, comm, args
         self.rank, self.nranks = comm.Get_rank(), comm.Get_size()
         self.dtype = np.dtype(DTYPES[args.dtype])
-        self.sizes = sizes_in_bytes(args, self.dtype.itemsize)
+        self.shapes = product_paths.resnet50_shapes() if args.shapes else None
+        if self.shapes:
+            count = sum(int(np.prod(s, dtype=np.int64)) for s in self.shapes)
+            self.sizes = [count * self.dtype.itemsize]
+        else:
+            self.sizes = sizes_in_bytes(args, self.dtype.itemsize)
         self.buf = np.zeros(max(self.sizes) // self.dtype.itemsize, dtype=self.dtype)
         self.tile = (np.arange(BLOCK) % PATTERN_PERIOD).astype(self.dtype)
-        self.scale = self.dtype.type(1.0 / self.nranks) if args.op == "average" else None
-        self.ml_op = mc.average if args.op == "average" else mc.allreduce_sum
+        self.api = product_paths.make(args.api)
+        # MPI averages only where ml_comm's call is an in-place average of the same buffer.
+        self.scale = self.dtype.type(1.0 / self.nranks) if args.api == "average" else None
+
+    def bind(self, b: np.ndarray) -> None:
+        shapes = self.shapes or product_paths.equal_shapes(len(b), self.args.tensors)
+        self.api.bind(b, product_paths.split(b, shapes))
 
     def run_mlcomm(self, b: np.ndarray) -> None:
-        self.ml_op(b)
+        self.api.run()
 
     def run_mpi(self, b: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, b, op=self.MPI.SUM)
         if self.scale is not None:
             np.multiply(b, self.scale, out=b)
 
-    def verify(self, fn, b: np.ndarray) -> int:
+    def verify(self, fn, b: np.ndarray, mine: bool) -> int:
         """One checked iteration; the number of wrong elements summed over ranks."""
         fill_pattern(b, self.rank, self.tile)
+        if mine:
+            self.bind(b)
         self.comm.Barrier()
         fn(b)
-        return self.comm.allreduce(count_wrong(b, self.nranks, self.args.op, self.tile))
+        if not mine:
+            wrong = count_wrong(b, self.nranks, "average" if self.scale else "sum", self.tile)
+        else:
+            op = "average" if self.api.expect_average else "sum"
+            wrong = count_wrong(self.api.result(), self.nranks, op, self.tile, self.api.scale)
+        return self.comm.allreduce(wrong)
 
     def timed(self, b: np.ndarray, n: int, first: int) -> tuple[np.ndarray, float]:
         """n interleaved iterations -> (slowest rank's times [impl, iter] in s, wall s)."""
@@ -258,9 +292,10 @@ class Bench:
     def one_size(self, nbytes: int) -> dict:
         args, count = self.args, nbytes // self.dtype.itemsize
         b = self.buf[:count]
-        wrong_ml = self.verify(self.run_mlcomm, b)
-        wrong_mpi = self.verify(self.run_mpi, b)
+        wrong_ml = self.verify(self.run_mlcomm, b, mine=True)
+        wrong_mpi = self.verify(self.run_mpi, b, mine=False)
         b[:] = 0
+        self.bind(b)  # timed on zeros, so in-place sums cannot overflow
         warmup = args.warmup if args.warmup >= 0 else default_warmup(nbytes)
         _, wall = self.timed(b, warmup, 0)
         iters = args.iters
@@ -306,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, nranks = comm.Get_rank(), comm.Get_size()
     bench = Bench(args, comm)
     init_kwargs = {"chunk_bytes": args.chunk_bytes} if args.chunk_bytes else {}
-    mc.init(args.threads, 1, len(bench.buf), **init_kwargs)
+    mc.init(args.threads, 1, len(bench.buf), **init_kwargs, **bench.api.init_kwargs)
     forever = 1 << 30  # ksteps >= max_steps: always synchronous
     mc.config_team(0, getattr(mc, ALGS[args.alg]), forever, forever)
 

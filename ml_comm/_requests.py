@@ -8,7 +8,7 @@ import numpy as np
 from . import _dtypes, checks
 from ._buffers import tensor_list
 from ._core import ffi, lib
-from ._status import check
+from ._status import ERR_LEN, check
 from .errors import MLCommError
 
 
@@ -18,7 +18,7 @@ def submit_average(
     """Start an asynchronous average of arrays of one dtype; returns (request, keep).
 
     part/nparts: this request's place among the call's requests (one per dtype), so
-    that ranks whose lists split into different dtypes fail alike (csrc/signature.c)."""
+    that ranks whose lists split into different dtypes fail alike (csrc/agree/)."""
     tensors, keep = tensor_list(outputs, None if in_place else inputs)
     out = ffi.new("mlc_request **")
     rc = lib.mlc_team_allreduce_async_part(
@@ -37,16 +37,31 @@ def submit_average(
     return out[0], (tensors, keep)
 
 
-def average_groups(handle, inputs, groups, outputs) -> None:
-    """Synchronous: one fused request per dtype, all in flight at once; fills outputs."""
+def average_blocking(handle, err, outputs: list[np.ndarray], inputs: list[np.ndarray]) -> None:
+    """One blocking average: a small one runs on this thread, with no hand-off to the
+    team's threads (about as long as the whole reduction below a few KiB)."""
+    tensors, _keep = tensor_list(outputs, inputs)
+    rc = lib.mlc_team_allreduce_part(
+        handle, tensors, len(outputs), _dtypes.CODES[outputs[0].dtype], lib.MLC_OP_AVERAGE, 0, 1,
+        err, ERR_LEN,
+    )  # fmt: skip
+    check(rc, "gradients", err)
+
+
+def average_groups(handle, inputs, groups, outputs, err=None) -> None:
+    """Synchronous: the average of inputs into outputs (allocated by the caller), one fused
+    request per dtype. One dtype with `err` given: one blocking call; else all requests in
+    flight at once (and a NaN/Inf report names the gradients by their list index)."""
+    if err is not None and len(groups) == 1:
+        order = next(iter(groups.values()))[::-1]
+        average_blocking(handle, err, [outputs[i] for i in order], [inputs[i] for i in order])
+        return
     requests = []
     orders = []
     keep = []
     try:
         for part, idx in enumerate(groups.values()):
             order = idx[::-1]
-            for i in order:
-                outputs[i] = np.empty(inputs[i].shape, inputs[i].dtype)
             request, k = submit_average(
                 handle,
                 [outputs[i] for i in order],

@@ -231,15 +231,22 @@ def version_info() -> dict:
 # ---------------------------------------------------------------- data
 
 
-def gradients(grads: Sequence, team: int = 0) -> list:
+def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> list:
     """Average a list of arrays over all ranks; returns new arrays, inputs untouched.
 
     Arrays of one dtype are fused into one reduction, laid out in reverse list
     order (the gradients that backprop produces first come first). On a pipelined
     team (config_team ksteps < max_steps) a call may return the previous call's
     average instead; see pipeline.py. With framework="tensorflow": tensors in and out.
+    NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
+    dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
-    return _active().backend.gradients(grads, team)
+    backend = _active().backend
+    if out is None:
+        return backend.gradients(grads, team)
+    if backend.name != "numpy":
+        raise ValueError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
+    return backend.gradients(grads, team, out)
 
 
 def broadcast(values, root: int = 0):

@@ -4,6 +4,7 @@ return NumPy arrays; pipelined teams keep their state here (see backend.py)."""
 from __future__ import annotations
 
 from . import broadcasts, pipeline, reductions
+from ._pool import OutputPool
 from ._requests import wait_one
 from .session import Session
 
@@ -16,10 +17,14 @@ class NumpyBackend:
         self.session = session
         # Pipelined teams: team -> {gradient layout: pipeline.Stage}
         self.pipelines: dict[int, dict] = {}
+        # Results' memory, per team (teams run concurrently): team -> OutputPool
+        self.pools: dict[int, OutputPool] = {}
 
-    def gradients(self, grads, team: int) -> list:
+    def gradients(self, grads, team: int, out=None) -> list:
         self.session.team(team)  # a bad team id fails before the pipelines are touched
-        return reductions.gradients(self.session, self.pipelines.setdefault(team, {}), grads, team)
+        stages = self.pipelines.setdefault(team, {})
+        pool = self.pools.setdefault(team, OutputPool())
+        return reductions.gradients(self.session, stages, pool, grads, team, out)
 
     def broadcast(self, values, root: int):
         return broadcasts.broadcast(self.session, values, root)

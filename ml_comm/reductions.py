@@ -10,7 +10,8 @@ import numpy as np
 from . import _dtypes, pipeline
 from ._buffers import as_array, buffer, group_by_dtype, in_place_array
 from ._core import lib
-from ._requests import average_groups, average_now, submit_average, wait_one
+from ._pool import OutputPool
+from ._requests import average_blocking, average_groups, average_now, submit_average, wait_one
 from ._status import ERR_LEN, check
 from .session import Session
 
@@ -25,8 +26,16 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     return arr
 
 
-def gradients(s: Session, stages: dict, grads: Sequence[np.ndarray], team: int) -> list[np.ndarray]:
-    """The list averaged over the session's ranks (new arrays, inputs untouched).
+def gradients(
+    s: Session,
+    stages: dict,
+    pool: OutputPool,
+    grads: Sequence[np.ndarray],
+    team: int,
+    out: Sequence[np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """The list averaged over the session's ranks (inputs untouched): into `out` when
+    given, else into new arrays from `pool` (memory earlier calls touched).
 
     stages: this team's pipelines ({gradient layout: pipeline.Stage}), kept by the caller.
     """
@@ -34,13 +43,26 @@ def gradients(s: Session, stages: dict, grads: Sequence[np.ndarray], team: int) 
     config = s.configs[team]
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"gradients takes a list of numpy arrays, got {type(grads).__name__}")
+    pipelined = pipeline.is_pipelined(config.ksteps, config.max_steps)
+    if out is None and not pipelined and not s.guard.finite and _one_plain_dtype(grads):
+        # The common call, with nothing to convert or group: a blocking call that runs
+        # small lists on this thread; every microsecond of Python counts at 8 bytes.
+        outputs = pool.arrays(grads)
+        average_blocking(handle, s.err, outputs[::-1], grads[::-1])
+        return outputs
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
     inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
-    outputs: list = [None] * len(inputs)
     groups = group_by_dtype(inputs)
-    if not pipeline.is_pipelined(config.ksteps, config.max_steps):
-        average_groups(handle, inputs, groups, outputs)
+    if out is not None:
+        outputs = _checked_out(out, inputs, pipelined)
+    elif pipelined:
+        outputs = [None] * len(inputs)
+    else:
+        outputs = pool.arrays(inputs)
+    if not pipelined:
+        # With the finite check the requests' own reports map NaNs to list indices.
+        average_groups(handle, inputs, groups, outputs, None if s.guard.finite else s.err)
     else:
         _pipelined(handle, config, stages, inputs, groups, outputs)
     # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
@@ -48,6 +70,32 @@ def gradients(s: Session, stages: dict, grads: Sequence[np.ndarray], team: int) 
         out[()] if isinstance(g, np.generic) and out is not None else out
         for g, out in zip(grads, outputs)
     ]
+
+
+def _one_plain_dtype(grads) -> bool:
+    """Every gradient a C-contiguous ndarray of one dtype that the core reduces."""
+    if not grads or type(grads[0]) is not np.ndarray or grads[0].dtype not in _dtypes.CODES:
+        return False
+    dtype = grads[0].dtype
+    return all(type(g) is np.ndarray and g.dtype == dtype and g.flags.c_contiguous for g in grads)
+
+
+def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndarray]:
+    """gradients(out=...): one writable C-contiguous array per gradient, of its shape and
+    dtype (it may be the gradient itself: then the average replaces it)."""
+    if pipelined:
+        raise ValueError("gradients(out=...) is for synchronous teams; a pipelined team "
+                         "returns the previous call's average from its own buffers")  # fmt: skip
+    if not isinstance(out, (list, tuple)) or len(out) != len(inputs):
+        raise ValueError(f"gradients: out must be a list of {len(inputs)} arrays, one per gradient")
+    for i, (o, g) in enumerate(zip(out, inputs)):
+        in_place_array(o, f"out[{i}]")
+        if o.shape != g.shape or o.dtype != g.dtype or not o.flags.c_contiguous:
+            raise ValueError(
+                f"gradients: out[{i}] must be a C-contiguous {g.dtype} array of shape {g.shape}, "
+                f"got {o.dtype} {o.shape}"
+            )
+    return list(out)
 
 
 def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:

@@ -20,8 +20,8 @@ from .errors import MLCommError
 from .report import TeamReporter, stats_dict
 
 ALG_AUTO = lib.MLC_ALG_AUTO
-# Environment overrides of the core's size thresholds (their defaults live in csrc/team.c
-# and, for the direct allreduce, csrc/checks.h).
+# Environment overrides of the core's size thresholds (their defaults live in csrc/team/team.c
+# and, for the direct allreduce, csrc/agree/agree.h).
 THRESHOLD_SETTERS = {
     "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
     "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,

@@ -60,7 +60,6 @@ typedef struct mlc_agree {
     int64_t direct_bytes;
     char *acc; /* direct_bytes: where several tensors' direct allreduce is summed */
     mlc_tp_req *reqs; /* 2 (size - 1) */
-    unsigned char *arrived;
     int drop_left; /* parts of a failed multi-request call to fail without exchanging */
     int drop_status;
     char drop_message[MLC_MSG_LEN];

@@ -88,8 +88,7 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->dog.rank = tp->rank;
     const int n = tp->size;
     ag->reqs = calloc(2 * (size_t)n, sizeof *ag->reqs);
-    ag->arrived = calloc((size_t)n, 1);
-    if (!ag->reqs || !ag->arrived || size_slots(ag, MLC_DEFAULT_DIRECT_BYTES) != MLC_OK)
+    if (!ag->reqs || size_slots(ag, MLC_DEFAULT_DIRECT_BYTES) != MLC_OK)
         return MLC_ERR_NOMEM;
     return MLC_OK;
 }
@@ -98,10 +97,8 @@ void mlc_agree_destroy(mlc_agree *ag) {
     free(ag->slots);
     free(ag->acc);
     free(ag->reqs);
-    free(ag->arrived);
     ag->slots = ag->acc = NULL;
     ag->reqs = NULL;
-    ag->arrived = NULL;
     pthread_mutex_destroy(&ag->exchange_lock);
     pthread_mutex_destroy(&ag->list_lock);
     pthread_cond_destroy(&ag->ready_cv);
@@ -142,19 +139,16 @@ void mlc_agree_ready(mlc_agree *ag, mlc_agreement *a, const mlc_sign_input *in) 
 
 /* ---- the exchange ---- */
 
-typedef struct missing_arg {
-    const mlc_agree *ag;
-} missing_arg;
-
 /* The peers whose signature has not arrived: those that have not reached the request. */
 static void describe_missing(const void *arg, char *buf, size_t len) {
-    const mlc_agree *ag = ((const missing_arg *)arg)->ag;
+    mlc_agree *ag = (mlc_agree *)arg;
+    const int me = ag->tp.rank;
     char ranks[MLC_MSG_LEN] = "";
     size_t off = 0;
     int nmissing = 0;
-    for (int r = 0; r < ag->tp.size; r++) {
-        if (r == ag->tp.rank || ag->arrived[r]) continue;
-        mlc_append(ranks, sizeof ranks, &off, "%s%d", nmissing++ ? ", " : "", r);
+    for (int k = 0; k < ag->tp.size - 1; k++) {
+        if (mlc_tp_peek(&ag->tp, &ag->reqs[k])) continue;
+        mlc_append(ranks, sizeof ranks, &off, "%s%d", nmissing++ ? ", " : "", k < me ? k : k + 1);
     }
     snprintf(buf, len, "%s %s to reach it", nmissing == 1 ? "rank" : "ranks", nmissing ? ranks : "?");
 }
@@ -169,17 +163,15 @@ static void describe_inputs(const void *arg, char *buf, size_t len) {
 
 static void stall_progress(void *arg, const mlc_tp *tp, int64_t poll) { mlc_stall_poll(arg); }
 
-/* Post every receive and send, then collect the receives one by one (noting who
- * has arrived, for the watchdog), then the sends. After an error nothing stays
- * posted: the next exchange reuses the handles. */
+/* Post every receive and send, then wait for all of them. After an error nothing
+ * stays posted: the next exchange reuses the handles. */
 static int exchange(mlc_agree *ag, mlc_agreement *a) {
     mlc_tp *tp = &ag->tp;
     const int n = tp->size, me = tp->rank, npeers = n - 1;
     const mlc_signature *mine = slot(ag, me);
     const int64_t bytes = (int64_t)mlc_signature_bytes() +
                           (a->in.direct ? a->in.total * mlc_dtype_size(a->in.dtype) : 0);
-    int rc = MLC_OK, nrecv = 0, nsend = 0, index;
-    memset(ag->arrived, 0, (size_t)n);
+    int rc = MLC_OK, nrecv = 0, nsend = 0;
     for (int k = 0; k < npeers && rc == MLC_OK; k++) {
         int peer = k < me ? k : k + 1;
         rc = mlc_tp_irecv(tp, slot(ag, peer), (int64_t)ag->slot_bytes, peer, MLC_SIG_TAG, &ag->reqs[k]);
@@ -197,16 +189,9 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
         return rc;
     }
     mlc_stall stall;
-    missing_arg arg = {ag};
-    mlc_stall_begin(&stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &arg);
+    mlc_stall_begin(&stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, ag);
     mlc_tp_set_progress(tp, stall_progress, &stall);
-    for (;;) {
-        if ((rc = mlc_tp_waitany(tp, npeers, ag->reqs, &index))) break;
-        if (index < 0) break; /* every receive is in */
-        ag->arrived[index < me ? index : index + 1] = 1;
-    }
-    if (rc == MLC_OK) rc = mlc_tp_waitall(tp, npeers, ag->reqs + npeers);
-    if (rc != MLC_OK) {
+    if ((rc = mlc_tp_waitall(tp, 2 * npeers, ag->reqs)) != MLC_OK) {
         mlc_tp_abandon(tp, 2 * npeers, ag->reqs);
         snprintf(a->message, MLC_MSG_LEN, "%.480s (agreement check)", ag->tp_message);
     }

@@ -6,9 +6,12 @@
 
 #include "transport/transport.h"
 
-/* A contiguous piece of one reduction. */
+/* A contiguous piece of one reduction: the result goes to data; the input is read
+ * from input when it is not NULL (out of place: a large tensor reduced straight
+ * from the caller's input into its output, with no copy), else from data. */
 typedef struct mlc_segment {
     char *data;
+    const char *input;
     int64_t count;
     int tag; /* of its messages: the segment's number modulo MLC_TAG_SPACE */
 } mlc_segment;
@@ -18,7 +21,7 @@ typedef struct mlc_segment {
 /* Segments a thread keeps in flight in one call (see allreduce_ring.c). */
 #define MLC_RING_BATCH 2
 
-/* One allreduce call: a batch of segments reduced in place, every rank the same. */
+/* One allreduce call: a batch of segments, every rank the same. */
 typedef struct mlc_algo_call {
     int dtype, elem_size, op;
     const mlc_segment *segs;
@@ -46,6 +49,10 @@ int mlc_reduce_scatter_ring(mlc_tp *tp, const mlc_algo_call *call);
 int mlc_allgather_ring(mlc_tp *tp, const mlc_algo_call *call);
 /* The direct allreduce's sum: the n ranks' inputs, in rank order (allreduce_direct.c). */
 void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, int dtype, int op);
+
+/* Algorithms that work in place start with this: an out-of-place segment's input
+ * copied to its output. */
+void mlc_segment_copy_input(const mlc_segment *seg, int elem_size);
 
 /* Broadcast of one segment from root (broadcast_binomial.c). */
 int mlc_broadcast_binomial(mlc_tp *tp, char *buf, int64_t bytes, int root, int tag);

@@ -31,6 +31,7 @@ static int one_segment(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *se
     int rc, posted = 0;
 
     if (n > MAX_RANKS || (int64_t)(n - 1) * bytes > c->scratch_bytes) return MLC_ERR_ARG;
+    mlc_segment_copy_input(seg, c->elem_size); /* works in place */
     for (int k = 0, slot = 0; k < n; k++) {
         if (k == me) continue;
         if ((rc = mlc_tp_irecv(tp, c->scratch + slot++ * bytes, bytes, k, seg->tag, &reqs[posted]))) {

@@ -20,6 +20,7 @@ static int one_segment(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *se
     int rc;
 
     if (n > 1 && bytes > c->scratch_bytes) return MLC_ERR_ARG;
+    mlc_segment_copy_input(seg, c->elem_size); /* works in place */
     if (r >= p2) {
         if ((rc = mlc_tp_send(tp, buf, bytes, fold, seg->tag))) return rc;
         return mlc_tp_recv(tp, buf, bytes, fold, seg->tag); /* already averaged by the partner */

@@ -9,7 +9,9 @@
  * allreduce_direct.c. A thread runs a batch of segments in lock step (up to
  * MLC_RING_MAX_BATCH) so one segment's transfer overlaps another's reduction;
  * the team's threads run their own batches at the same time on their own
- * communicators. Scratch: the batch's largest block, once per segment. */
+ * communicators. Scratch: the batch's largest block, once per segment.
+ * Out of place (a segment with an input): reduce_scatter_ring.c reads the input
+ * and writes every block it reduces to the output, the allgather the rest. */
 #include "algo.h"
 #include "ring_blocks.h"
 
@@ -20,6 +22,10 @@ int mlc_allreduce_ring(mlc_tp *tp, const mlc_algo_call *c) {
 
     if (c->nseg > MLC_RING_MAX_BATCH) return MLC_ERR_ARG;
     if (n > 1 && mlc_ring_slot_bytes(tp, c) * c->nseg > c->scratch_bytes) return MLC_ERR_ARG;
+    if (n == 1) { /* nothing to exchange: an out-of-place input is the result */
+        for (int d = 0; d < c->nseg; d++) mlc_segment_copy_input(&c->segs[d], c->elem_size);
+        return MLC_OK;
+    }
     if ((rc = mlc_reduce_scatter_ring(tp, c))) return rc;
     if (c->op == MLC_OP_AVERAGE) {
         for (int d = 0; d < c->nseg; d++) {

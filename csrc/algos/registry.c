@@ -2,6 +2,7 @@
  * id in ml_comm.h's enum mlc_algorithm). plan/plan.c is the one place that picks
  * a row for a request. */
 #include <stddef.h>
+#include <string.h>
 
 #include "algo.h"
 
@@ -24,4 +25,9 @@ int mlc_algorithm_count(void) { return NROWS; }
 const char *mlc_algorithm_name(int id) {
     const mlc_algo *a = mlc_algo_find(id);
     return a ? a->name : id == MLC_ALG_AUTO ? "auto" : "unknown";
+}
+
+void mlc_segment_copy_input(const mlc_segment *seg, int elem_size) {
+    if (seg->input && seg->input != seg->data && seg->count > 0)
+        memcpy(seg->data, seg->input, seg->count * elem_size);
 }

@@ -28,11 +28,16 @@ void mlc_gather_range(const mlc_tensor *tensors, const int64_t *starts, int nten
                       int64_t start, int64_t count, char *buf);
 void mlc_scatter_range(const mlc_tensor *tensors, const int64_t *starts, int ntensors, int dtype,
                        int64_t start, int64_t count, const char *buf);
+/* The tensor that holds element `start` of the concatenation (the last one that
+ * starts at or before it; for start < total a non-empty one). */
+int mlc_tensor_at(const int64_t *starts, int ntensors, int64_t start);
 /* The bytes a tensor's reduction reads: its source, or its data when in place. */
 static inline const void *mlc_tensor_input(const mlc_tensor *t) { return t->source ? t->source : t->data; }
 
-/* reduce.c: dst += src element-wise; an average's final division. */
+/* reduce.c: dst += src element-wise; dst = a + b (out of place; dst may be a);
+ * an average's final division. */
 void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype);
+void mlc_reduce_sum_to(void *dst, const void *a, const void *b, int64_t n, int dtype);
 void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks);
 
 /* finite.c: 1 when some of the n elements is NaN or +-Inf (floating dtypes only). */

@@ -21,43 +21,35 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)(bits >> 16);
 }
 
-#define SUM_LOOP(T)                                                   \
-    do {                                                              \
-        T *restrict d = dst;                                          \
-        const T *restrict s = src;                                    \
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];                 \
+/* dst = a + b element-wise. dst may be a (in place) but never b; for two distinct
+ * buffers and a third output the compiler may assume no overlap at all. */
+#define SUM_LOOP(T, U, EXPR)                                        \
+    do {                                                            \
+        T *d = dst;                                                 \
+        const T *x = a;                                             \
+        const T *restrict y = b;                                    \
+        for (int64_t i = 0; i < n; i++) {                           \
+            U xi = x[i], yi = y[i];                                 \
+            d[i] = EXPR;                                            \
+        }                                                           \
     } while (0)
 
-void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype) {
+static void sum(void *dst, const void *a, const void *b, int64_t n, int dtype) {
     switch (dtype) {
-    case MLC_FLOAT32: SUM_LOOP(float); break;
-    case MLC_FLOAT64: SUM_LOOP(double); break;
-    case MLC_INT32: {
-        /* Wrap-around like NumPy instead of signed-overflow undefined behaviour. */
-        uint32_t *restrict d = dst;
-        const uint32_t *restrict s = src;
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-        break;
+    case MLC_FLOAT32: SUM_LOOP(float, float, xi + yi); break;
+    case MLC_FLOAT64: SUM_LOOP(double, double, xi + yi); break;
+    /* Integers wrap around like NumPy instead of signed-overflow undefined behaviour. */
+    case MLC_INT32: SUM_LOOP(uint32_t, uint32_t, xi + yi); break;
+    case MLC_INT64: SUM_LOOP(uint64_t, uint64_t, xi + yi); break;
+    case MLC_FLOAT16: SUM_LOOP(_Float16, float, (_Float16)(xi + yi)); break;
+    case MLC_BFLOAT16: SUM_LOOP(uint16_t, uint16_t, f32_to_bf16(bf16_to_f32(xi) + bf16_to_f32(yi))); break;
     }
-    case MLC_INT64: {
-        uint64_t *restrict d = dst;
-        const uint64_t *restrict s = src;
-        for (int64_t i = 0; i < n; i++) d[i] += s[i];
-        break;
-    }
-    case MLC_FLOAT16: {
-        _Float16 *restrict d = dst;
-        const _Float16 *restrict s = src;
-        for (int64_t i = 0; i < n; i++) d[i] = (_Float16)((float)d[i] + (float)s[i]);
-        break;
-    }
-    case MLC_BFLOAT16: {
-        uint16_t *restrict d = dst;
-        const uint16_t *restrict s = src;
-        for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(d[i]) + bf16_to_f32(s[i]));
-        break;
-    }
-    }
+}
+
+void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype) { sum(dst, dst, src, n, dtype); }
+
+void mlc_reduce_sum_to(void *dst, const void *a, const void *b, int64_t n, int dtype) {
+    sum(dst, a, b, n, dtype);
 }
 
 void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks) {

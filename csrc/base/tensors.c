@@ -4,8 +4,7 @@
 
 #include "base.h"
 
-/* The last tensor that starts at or before element `start`. */
-static int first_tensor(const int64_t *starts, int ntensors, int64_t start) {
+int mlc_tensor_at(const int64_t *starts, int ntensors, int64_t start) {
     int lo = 0, hi = ntensors - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -18,7 +17,7 @@ static int first_tensor(const int64_t *starts, int ntensors, int64_t start) {
 static void copy_range(const mlc_tensor *tensors, const int64_t *starts, int ntensors, int dtype,
                        int64_t start, int64_t count, char *buf, int gather) {
     const int es = mlc_dtype_size(dtype);
-    for (int t = first_tensor(starts, ntensors, start); t < ntensors && count > 0; t++) {
+    for (int t = mlc_tensor_at(starts, ntensors, start); t < ntensors && count > 0; t++) {
         int64_t within = start - starts[t];
         int64_t n = tensors[t].count - within;
         if (n <= 0) continue;

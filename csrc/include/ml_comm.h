@@ -191,6 +191,10 @@ int mlc_team_set_id(mlc_team *team, int id);
 int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
                                   int dtype, int op, int part, int nparts, mlc_callback callback,
                                   void *user_data, mlc_request **out);
+/* Blocking form of mlc_team_allreduce_async_part: small calls run on the caller's
+ * thread, with no hand-off to the team's threads (mlc_team_allreduce). */
+int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                            int op, int part, int nparts, char *err, size_t errlen);
 int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                             int root, int part, int nparts, char *err, size_t errlen);
 

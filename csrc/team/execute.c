@@ -4,11 +4,14 @@
  * A request's tensors are one virtual buffer of `total` elements, cut into the
  * plan's segments. Segment g belongs to lane owner(g): every rank derives the
  * same assignment, so thread i of every rank works on the same segments in the
- * same order over its own communicator, with no negotiation. A single tensor is
- * reduced in place (an out-of-place input is copied to the output first).
- * Several tensors are packed segment by segment into fusion slots (slot g mod
- * window), reduced there and unpacked by the owning lane, so packing is spread
- * over the threads and overlaps the other threads' communication.
+ * same order over its own communicator, with no negotiation. A segment that lies
+ * inside one tensor is reduced where that tensor lies: out of place, straight
+ * from the caller's input into its output, with no copy (a large tensor is all
+ * such segments but for its two ends). A segment that spans tensors (small ones)
+ * is packed into a fusion slot (slot g mod window), reduced there and unpacked by
+ * the owning lane, so packing is spread over the threads and overlaps the other
+ * threads' communication. The choice depends on the counts alone, so every rank
+ * makes the same one.
  */
 #include <stdio.h>
 #include <string.h>
@@ -34,9 +37,9 @@ static void describe_request(const void *arg, char *buf, size_t len) {
     mlc_describe_input(&in, buf, len);
 }
 
-/* Reduce a batch, unpack it if it was staged, and tell the group which tensors are done. */
+/* Reduce a batch, unpack what was staged, and tell the group which tensors are done. */
 static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segment *batch,
-                        const int64_t *starts, int nb) {
+                        const int64_t *starts, const int *staged, int nb) {
     const int es = mlc_dtype_size(req->dtype);
     const mlc_algo *algo = mlc_algo_find(req->plan.algorithm);
     const mlc_algo_call call = {req->dtype, es, req->op, batch, nb, lane->scratch, lane->scratch_bytes};
@@ -45,7 +48,7 @@ static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segmen
     if (rc) return rc;
     int64_t bytes = 0;
     for (int i = 0; i < nb; i++) {
-        if (req->plan.fused)
+        if (staged[i])
             mlc_scatter_range(req->tensors, req->starts, req->ntensors, req->dtype, starts[i],
                               batch[i].count, batch[i].data);
         bytes += batch[i].count * es;
@@ -62,9 +65,9 @@ static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segmen
 static int allreduce_segments(const mlc_request *req, const mlc_lane *lane) {
     const mlc_plan *p = &req->plan;
     const int es = mlc_dtype_size(req->dtype);
-    const mlc_tensor *only = &req->tensors[0];
     mlc_segment batch[MLC_RING_BATCH];
     int64_t starts[MLC_RING_BATCH];
+    int staged[MLC_RING_BATCH];
     int nb = 0, rc;
 
     for (int64_t g = 0; g < p->nseg; g++) {
@@ -75,22 +78,29 @@ static int allreduce_segments(const mlc_request *req, const mlc_lane *lane) {
          * a segment whose tensors are still being computed is waited for, never
          * skipped: the batch boundaries depend on the segment numbers alone. */
         if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
-        char *data = p->fused ? lane->staging + (g % p->window) * lane->slot_bytes
-                              : (char *)only->data + start * es;
-        if (p->fused)
-            mlc_gather_range(req->tensors, req->starts, req->ntensors, req->dtype, start, count, data);
-        else if (only->source && only->source != only->data)
-            memcpy(data, (const char *)only->source + start * es, count * es);
-        batch[nb].data = data;
+        const int t = mlc_tensor_at(req->starts, req->ntensors, start);
+        const mlc_tensor *tensor = &req->tensors[t];
+        staged[nb] = start + count > req->starts[t + 1];
+        if (staged[nb]) {
+            batch[nb].data = lane->staging + (g % p->window) * lane->slot_bytes;
+            batch[nb].input = NULL;
+            mlc_gather_range(req->tensors, req->starts, req->ntensors, req->dtype, start, count,
+                             batch[nb].data);
+        } else {
+            const int64_t offset = (start - req->starts[t]) * es;
+            batch[nb].data = (char *)tensor->data + offset;
+            batch[nb].input = mlc_tensor_input(tensor) != tensor->data
+                                  ? (const char *)mlc_tensor_input(tensor) + offset : NULL;
+        }
         batch[nb].count = count;
         batch[nb].tag = (int)(g % MLC_TAG_SPACE);
         starts[nb++] = start;
         if (nb < MLC_RING_BATCH && g + (int64_t)p->lanes < p->nseg) continue;
-        if ((rc = finish_batch(req, lane, batch, starts, nb))) return rc;
+        if ((rc = finish_batch(req, lane, batch, starts, staged, nb))) return rc;
         nb = 0;
     }
     /* The loop flushes when no later segment can be this lane's; this is a guard. */
-    return nb ? finish_batch(req, lane, batch, starts, nb) : MLC_OK;
+    return nb ? finish_batch(req, lane, batch, starts, staged, nb) : MLC_OK;
 }
 
 /* Broadcast needs no fusion: each tensor is cut into its own segments of the

@@ -258,13 +258,7 @@ int mlc_group_wait_all(mlc_request *req) {
 void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count) {
     mlc_group *g = req->group;
     if (!g || count == 0) return;
-    int lo = 0, hi = req->ntensors - 1;
-    while (lo < hi) { /* last tensor starting at or before start */
-        int mid = (lo + hi + 1) / 2;
-        if (req->starts[mid] <= start) lo = mid;
-        else hi = mid - 1;
-    }
-    for (int t = lo; t < req->ntensors && req->starts[t] < start + count; t++) {
+    for (int t = mlc_tensor_at(req->starts, req->ntensors, start); t < req->ntensors && req->starts[t] < start + count; t++) {
         if (req->tensors[t].count == 0) continue;
         if (atomic_fetch_sub(&g->segs_left[t], 1) == 1 && g->tensor_done[t])
             g->tensor_done[t](g->tensor_user[t], MLC_OK);

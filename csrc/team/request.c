@@ -212,12 +212,21 @@ static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errl
 
 int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
                        char *err, size_t errlen) {
+    return mlc_team_allreduce_part(team, tensors, ntensors, dtype, op, 0, 1, err, errlen);
+}
+
+int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                            int op, int part, int nparts, char *err, size_t errlen) {
     mlc_request *req;
-    int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 1, &req);
+    int rc = nparts < 1 || part < 0 || part >= nparts
+                 ? MLC_ERR_ARG
+                 : make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 1, &req);
     if (rc) {
-        set_error(err, errlen, "invalid allreduce arguments (dtype, op, or tensor list)");
+        set_error(err, errlen, "invalid allreduce arguments (dtype, op, part, or tensor list)");
         return rc;
     }
+    req->part = part;
+    req->nparts = nparts;
     return run_blocking(team, req, err, errlen);
 }
 

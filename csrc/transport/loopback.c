@@ -199,7 +199,15 @@ static void lb_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
     pthread_mutex_unlock(&me->lb->lock);
 }
 
-static const mlc_tp_ops loopback_ops = {lb_isend, lb_irecv, lb_testall, lb_testany, lb_abandon};
+static void lb_peek(mlc_tp *tp, mlc_tp_req *req, int *done) {
+    endpoint *me = self(tp);
+    pthread_mutex_lock(&me->lb->lock);
+    posted *p = receive_of(req);
+    *done = !p || p->done;
+    pthread_mutex_unlock(&me->lb->lock);
+}
+
+static const mlc_tp_ops loopback_ops = {lb_isend, lb_irecv, lb_testall, lb_testany, lb_abandon, lb_peek};
 
 void mlc_loopback_open(mlc_loopback *lb, int rank, mlc_tp *tp, char *message) {
     memset(tp, 0, sizeof *tp);

@@ -70,7 +70,12 @@ static void mpi_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
     }
 }
 
-static const mlc_tp_ops mpi_ops = {mpi_isend, mpi_irecv, mpi_testall, mpi_testany, mpi_abandon};
+static void mpi_peek(mlc_tp *tp, mlc_tp_req *req, int *done) {
+    *done = 1;
+    if (*handle(req) != MPI_REQUEST_NULL) MPI_Request_get_status(*handle(req), done, MPI_STATUS_IGNORE);
+}
+
+static const mlc_tp_ops mpi_ops = {mpi_isend, mpi_irecv, mpi_testall, mpi_testany, mpi_abandon, mpi_peek};
 
 void mlc_tp_mpi_open(mlc_tp *tp, MPI_Comm *comm, int rank, int size, char *message) {
     memset(tp, 0, sizeof *tp);

@@ -25,6 +25,9 @@ typedef struct mlc_tp_ops {
     int (*testany)(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index);
     /* After an error: cancel what is still posted and make all n inactive. */
     void (*abandon)(mlc_tp *tp, int n, mlc_tp_req *reqs);
+    /* *done = 1 when req completed (or is inactive), without completing it: for
+     * messages that say what a stalled wait waits for. */
+    void (*peek)(mlc_tp *tp, mlc_tp_req *req, int *done);
 } mlc_tp_ops;
 
 /* Called on every poll of a wait (poll counts from 0 in each wait): how a higher
@@ -52,5 +55,6 @@ int mlc_tp_sendrecv(mlc_tp *tp, const void *sbuf, int64_t sbytes, int dest, void
 int mlc_tp_send(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag);
 int mlc_tp_recv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag);
 void mlc_tp_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs);
+int mlc_tp_peek(mlc_tp *tp, mlc_tp_req *req); /* 1: completed or inactive */
 
 #endif

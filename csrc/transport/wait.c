@@ -73,3 +73,9 @@ int mlc_tp_recv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag) {
     int rc = mlc_tp_irecv(tp, buf, bytes, src, tag, &req);
     return rc ? rc : mlc_tp_waitall(tp, 1, &req);
 }
+
+int mlc_tp_peek(mlc_tp *tp, mlc_tp_req *req) {
+    int done = 1;
+    tp->ops->peek(tp, req, &done);
+    return done;
+}

@@ -136,8 +136,10 @@ class GroupSubmitOp : public tensorflow::OpKernel {
       token->scalar<int64_t>()() = 0;
       return;
     }
+    // The result may overwrite the gradient when nobody else holds it (the usual case
+    // inside a training step): no fresh allocation, and the core reduces in place.
     Tensor *output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, input.shape(), &output));
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output));
     auto *completion = new Completion;
     completion->team = team;
     completion->input = input;
@@ -208,16 +210,19 @@ REGISTER_KERNEL_BUILDER(Name("MlCommGroupWait").Device(tensorflow::DEVICE_CPU), 
 tensorflow::Status ml_comm_tf::ListTensors(OpKernelContext *ctx, const char *out_name, bool copy_inputs,
                                std::vector<mlc_tensor> *tensors, DataType *dtype) {
   OpInputList inputs;
-  OpOutputList outputs;
   TF_RETURN_IF_ERROR(ctx->input_list("tensors", &inputs));
-  TF_RETURN_IF_ERROR(ctx->output_list(out_name, &outputs));
+  int in_start = 0, in_stop = 0, out_start = 0, out_stop = 0;
+  TF_RETURN_IF_ERROR(ctx->op_kernel().InputRange("tensors", &in_start, &in_stop));
+  TF_RETURN_IF_ERROR(ctx->op_kernel().OutputRange(out_name, &out_start, &out_stop));
   tensors->resize(inputs.size());
   for (int i = 0; i < inputs.size(); ++i) {
+    // An input nobody else holds becomes its output: no allocation, reduced in place.
     Tensor *out = nullptr;
-    TF_RETURN_IF_ERROR(outputs.allocate(i, inputs[i].shape(), &out));
+    TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output({in_start + i}, out_start + i,
+                                                             inputs[i].shape(), &out));
     auto bytes = inputs[i].tensor_data();
     char *dst = const_cast<char *>(out->tensor_data().data());
-    if (copy_inputs && bytes.size()) std::memcpy(dst, bytes.data(), bytes.size());
+    if (copy_inputs && bytes.size() && dst != bytes.data()) std::memcpy(dst, bytes.data(), bytes.size());
     (*tensors)[i].data = dst;
     (*tensors)[i].source = copy_inputs ? nullptr : bytes.data();
     (*tensors)[i].count = inputs[i].NumElements();

@@ -1,0 +1,63 @@
+"""Same-machine A/B of two builds of ml_comm: benchmarks/allreduce.py alternately on each.
+
+    .venv/bin/python benchmarks/ab_builds.py --a /path/to/old/checkout --b . --rounds 4 -- -e 64M
+
+--a/--b name checkouts whose `ml_comm` package (with its built `_core`) is imported (first
+on PYTHONPATH); everything after `--` goes to allreduce.py. Rounds alternate A, B, B, A, ...
+so drifting machine load hits both alike. Each run already compares ml_comm with
+MPI_Allreduce in the same process (its ratio column); this script reports, per size, the
+median of those ratios for A and for B, and B/A: below 1 means B is slower than A relative to
+the same MPI. The allreduce.py JSON of every run is kept in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_once(checkout: Path, nranks: int, extra: list[str], out: Path) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    bindir = Path(sys.executable).parent
+    cmd = [str(bindir / "mpiexec"), "-n", str(nranks), sys.executable,
+           str(HERE / "allreduce.py"), "--json", str(out), *extra]  # fmt: skip
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, timeout=3600)
+    return json.loads(out.read_text())["rows"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", type=Path, required=True, help="checkout A (the baseline)")
+    p.add_argument("--b", type=Path, required=True, help="checkout B")
+    p.add_argument("--rounds", type=int, default=4, help="runs of each build (4)")
+    p.add_argument("-n", "--nranks", type=int, default=2)
+    p.add_argument("--out", type=Path, default=Path("ab-runs"), help="folder for the JSON runs")
+    p.add_argument("extra", nargs="*", help="arguments for allreduce.py (after --)")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    ratios: dict[str, dict[int, list[float]]] = {"A": {}, "B": {}}
+    for i in range(args.rounds):
+        order = ("A", "B") if i % 2 == 0 else ("B", "A")
+        for name in order:
+            checkout = args.a if name == "A" else args.b
+            rows = run_once(checkout, args.nranks, args.extra, args.out / f"{name}{i}.json")
+            for row in rows:
+                ratios[name].setdefault(row["bytes"], []).append(row["ratio"])
+            print(f"# round {i} {name} done", flush=True)
+    print(f"# A = {args.a}, B = {args.b}, {args.rounds} runs each, {args.nranks} ranks")
+    print(f"# {'bytes':>12} {'A ratio':>9} {'B ratio':>9} {'B/A':>7}   (ratio = t_MPI / t_ml_comm)")
+    for nbytes in sorted(ratios["A"]):
+        a, b = statistics.median(ratios["A"][nbytes]), statistics.median(ratios["B"][nbytes])
+        print(f"  {nbytes:>12} {a:9.3f} {b:9.3f} {b / a:7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
