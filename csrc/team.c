@@ -178,6 +178,9 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     mlc_guard_init(team);
     team->fusion = malloc(team->window_segments * team->chunk_bytes);
     team->workers = calloc(nthreads, sizeof *team->workers);
+    /* calloc's zero is not MPI_COMM_NULL (an int in MPICH, a pointer in Open MPI): mark
+     * every worker's communicator unset, so a failure below frees only those that exist. */
+    for (int i = 0; team->workers && i < nthreads; i++) team->workers[i].comm = MPI_COMM_NULL;
     if (!team->fusion || resize_caller_buffers(team) != MLC_OK || !team->workers) {
         mlc_team_destroy(team);
         set_error(err, errlen, "out of memory allocating the team's buffers");

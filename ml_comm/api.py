@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes, _faults, checks, pipeline, timeline
+from . import _dtypes, _faults, checks, launch, pipeline, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from .errors import MLCommError
@@ -238,6 +238,7 @@ def init(
             raise MLCommError(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
+        launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
         if init_mpi().COMM_WORLD.Get_size() > 1:
             _faults.install_excepthook()  # before the teams: a rank failing there ends the job
             _faults.watch_launcher()

@@ -25,6 +25,8 @@ MPIEXEC = VENV / "bin" / "mpiexec"
 MPI_RUN_TIMEOUT_S = int(os.environ.get("ML_COMM_TEST_TIMEOUT", "600"))
 TEST_RANKS = (1, 2, 3, 4)
 TF_KERAS = "tf_keras==2.21.0"  # must match TensorFlow's major.minor
+MPICH_WHEEL = "mpich==5.0.2"  # the `mpich` extra's pin (pyproject.toml)
+BUILD_REQUIREMENTS = ["setuptools>=77", "wheel", "cffi>=1.17"]  # pyproject.toml's, less MPI
 
 
 def run(cmd: list[str | Path], timeout: float | None = None, env: dict | None = None) -> int:
@@ -41,7 +43,7 @@ def source_fingerprint() -> str:
     h = hashlib.sha256()
     files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
     files += sorted((ROOT / "csrc").rglob("*.[ch]"))
-    files += sorted((ROOT / "ml_comm").rglob("_build_ffi.py"))
+    files += [ROOT / "ml_comm" / "_build_ffi.py", ROOT / "ml_comm" / "mpi_compiler.py"]
     files += [ROOT / "ml_comm" / "tfcnn" / "startup.py"]  # copied into site-packages
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())
@@ -49,7 +51,7 @@ def source_fingerprint() -> str:
     return h.hexdigest()
 
 
-def ensure_venv(extras: str = "test,examples,tf") -> None:
+def ensure_venv(extras: str = "test,examples,tf,mpich") -> None:
     stamp = VENV / ".ml_comm-installed"
     want = f"{source_fingerprint()} {extras}"
     if stamp.exists() and stamp.read_text() == want and PY.exists():
@@ -58,8 +60,14 @@ def ensure_venv(extras: str = "test,examples,tf") -> None:
         if run([sys.executable, "-m", "venv", VENV]) != 0:
             sys.exit("could not create .venv")
         run([PY, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+    # The mpich wheel first, and the core built with its mpicc: the MPI that mpiexec and
+    # mpi4py use here, whatever mpicc a developer's PATH may hold.
+    # setuptools >= 77 too, so `pip install --no-build-isolation -e .` works in .venv.
+    if run([PY, "-m", "pip", "install", "-q", MPICH_WHEEL, *BUILD_REQUIREMENTS]) != 0:
+        sys.exit(f"pip install {MPICH_WHEEL} failed")
+    env = {**os.environ, "ML_COMM_MPICC": str(VENV / "bin" / "mpicc")}
     # Editable: the compiled core lands next to the sources, so tests and examples run the tree.
-    if run([PY, "-m", "pip", "install", "-q", "-e", f".[{extras}]"]) != 0:
+    if run([PY, "-m", "pip", "install", "-q", "-e", f".[{extras}]"], env=env) != 0:
         sys.exit("pip install of ml_comm failed (see the compiler output above)")
     # Legacy Keras for tf_cnn_benchmarks (tests/tfcnn). Not the `tfcnn` extra: tf_keras
     # requires the full `tensorflow` package, which must not land beside tensorflow-cpu.

@@ -1,9 +1,12 @@
 /* Point-to-point transport over MPI: the only file that sends or receives.
  * Byte counts go through the MPI-4 large-count (_c) calls so a buffer above
- * 2 GiB is not truncated. The communicator is the calling thread's own dup, so
+ * 2 GiB is not truncated; an MPI before 4 (Open MPI 4.1 and 5.0) has none, and
+ * there a message above INT_MAX bytes travels as one message of a derived type
+ * (see post_isend below). The communicator is the calling thread's own dup, so
  * messages of different threads never meet. The tag is the segment's number, so
  * that should two ranks ever disagree on a schedule, MPI reports a mismatch
  * instead of pairing one segment's bytes with another's. */
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 
@@ -42,15 +45,69 @@ static int wait_all(const mlc_xfer *x, int n, MPI_Request *reqs, const char *wha
     return MLC_OK;
 }
 
+#if MPI_VERSION >= 4
+static int post_isend(const void *buf, int64_t bytes, int dest, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    return MPI_Isend_c(buf, (MPI_Count)bytes, MPI_BYTE, dest, tag, comm, req);
+}
+
+static int post_irecv(void *buf, int64_t bytes, int src, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    return MPI_Irecv_c(buf, (MPI_Count)bytes, MPI_BYTE, src, tag, comm, req);
+}
+#else
+/* Without large counts, `bytes` above INT_MAX become one element of a struct type:
+ * q blocks of 1 GiB, then the rest. It stays one message, so the caller keeps one
+ * request per transfer and matching order per tag is MPI's own; pieces sent as
+ * separate messages would need as many requests and rely on every piece being
+ * posted in the same order on both sides. The type is freed at once: MPI keeps it
+ * alive until the transfer ends. */
+static int byte_type(int64_t bytes, MPI_Datatype *type, int *count) {
+    *type = MPI_BYTE; /* also what a failure below leaves: nothing for the caller to free */
+    *count = (int)bytes;
+    if (bytes <= INT_MAX) return MPI_SUCCESS;
+    const int64_t block = (int64_t)1 << 30;
+    MPI_Datatype gib;
+    int rc = MPI_Type_contiguous((int)block, MPI_BYTE, &gib);
+    if (rc != MPI_SUCCESS) return rc;
+    int lengths[2] = {(int)(bytes / block), (int)(bytes % block)};
+    MPI_Aint offsets[2] = {0, (MPI_Aint)(bytes / block * block)};
+    MPI_Datatype types[2] = {gib, MPI_BYTE};
+    rc = MPI_Type_create_struct(2, lengths, offsets, types, type);
+    MPI_Type_free(&gib);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(type);
+    *count = 1;
+    return rc;
+}
+
+static int post_isend(const void *buf, int64_t bytes, int dest, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    MPI_Datatype type;
+    int count, rc = byte_type(bytes, &type, &count);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(buf, count, type, dest, tag, comm, req);
+    if (type != MPI_BYTE) MPI_Type_free(&type);
+    return rc;
+}
+
+static int post_irecv(void *buf, int64_t bytes, int src, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    MPI_Datatype type;
+    int count, rc = byte_type(bytes, &type, &count);
+    if (rc == MPI_SUCCESS) rc = MPI_Irecv(buf, count, type, src, tag, comm, req);
+    if (type != MPI_BYTE) MPI_Type_free(&type);
+    return rc;
+}
+#endif
+
 int mlc_tp_isend(const mlc_xfer *x, const void *buf, int64_t bytes, int dest, int tag,
                  MPI_Request *req) {
-    CHECK(MPI_Isend_c(buf, bytes, MPI_BYTE, dest, tag, x->comm, req), "MPI_Isend", x);
+    CHECK(post_isend(buf, bytes, dest, tag, x->comm, req), "MPI_Isend", x);
     if (x->watch) x->watch->send_peer = dest;
     return MLC_OK;
 }
 
 int mlc_tp_irecv(const mlc_xfer *x, void *buf, int64_t bytes, int src, int tag, MPI_Request *req) {
-    CHECK(MPI_Irecv_c(buf, bytes, MPI_BYTE, src, tag, x->comm, req), "MPI_Irecv", x);
+    CHECK(post_irecv(buf, bytes, src, tag, x->comm, req), "MPI_Irecv", x);
     if (x->watch) x->watch->recv_peer = src;
     return MLC_OK;
 }
