@@ -50,6 +50,12 @@ class BuildExtWithoutHostRunPath(build_ext):
     the build machine has no business in the module's RUNPATH. The core does not link
     libpython; its own run paths come from _build_ffi.py."""
 
+    def finalize_options(self):
+        super().finalize_options()
+        # Always compile afresh: objects left in build/ by a build against another MPI's
+        # mpi.h (MPICH's integer handles, Open MPI's pointers) must never be linked in.
+        self.force = True
+
     def build_extensions(self):
         for attr in ("linker_so", "linker_so_cxx"):
             words = getattr(self.compiler, attr, None)

