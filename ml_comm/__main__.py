@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -15,7 +16,7 @@ def check() -> int:
     if mc.get_rank() != 0:
         return rc
     print(f"thread level   {mc.version_info()['thread_level']}")
-    if rc == 0:
+    if rc == 0 and os.environ.get("ML_COMM_CHECK_SKIP_TF", "0") == "0":
         rc = tensorflow_check()
     return rc
 

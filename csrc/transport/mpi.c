@@ -45,7 +45,9 @@ static int wait_all(const mlc_xfer *x, int n, MPI_Request *reqs, const char *wha
     return MLC_OK;
 }
 
-#if MPI_VERSION >= 4
+/* MLC_NO_LARGE_COUNT: a core compiled against MPI-4 headers (the mpich wheel's) that must
+ * also run on an MPI-3 library of the same ABI (Cray MPICH 8, MVAPICH2). */
+#if MPI_VERSION >= 4 && !defined(MLC_NO_LARGE_COUNT)
 static int post_isend(const void *buf, int64_t bytes, int dest, int tag, MPI_Comm comm,
                       MPI_Request *req) {
     return MPI_Isend_c(buf, (MPI_Count)bytes, MPI_BYTE, dest, tag, comm, req);
