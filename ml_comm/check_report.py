@@ -107,7 +107,7 @@ def report(facts: list[dict], size: int, env: dict[str, str]) -> tuple[list[str]
                 f"rank {f['rank']}: two MPI libraries: core {f['core'].describe()}, "
                 f"mpi4py {f['mpi4py'].describe()}"
             )
-        elif f["core"].path != core.path or f["core"].version != core.version:
+        elif f["core"].path != core.path or f["core"].normalised != core.normalised:
             problems.append(f"rank {f['rank']} uses another MPI: {f['core'].describe()}")
     tasks = me["tasks"]
     if tasks:
@@ -125,7 +125,8 @@ def report(facts: list[dict], size: int, env: dict[str, str]) -> tuple[list[str]
     lines.append("network vars   " + (" ".join(f"{k}={v}" for k, v in network.items()) or "none"))
     if any(f["network"] != network for f in facts):
         differ = [str(f["rank"]) for f in facts if f["network"] != network]
-        problems.append(f"ranks {', '.join(differ)} have other network variables than rank 0")
+        ranks = f"rank{'s' if len(differ) > 1 else ''} {', '.join(differ)}"
+        problems.append(f"{ranks}: other network variables than rank 0's")
     if bundled_wheel(core.path) and ("SLURM_JOB_ID" in env or "SLURM_STEP_ID" in env):
         lines.append(
             "note           this is the MPICH wheel bundled for machines without an MPI "

@@ -28,18 +28,27 @@ TASK_COUNT_VARIABLES = (
     ("MPI_LOCALNRANKS", "Hydra's mpiexec (tasks on this node)"),
 )
 
-# Variables that choose or tune the network of the common MPIs and fabrics.
+# Variables that choose or tune the network of the common MPIs and fabrics. Narrow on
+# purpose: launchers also set variables of these families that only describe the task
+# (Intel's I_MPI_INFO_*, I_MPI_PIN_*, Open MPI's OMPI_MCA_ess_*, MV2_COMM_WORLD_*).
 NETWORK_PREFIXES = (
     "UCX_",
     "FI_",
+    "PSM2_",
+    "PSM3_",
     "MPIR_CVAR_",
     "MPICH_",
-    "I_MPI_",
-    "OMPI_MCA_",
-    "PRTE_MCA_",
-    "PMIX_MCA_",
-    "MV2_",
-    "NCCL_",
+    "I_MPI_FABRICS",
+    "I_MPI_OFI_",
+    "I_MPI_SHM",
+    "I_MPI_TCP",
+    "OMPI_MCA_pml",
+    "OMPI_MCA_btl",
+    "OMPI_MCA_mtl",
+    "OMPI_MCA_osc",
+    "MV2_IBA_",
+    "MV2_USE_",
+    "SLURM_MPI_TYPE",
 )
 
 

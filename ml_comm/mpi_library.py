@@ -30,8 +30,14 @@ class MpiLibrary:
     version: str  # MPI_Get_library_version
 
     @property
+    def normalised(self) -> str:
+        """The version without the NUL and spacing that differ between callers (Open MPI
+        counts the NUL in the length that mpi4py returns)."""
+        return " ".join(self.version.replace("\0", " ").split())
+
+    @property
     def first_line(self) -> str:
-        lines = self.version.strip().splitlines()
+        lines = self.version.replace("\0", "").strip().splitlines()
         return " ".join(lines[0].split()) if lines else "(no version)"
 
     def describe(self) -> str:
@@ -113,7 +119,7 @@ def same_library(a: MpiLibrary, b: MpiLibrary) -> bool:
         except OSError:
             if a.path != b.path:
                 return False
-    return a.version.strip() == b.version.strip()
+    return a.normalised == b.normalised
 
 
 def check_one_library(MPI) -> MpiLibrary:
