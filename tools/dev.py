@@ -32,10 +32,15 @@ MPICH_WHEEL = "mpich==5.0.2"  # the `mpich` extra's pin (pyproject.toml)
 BUILD_REQUIREMENTS = ["setuptools>=77", "wheel", "cffi>=1.17"]  # pyproject.toml's, less MPI
 
 
-def run(cmd: list[str | Path], timeout: float | None = None, env: dict | None = None) -> int:
+def run(
+    cmd: list[str | Path],
+    timeout: float | None = None,
+    env: dict | None = None,
+    cwd: Path = ROOT,
+) -> int:
     print("+", " ".join(str(c) for c in cmd), flush=True)
     try:
-        return subprocess.run([str(c) for c in cmd], cwd=ROOT, timeout=timeout, env=env).returncode
+        return subprocess.run([str(c) for c in cmd], cwd=cwd, timeout=timeout, env=env).returncode
     except subprocess.TimeoutExpired:
         print(f"!! timed out after {timeout} s: {' '.join(str(c) for c in cmd)}", flush=True)
         return 124
@@ -105,7 +110,7 @@ OTHER_MPIS = (
 )
 OTHER_MPI_RANKS = (2, 3)
 NUMPY_MPI_TESTS = sorted(
-    str(p.relative_to(ROOT))
+    str(p)
     for p in (ROOT / "tests" / "mpi").glob("test_*.py")
     if not p.name.startswith(("test_tf_", "test_keras_"))
 )
@@ -158,11 +163,12 @@ def test_other_mpis(names: list[str] | None = None) -> list[str]:
         bindir = m.venv / "bin"
         env = {**os.environ, **dict(m.env), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
         for n in OTHER_MPI_RANKS:
-            # -P: import the installed ml_comm, not the source tree's (built for .venv).
+            # Run in the venv's folder, so that neither the tests nor the processes they
+            # start import the source tree's ml_comm (its core is built for .venv's MPI).
             pytest = [bindir / "python", "-P", "-m", "pytest", "-q", "--with-mpi"]
             cmd = [bindir / m.launcher[0], *m.launcher[1:], "-n", str(n), *pytest]
-            cmd += ["-p", "no:cacheprovider", *NUMPY_MPI_TESTS]
-            if run(cmd, timeout=MPI_RUN_TIMEOUT_S, env=env) != 0:
+            cmd += ["-p", "no:cacheprovider", f"--rootdir={ROOT}", *NUMPY_MPI_TESTS]
+            if run(cmd, timeout=MPI_RUN_TIMEOUT_S, env=env, cwd=m.venv) != 0:
                 failures.append(f"{m.name} n={n}")
         print(f"{m.name}: {time.monotonic() - started:.0f} s (venv, build and tests)", flush=True)
     return failures
