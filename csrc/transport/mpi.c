@@ -64,11 +64,17 @@ static int post_irecv(void *buf, int64_t bytes, int src, int tag, MPI_Comm comm,
  * separate messages would need as many requests and rely on every piece being
  * posted in the same order on both sides. The type is freed at once: MPI keeps it
  * alive until the transfer ends. */
+#ifndef MLC_INT_COUNT_LIMIT /* a test build shrinks both to take this path with small messages */
+#define MLC_INT_COUNT_LIMIT INT_MAX
+#endif
+#ifndef MLC_SPLIT_BLOCK_BYTES
+#define MLC_SPLIT_BLOCK_BYTES (1 << 30)
+#endif
 static int byte_type(int64_t bytes, MPI_Datatype *type, int *count) {
     *type = MPI_BYTE; /* also what a failure below leaves: nothing for the caller to free */
     *count = (int)bytes;
-    if (bytes <= INT_MAX) return MPI_SUCCESS;
-    const int64_t block = (int64_t)1 << 30;
+    if (bytes <= MLC_INT_COUNT_LIMIT) return MPI_SUCCESS;
+    const int64_t block = MLC_SPLIT_BLOCK_BYTES;
     MPI_Datatype gib;
     int rc = MPI_Type_contiguous((int)block, MPI_BYTE, &gib);
     if (rc != MPI_SUCCESS) return rc;
