@@ -135,8 +135,10 @@ def ensure_other_mpi_venv(m: OtherMpi) -> bool:
     if m.rebuild:  # the Open MPI way: its mpicc, in this venv (no isolated build env)
         env = {**os.environ, "MPICC": str(m.venv / "bin" / "mpicc")}
         rc = run([*pip, "--no-build-isolation", ".[test]"], env=env)
-    else:  # as a user would: a plain install next to the MPI
-        rc = run([*pip, ".[test]"])
+    else:  # as a user would: a plain install next to the MPI (built with the mpich wheel's
+        # mpicc in pip's build environment: hide a system mpicc, which would be chosen first)
+        path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "mpicc").exists()]
+        rc = run([*pip, ".[test]"], env={**os.environ, "PATH": os.pathsep.join(path)})
     if rc != 0:
         return False
     listed = subprocess.run(
