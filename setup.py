@@ -2,6 +2,7 @@ import shutil
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 
@@ -43,8 +44,32 @@ class BuildPyWithHeader(build_py):
         return outputs + [str(Path(self.build_lib) / name) for name in self.STARTUP_FILES]
 
 
+class BuildExtWithoutHostRunPath(build_ext):
+    """Link without the run paths of the building Python's own flags (LDSHARED of a
+    --enable-shared build names its lib folder, e.g. ~/.pyenv/versions/X/lib): a path of
+    the build machine has no business in the module's RUNPATH. The core does not link
+    libpython; its own run paths come from _build_ffi.py."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        # Always compile afresh: objects left in build/ by a build against another MPI's
+        # mpi.h (MPICH's integer handles, Open MPI's pointers) must never be linked in.
+        self.force = True
+
+    def build_extensions(self):
+        for attr in ("linker_so", "linker_so_cxx"):
+            words = getattr(self.compiler, attr, None)
+            if words:
+                setattr(self.compiler, attr, [w for w in words if not is_run_path(w)])
+        super().build_extensions()
+
+
+def is_run_path(word: str) -> bool:
+    return word.startswith(("-Wl,-rpath", "-Wl,-R", "-Wl,--rpath", "-R"))
+
+
 # The C core is an out-of-line cffi module; all build details live in the builder.
 setup(
     cffi_modules=["ml_comm/_build_ffi.py:ffibuilder"],
-    cmdclass={"build_py": BuildPyWithHeader},
+    cmdclass={"build_py": BuildPyWithHeader, "build_ext": BuildExtWithoutHostRunPath},
 )

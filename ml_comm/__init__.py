@@ -7,8 +7,17 @@ grads = mc.gradients(grads, team=0)
 mc.finalize()
 """
 
-from ._mpi import init_mpi
-from .api import (
+from .mpi_library import missing_mpi_message
+
+try:  # the C core; the loader must find a libmpi for it
+    from . import _core  # noqa: F401
+except ImportError as _exc:
+    if "mpi" not in str(_exc).lower():
+        raise
+    raise ImportError(missing_mpi_message(_exc)) from _exc
+
+from ._mpi import init_mpi  # noqa: E402
+from .api import (  # noqa: E402
     ALG_AUTO,
     ALG_RECURSIVE_DOUBLING,
     ALG_RING,
@@ -27,7 +36,7 @@ from .api import (
     team_stats,
     version_info,
 )
-from .errors import MLCommError
+from .errors import MLCommError  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
 def check() -> int:
-    """Print what ml_comm sees: MPI, thread level, ranks, TensorFlow and its op library."""
+    """Print what ml_comm sees (check_report.py), then TensorFlow and its op library."""
     import ml_comm as mc
+    from ml_comm import check_report
 
-    info = mc.version_info()
-    print(f"ml_comm        {info['ml_comm']}")
-    print(f"MPI library    {info['mpi_library'].splitlines()[0]}")
-    print(f"thread level   {info['thread_level']}")
-    print(f"ranks          {info['nranks']}")
-    print(f"python/numpy   {info['python']} / {info['numpy']}")
+    rc = check_report.run()
+    if mc.get_rank() != 0:
+        return rc
+    print(f"thread level   {mc.version_info()['thread_level']}")
+    if rc == 0 and os.environ.get("ML_COMM_CHECK_SKIP_TF", "0") == "0":
+        rc = tensorflow_check()
+    return rc
+
+
+def tensorflow_check() -> int:
     try:
         import tensorflow as tf
     except ImportError:

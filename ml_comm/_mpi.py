@@ -11,7 +11,12 @@ def init_mpi():
     """Start MPI if nobody has (idempotent) and return mpi4py's MPI module."""
     if mpi4py.rc.thread_level != "multiple" and not _mpi_imported():
         mpi4py.rc.thread_level = "multiple"
-    from mpi4py import MPI
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError) as exc:  # mpi4py >= 4.1 finds its libmpi at import
+        from .mpi_library import missing_mpi_message
+
+        raise ImportError(missing_mpi_message(exc).replace("ml_comm's C core", "mpi4py")) from exc
 
     if not MPI.Is_initialized():
         MPI.Init_thread(MPI.THREAD_MULTIPLE)

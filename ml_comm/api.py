@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _faults, backend, broadcasts, reductions
+from . import _faults, backend, broadcasts, launch, reductions
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from ._status import check
@@ -128,6 +128,7 @@ def init(
             raise MLCommError(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
+        launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
         # On the whole job, whatever comm is: a failing rank must end every rank.
         if init_mpi().COMM_WORLD.Get_size() > 1:
             _faults.install_excepthook()  # before the teams: a rank failing there ends the job

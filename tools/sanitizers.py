@@ -26,6 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sanitizer", choices=["thread", "address"], default="thread")
     ap.add_argument("--ranks", default="2,3,4")
+    ap.add_argument("--cflags", default="", help="extra compiler flags (e.g. -D...)")
     args = ap.parse_args()
     sources = [p for p in ROOT.glob("csrc/*/*.c") if p.name != "loopback.c"]
     out = Path(tempfile.mkdtemp(prefix="ml_comm-san-")) / "threads_test"
@@ -40,6 +41,7 @@ def main() -> int:
         "-Wno-unused-parameter",
         "-Werror",
         "-pthread",
+        *args.cflags.split(),
         f"-I{ROOT / 'csrc'}",
         f"-I{ROOT / 'csrc/include'}",
         str(ROOT / "tests/c/threads_test.c"),

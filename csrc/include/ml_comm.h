@@ -100,6 +100,8 @@ int mlc_context_rank(const mlc_context *ctx);
 int mlc_context_size(const mlc_context *ctx);
 int mlc_context_barrier(mlc_context *ctx);
 const char *mlc_mpi_library_version(char *buf, size_t len);
+/* The file of the MPI library the core calls (dladdr of an MPI symbol); "" if unknown. */
+const char *mlc_mpi_library_path(char *buf, size_t len);
 
 /* ---- teams ---- */
 /* nthreads persistent communication threads, each on its own dup of the

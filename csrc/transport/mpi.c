@@ -1,9 +1,12 @@
 /* Point-to-point transport over MPI: the only file that sends or receives with
  * MPI. Byte counts go through the MPI-4 large-count (_c) calls so a buffer above
- * 2 GiB is not truncated. The communicator is the calling thread's own dup, so
+ * 2 GiB is not truncated; an MPI before 4 (Open MPI 4.1 and 5.0) has none, and
+ * there a message above INT_MAX bytes travels as one message of a derived type
+ * (see post_isend below). The communicator is the calling thread's own dup, so
  * messages of different threads never meet. The tag is the segment's number, so
  * that should two ranks ever disagree on a schedule, MPI reports a mismatch
  * instead of pairing one segment's bytes with another's. */
+#include <limits.h>
 #include <string.h>
 
 #include "base/mpi_error.h"
@@ -18,13 +21,75 @@ static MPI_Comm comm_of(const mlc_tp *tp) { return *(MPI_Comm *)tp->impl; }
 
 static MPI_Request *handle(mlc_tp_req *req) { return (MPI_Request *)req->opaque; }
 
+/* MLC_NO_LARGE_COUNT: a core compiled against MPI-4 headers (the mpich wheel's) that must
+ * also run on an MPI-3 library of the same ABI (Cray MPICH 8, MVAPICH2). */
+#if MPI_VERSION >= 4 && !defined(MLC_NO_LARGE_COUNT)
+static int post_isend(const void *buf, int64_t bytes, int dest, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    return MPI_Isend_c(buf, (MPI_Count)bytes, MPI_BYTE, dest, tag, comm, req);
+}
+
+static int post_irecv(void *buf, int64_t bytes, int src, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    return MPI_Irecv_c(buf, (MPI_Count)bytes, MPI_BYTE, src, tag, comm, req);
+}
+#else
+/* Without large counts, `bytes` above INT_MAX become one element of a struct type:
+ * q blocks of 1 GiB, then the rest. It stays one message, so the caller keeps one
+ * request per transfer and matching order per tag is MPI's own; pieces sent as
+ * separate messages would need as many requests and rely on every piece being
+ * posted in the same order on both sides. The type is freed at once: MPI keeps it
+ * alive until the transfer ends. */
+#ifndef MLC_INT_COUNT_LIMIT /* a test build shrinks both to take this path with small messages */
+#define MLC_INT_COUNT_LIMIT INT_MAX
+#endif
+#ifndef MLC_SPLIT_BLOCK_BYTES
+#define MLC_SPLIT_BLOCK_BYTES (1 << 30)
+#endif
+static int byte_type(int64_t bytes, MPI_Datatype *type, int *count) {
+    *type = MPI_BYTE; /* also what a failure below leaves: nothing for the caller to free */
+    *count = (int)bytes;
+    if (bytes <= MLC_INT_COUNT_LIMIT) return MPI_SUCCESS;
+    const int64_t block = MLC_SPLIT_BLOCK_BYTES;
+    MPI_Datatype gib;
+    int rc = MPI_Type_contiguous((int)block, MPI_BYTE, &gib);
+    if (rc != MPI_SUCCESS) return rc;
+    int lengths[2] = {(int)(bytes / block), (int)(bytes % block)};
+    MPI_Aint offsets[2] = {0, (MPI_Aint)(bytes / block * block)};
+    MPI_Datatype types[2] = {gib, MPI_BYTE};
+    rc = MPI_Type_create_struct(2, lengths, offsets, types, type);
+    MPI_Type_free(&gib);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(type);
+    *count = 1;
+    return rc;
+}
+
+static int post_isend(const void *buf, int64_t bytes, int dest, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    MPI_Datatype type;
+    int count, rc = byte_type(bytes, &type, &count);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(buf, count, type, dest, tag, comm, req);
+    if (type != MPI_BYTE) MPI_Type_free(&type);
+    return rc;
+}
+
+static int post_irecv(void *buf, int64_t bytes, int src, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    MPI_Datatype type;
+    int count, rc = byte_type(bytes, &type, &count);
+    if (rc == MPI_SUCCESS) rc = MPI_Irecv(buf, count, type, src, tag, comm, req);
+    if (type != MPI_BYTE) MPI_Type_free(&type);
+    return rc;
+}
+#endif
+
 static int mpi_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag, mlc_tp_req *req) {
-    int rc = MPI_Isend_c(buf, bytes, MPI_BYTE, dest, tag, comm_of(tp), handle(req));
+    int rc = post_isend(buf, bytes, dest, tag, comm_of(tp), handle(req));
     return rc == MPI_SUCCESS ? MLC_OK : mlc_mpi_error(tp->message, rc, "MPI_Isend");
 }
 
 static int mpi_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_req *req) {
-    int rc = MPI_Irecv_c(buf, bytes, MPI_BYTE, src, tag, comm_of(tp), handle(req));
+    int rc = post_irecv(buf, bytes, src, tag, comm_of(tp), handle(req));
     return rc == MPI_SUCCESS ? MLC_OK : mlc_mpi_error(tp->message, rc, "MPI_Irecv");
 }
 

@@ -3,6 +3,7 @@
  * MAX_RANKS ranks. Built and run by tests/unit/test_loopback.py (also under
  * AddressSanitizer). Inputs are small integers, so every sum is exact and every
  * element's expected value is known; every rank must end with the same bits.
+ * Every algorithm runs in place and out of place (input read, never written).
  * Exit 0 when everything matched; the first failures are printed. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -70,7 +71,7 @@ static void run_job(int n, rank_fn fn, void *arg) {
 /* ---- allreduce: every algorithm of the table, every count and dtype ---- */
 
 typedef struct {
-    int algorithm, dtype, op, nseg;
+    int algorithm, dtype, op, nseg, out_of_place;
     int64_t count;
     char *results[MAX_RANKS]; /* each rank's output, compared bit for bit */
 } allreduce_case;
@@ -123,14 +124,19 @@ static double expected(int dtype, int op, int n, int64_t i) {
 static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
     allreduce_case *c = j->arg;
     const int es = mlc_dtype_size(c->dtype);
-    char *buf = calloc(c->count + 1, es);
+    char *buf = calloc(c->count + 1, es), *input = NULL;
     const int64_t scratch_bytes = (int64_t)(j->n + 1) * (c->count + 1) * es + 64;
     char *scratch = malloc(scratch_bytes);
     fill(buf, c->dtype, c->count, rank);
+    if (c->out_of_place) { /* the input elsewhere, the output full of garbage */
+        input = buf;
+        buf = malloc((c->count + 1) * es);
+        memset(buf, 0x7b, (c->count + 1) * es);
+    }
     mlc_segment segs[MLC_RING_BATCH];
     int64_t first = c->nseg == 2 ? c->count / 2 : c->count;
-    segs[0] = (mlc_segment){buf, first, 0};
-    segs[1] = (mlc_segment){buf + first * es, c->count - first, 1};
+    segs[0] = (mlc_segment){buf, input, first, 0};
+    segs[1] = (mlc_segment){buf + first * es, input ? input + first * es : NULL, c->count - first, 1};
     const mlc_algo_call call = {c->dtype, es, c->op, segs, c->nseg, scratch, scratch_bytes};
     int rc = mlc_algo_find(c->algorithm)->allreduce(tp, &call);
     if (rc) fail(tp->message[0] ? tp->message : mlc_status_name(rc), j->n, rank, -1, rc, 0);
@@ -141,7 +147,13 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
             break;
         }
     }
+    for (int64_t i = 0; input && i < c->count; i++)
+        if (element(input, c->dtype, i) != value(rank, i)) {
+            fail("input changed", j->n, rank, i, element(input, c->dtype, i), value(rank, i));
+            break;
+        }
     c->results[rank] = buf;
+    free(input);
     free(scratch);
 }
 
@@ -152,9 +164,10 @@ static void allreduce_cases(int n) {
         for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
             for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
                 for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
-                    for (int nseg = 1; nseg <= 2; nseg++) {
+                    for (int variant = 0; variant < 4; variant++) {
+                        int nseg = 1 + variant % 2, out_of_place = variant / 2;
                         if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
-                        allreduce_case c = {algorithms[a], dtype, op, nseg, counts[k], {0}};
+                        allreduce_case c = {algorithms[a], dtype, op, nseg, out_of_place, counts[k], {0}};
                         run_job(n, allreduce_rank, &c);
                         size_t bytes = (size_t)c.count * mlc_dtype_size(dtype);
                         for (int r = 1; r < n; r++)

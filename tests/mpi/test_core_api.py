@@ -5,9 +5,8 @@ carry a text that says what was wrong: the TF op's error shows nothing else."""
 from __future__ import annotations
 
 import pytest
-from mpi4py import MPI
-
 from ml_comm._core import ffi, lib
+from mpi4py import MPI
 
 
 @pytest.fixture(scope="module")

@@ -243,8 +243,14 @@ SCRIPT = textwrap.dedent(
 _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPI_LOCAL", "OMPI_", "PALS_", "SLURM_")
 
 
+# Settings of the user, not of the enclosing launcher: Open MPI's consent to run as root.
+_KEEP = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+
 def _clean_env():
-    return {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    return {
+        k: v for k, v in os.environ.items() if k in _KEEP or not k.startswith(_LAUNCHER_PREFIXES)
+    }
 
 
 def _run_on_rank0_others_wait(fn):

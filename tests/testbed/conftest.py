@@ -52,15 +52,19 @@ class Testbed:
         return out
 
     def srun(
-        self, args: list[str], nodes: int | None = None, timeout: float = SRUN_TIMEOUT_S
+        self,
+        args: list[str],
+        nodes: int | None = None,
+        timeout: float = SRUN_TIMEOUT_S,
+        mpi: str = "pmi2",
     ) -> subprocess.CompletedProcess:
-        """srun -N nodes --ntasks-per-node=1 --mpi=pmi2 with a time limit on both sides."""
+        """srun -N nodes --ntasks-per-node=1 --mpi=MPI with a time limit on both sides."""
         name = f"ml_comm-test-{uuid.uuid4().hex[:8]}"
         cmd = [
             "srun",
             f"--nodes={nodes or self.nodes}",
             "--ntasks-per-node=1",
-            "--mpi=pmi2",
+            f"--mpi={mpi}",
             f"--time={SRUN_TIME_MIN}",
             f"--job-name={name}",
             "--kill-on-bad-exit=1",

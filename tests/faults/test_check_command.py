@@ -1,0 +1,48 @@
+"""`python -m ml_comm --check` under mpiexec: one report from rank 0 with each rank's
+line, a test reduction with its result and time, the task count against the MPI size,
+the network variables in effect, and the loaded libmpi (check_report.py)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from jobs import MPIEXEC, PY, clean_env, run_job
+
+TIMEOUT_S = 120
+
+
+def check_job(nranks: int, **env: str):
+    token = f"mlcfault-{uuid.uuid4().hex[:12]}"
+    # The token rides on the command line as an -X option that Python only records.
+    cmd = [MPIEXEC, "-n", str(nranks), PY, "-X", f"ml_comm_token={token}"]
+    cmd += ["-m", "ml_comm", "--check"]
+    return run_job(cmd, token, TIMEOUT_S, clean_env(ML_COMM_CHECK_SKIP_TF="1", **env))
+
+
+def test_two_ranks_give_one_report_with_every_rank_and_an_exact_reduction():
+    job = check_job(2, FI_LOG_LEVEL="warn", UCX_LOG_LEVEL="error")
+    assert job.returncode == 0, job.detail()
+    out = job.stdout
+    assert out.count("ml_comm check: 2 MPI ranks") == 1, job.detail()
+    for rank in (0, 1):
+        assert len(re.findall(rf"^rank {rank} +\S+ pid \d+ /\S*libmpi", out, re.M)) == 1, out
+    assert re.search(
+        r"test reduction average of \d+ float32 .* over 2 ranks: exact, [\d.]+ ms", out
+    )
+    assert re.search(r"^launcher +PMI_SIZE=2.*; MPI size 2: match$", out, re.M), out
+    assert re.search(r"^network vars .*FI_LOG_LEVEL=warn UCX_LOG_LEVEL=error", out, re.M), out
+    assert re.search(r"^MPI library +/\S*libmpi\S* \(MPICH Version: ", out, re.M), out
+    assert "transport      device ch4:" in out, out
+    assert "PROBLEM" not in out, out
+
+
+def test_a_mislaunch_is_reported_and_fails():
+    job = check_job(1, SLURM_STEP_NUM_TASKS="2", SLURM_STEP_ID="0", SLURM_JOB_ID="7")
+    assert job.returncode == 1, job.detail()
+    out = job.stdout
+    assert "SLURM_STEP_NUM_TASKS=2" in out and "MPI size 1: DO NOT MATCH" in out, out
+    assert "PROBLEM: the launcher started this job as 2 tasks" in out, out
+    assert "test reduction not run" in out, out
+    # The bundled wheel under Slurm gets its note.
+    assert "note           this is the MPICH wheel bundled" in out, out
