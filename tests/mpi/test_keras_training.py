@@ -6,8 +6,8 @@ differ on every rank, registers it with set_team, trains it on this rank's b sam
 every global batch of N*b, and compares with a model that starts from the same weights
 (rank 0's, which set_team broadcast) and is trained by the same Keras call, without
 ml_comm, on the whole global batches: weights within 1e-5 relative (max |w - w_ref| <=
-1e-5 * max |w_ref| per variable), and the metrics that fit shows (per batch and per epoch)
-within 1e-5 of the reference's. Inputs and targets are small integers, so the only
+1e-5 * max |w_ref| per variable), and the metrics that fit shows (per epoch, and per batch
+with GlobalMetrics(per_batch=True)) within 1e-5 of the reference's. Inputs and targets are small integers, so the only
 differences are float32 rounding. The rules of mpi_helpers.py hold: every rank makes the
 same collective calls, and checks are gathered by Checks.finish().
 """
@@ -145,7 +145,7 @@ def test_fit_matches_global_batch(keras_session, capsys):
     rec = Recorder()
     history = model.fit(
         shard(x, r, n), shard(y, r, n), batch_size=B, epochs=2, shuffle=False,
-        verbose=2, callbacks=[rec],
+        verbose=2, callbacks=[mk.GlobalMetrics(per_batch=True), rec],
     )  # fmt: skip
     printed = capsys.readouterr().out
     ref = reference_model(initial)
