@@ -145,14 +145,22 @@ class Departure:
         self.rank = mpi.COMM_WORLD.Get_rank()
         self.size = size
 
-    def leave(self, teams) -> None:
+    def leave(self, teams, barrier=None) -> None:
         """Wait for every rank to leave too; abort the job if a peer waits for this
-        rank in a team operation (it would never return)."""
+        rank in a team operation or in a barrier (it would never return)."""
         if self.comm is None or _world() is None:  # one rank, or MPI already finalized
             return
         request = self.comm.Ibarrier()
         pause = 1e-4
         while not request.Test():
+            peer = barrier.waiting_peer() if barrier is not None else -1
+            if peer >= 0:
+                abort(
+                    f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
+                    f"sys.exit() or the end of the script) while rank {peer} waits for it in "
+                    f"barrier(), which rank {self.rank} never entered. Aborting the job "
+                    f"(MPI_Abort) instead of leaving rank {peer} waiting forever."
+                )
             for t, team in enumerate(teams):
                 peer = lib.mlc_team_waiting_peer(team)
                 if peer >= 0:

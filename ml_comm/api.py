@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes, _faults, checks, pipeline, timeline
+from . import _barrier, _dtypes, _faults, checks, pipeline, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from .errors import MLCommError
@@ -73,6 +73,7 @@ class _Session:
         self.rank = lib.mlc_context_rank(self.ctx)
         self.size = lib.mlc_context_size(self.ctx)
         self.departure = _faults.Departure(self.mpi, self.size)
+        self.barrier = _barrier.Barrier(self.mpi, self.size)
         self.teams: list = []
         self.tf = None  # the TensorFlow binding, with framework="tensorflow"
         # NumPy pipelined teams: team -> {gradient layout: pipeline.Stage}
@@ -141,6 +142,7 @@ class _Session:
             lib.mlc_context_destroy(self.ctx)
             self.ctx = ffi.NULL
         self.departure.close()
+        self.barrier.close(finalized=_faults._world() is None)
 
 
 def _tensorflow_binding():
@@ -256,7 +258,7 @@ def finalize() -> None:
     if session is None:
         return
     try:
-        session.departure.leave(session.teams)
+        session.departure.leave(session.teams, session.barrier)
     except BaseException:
         session.close()
         raise
@@ -324,7 +326,9 @@ def get_nranks() -> int:
 
 
 def barrier() -> None:
-    _check(lib.mlc_context_barrier(_active().ctx), "barrier")
+    """Wait for every rank; a rank that leaves meanwhile ends the job (_barrier.py)."""
+    s = _active()
+    s.barrier.wait(s.teams)
 
 
 def version_info() -> dict:
