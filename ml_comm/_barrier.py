@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from . import _faults
 from ._core import lib
 from .errors import MLCommError
 
@@ -63,8 +64,7 @@ class Barrier:
                 raise MLCommError(
                     f"rank {self.rank} of {self.size} waits in barrier(){context} while rank "
                     f"{peer} waits for it in an operation on team {team} that rank {self.rank} "
-                    "never made: the ranks did not make the same calls (did they run "
-                    "different numbers of training steps?)"
+                    f"never made: the ranks did not make the same calls.{_faults._steps_text()}"
                 )
             time.sleep(pause)
             pause = min(2 * pause, _MAX_POLL_SECONDS)

@@ -233,3 +233,20 @@ def _broadcast_in_graph(variables):
         for v, value in zip(variables, values):
             v.assign(value)  # stateful: runs in the branch, in program order
     return tf.constant(True)
+
+
+def steps_note() -> str:
+    """How many updates this rank's registered optimizers made, for error messages."""
+    parts = []
+    for optimizer, state in list(_states.items()):
+        if state.team is None or not getattr(optimizer, "built", False):
+            continue
+        steps = int(_numpy(optimizer.iterations))
+        parts.append(f"{steps} training steps ({optimizer.name} updates) on team {state.team}")
+    if not parts:
+        return ""
+    return (
+        f"Rank {mc.get_rank()} ran {', '.join(parts)}; a rank still waiting for it is at a "
+        "later step: the ranks ran different numbers of steps (ml_comm.data.equal_steps "
+        "gives every rank the same number of batches)."
+    )

@@ -37,12 +37,13 @@ use `ml_comm.data.equal_steps`.
 
 from __future__ import annotations
 
+import atexit
 import weakref
 
 import keras
 import numpy as np
 
-from . import _keras_apply, _keras_fit
+from . import _faults, _keras_apply, _keras_fit
 from . import api as mc
 from ._keras_metrics import GlobalMetrics, MetricAverage, average_logs
 from .errors import MLCommError
@@ -88,17 +89,25 @@ def init(
     _owns_session = True
     _keras_apply.install()
     _keras_fit.install(per_batch_metrics)
+    _faults.steps_note = _keras_apply.steps_note
+    atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
 
 def finalize() -> None:
     """Restore Keras (models train serially again; their train steps are traced anew)
     and stop ml_comm's teams. Safe to call twice."""
     global _owns_session
+    if not _owns_session:
+        return
+    note = _keras_apply.steps_note() if mc.get_nranks() > 1 else ""
+    _faults.steps_note = lambda: note  # for finalize's check that nobody waits for us
     _keras_fit.uninstall()
     _keras_apply.uninstall()
-    if _owns_session:
-        _owns_session = False
+    _owns_session = False
+    try:
         mc.finalize()
+    finally:
+        _faults.steps_note = None
 
 
 def set_team(model: keras.Model, team: int | None = 0) -> keras.Model:
