@@ -169,7 +169,7 @@ def _fit(original):
         except Exception as exc:
             if cb is not None and cb.in_epoch and "submitted" in str(exc):
                 raise MLCommError(
-                    f"rank {mc.get_rank()} is at step {cb.step} of epoch {cb.epoch + 1} while "
+                    f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
                     "another rank has ended the epoch: the ranks ran different numbers of "
                     f"steps ({str(exc).strip().splitlines()[0]})"
                 ) from exc
@@ -257,8 +257,13 @@ def _sample_count(x) -> int:
 
 
 def _agree_on_steps(arguments, team: int) -> None:
-    """Make every rank run the smallest rank's number of training steps per epoch
-    (one small allreduce per fit call); warn once, on rank 0, when that drops data."""
+    """Make every rank run the same number of training steps per epoch, the smallest
+    rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
+
+    Arrays of different lengths are all cut to the shortest, so that every step's
+    batches are the same size on every rank too (the average of the ranks' gradients is
+    then the gradient of the global batch, as one process would compute it, also for the
+    last, partial batch). Datasets are cut to the fewest batches."""
     steps, samples = _local_steps(arguments)
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
@@ -268,29 +273,34 @@ def _agree_on_steps(arguments, team: int) -> None:
     mc.allreduce_sum(table, team)
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
-    if min(all_steps) < 0 or len(set(all_steps)) == 1:
-        return  # unknown somewhere (a mismatch is reported at the epoch's end), or equal
+    if min(all_steps) < 0:
+        return  # unknown somewhere: a mismatch is reported at the epoch's end
     fewest = min(all_steps)
-    if arguments.get("steps_per_epoch") is not None:
-        arguments["steps_per_epoch"] = fewest
-        dropped = ", ".join(str(s - fewest) for s in all_steps)
-        what = f"steps_per_epoch {_listing(all_steps)}; dropping {dropped} steps"
-    elif isinstance(arguments.get("x"), tf.data.Dataset):
-        arguments["x"] = arguments["x"].take(fewest)
-        dropped = ", ".join(str(s - fewest) for s in all_steps)
-        what = f"{_listing(all_steps)} batches per epoch; dropping {dropped} batches"
-    else:
+    if arguments.get("steps_per_epoch") is None and min(all_samples) >= 0:
+        if len(set(all_samples)) == 1:
+            return
         batch = int(arguments.get("batch_size") or 32)
-        _truncate_arrays(arguments, fewest * batch)
-        dropped = ", ".join(str(max(0, s - fewest * batch)) for s in all_samples)
+        keep = min(all_samples)
+        _truncate_arrays(arguments, keep)
+        fewest = -(-keep // batch)
+        dropped = _listing(s - keep for s in all_samples)
         what = (
-            f"{_listing(all_steps)} training steps per epoch ({_listing(all_samples)} "
-            f"samples, batch {batch}); dropping {dropped} samples"
+            f"{_listing(all_samples)} training samples ({_listing(all_steps)} steps of "
+            f"{batch}); every rank trains on {keep} per epoch (dropping {dropped})"
         )
+    elif len(set(all_steps)) == 1:
+        return
+    elif arguments.get("steps_per_epoch") is not None:
+        arguments["steps_per_epoch"] = fewest
+        what = f"steps_per_epoch {_listing(all_steps)}"
+    else:
+        arguments["x"] = arguments["x"].take(fewest)  # a tf.data.Dataset
+        dropped = _listing(s - fewest for s in all_steps)
+        what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     if rank == 0:
         print(
-            f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what} per epoch, so "
-            f"that every rank runs {fewest} steps",
+            f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what}, so that "
+            f"every rank runs {fewest} steps per epoch",
             file=sys.stderr,
             flush=True,
         )

@@ -96,7 +96,7 @@ class GlobalMetrics(keras.callbacks.Callback):
         self.per_batch = per_batch
         self.team = team
         self.epoch = 0
-        self.step = 0  # training steps begun in the current epoch
+        self.step = 0  # training steps finished in the current epoch
         self.in_epoch = False
         self._train_results: dict | None = None
         self.test_results: dict | None = None
@@ -112,10 +112,8 @@ class GlobalMetrics(keras.callbacks.Callback):
         self.epoch, self.step, self.in_epoch = epoch, 0, True
         self._train_results = None
 
-    def on_train_batch_begin(self, batch, logs=None):
-        self.step += 1
-
     def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
         if self.per_batch:
             average_logs(logs, self._team())
 

@@ -46,3 +46,9 @@ def test_custom_loop_with_equal_steps_ends_well():
     assert job.returncode == 0, job.detail()
     assert "done rank 0" in job.stdout and "done rank 1" in job.stdout, job.detail()
     assert re.search(r"uneven data: ranks 0..1 have 6, 5 batches", job.stderr), job.detail()
+
+
+def test_fit_with_different_step_counts_names_the_steps():
+    job = mpiexec_job(2, SCRIPT, "fit_generator", timeout=TIMEOUT_S)
+    ended_with(job, 60, [r"rank 1 ran 22 steps of epoch 1 |rank 0 is at step 23 of epoch 1 "])
+    assert "different numbers of steps" in job.output, job.detail()

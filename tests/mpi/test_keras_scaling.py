@@ -252,32 +252,41 @@ def test_evaluate_and_validation_on_uneven_shards(keras_session, capsys):
 
 
 def test_uneven_fit_runs_the_fewest_steps(keras_session, capfd):
+    """101 samples split over the ranks (51/50 at 2 ranks; 26/25/25/25 at 4): every rank
+    keeps the shortest shard's count, so the ranks run the same steps with the same batch
+    sizes, and the training equals one process over the kept samples."""
     c = Checks()
     r, n = keras_session
     b = 5
     x, y = data(101, seed=9)
     parts = np.array_split(np.arange(101), n)
+    keep = min(len(p) for p in parts)
     steps = [-(-len(p) // b) for p in parts]
-    fewest = min(steps)
+    fewest = -(-keep // b)
     model = make_model(r, ("sgd", 0.05))
     initial = rank0_weights(model)
     capfd.readouterr()
     model.fit(x[parts[r]], y[parts[r]], batch_size=b, epochs=2, shuffle=False, verbose=0)
     err = capfd.readouterr().err
     c.same_on_all_ranks(model.get_weights(), "uneven fit: weights")
-    if r == 0 and len(set(steps)) > 1:
-        counts = ", ".join(map(str, steps))
-        c.true(
-            "uneven data" in err and counts in err and f"every rank runs {fewest} steps" in err,
-            f"rank 0's warning should name the counts {counts}: {err!r}",
+    sizes = [len(p) for p in parts]
+    if r == 0 and len(set(sizes)) > 1:
+        want = (
+            f"uneven data: ranks 0..{n - 1} have {', '.join(map(str, sizes))} training samples "
+            f"({', '.join(map(str, steps))} steps of {b}); every rank trains on {keep} per epoch "
+            f"(dropping {', '.join(str(s - keep) for s in sizes)}), so that every rank runs "
+            f"{fewest} steps per epoch"
         )
-    if len(set(steps)) == 1:
+        c.true(want in err, f"rank 0's warning should say {want!r}: {err!r}")
+    if len(set(sizes)) == 1:
         c.true("uneven data" not in err, f"a warning for even data: {err!r}")
     # One process over the kept samples: global batch s is every rank's batch s.
+    kept = [p[:keep] for p in parts]
     order = np.concatenate(
-        [np.concatenate([parts[k][s * b : (s + 1) * b] for k in range(n)]) for s in range(fewest)]
+        [np.concatenate([kept[k][s * b : (s + 1) * b] for k in range(n)]) for s in range(fewest)]
     )
     ref = reference(("sgd", 0.05), initial)
+    # The reference's last global batch holds every rank's partial batch: the same rows.
     ref.fit(x[order], y[order], batch_size=n * b, epochs=2, shuffle=False, verbose=0)
     check_close(c, model.get_weights(), ref.get_weights(), "uneven fit")
     c.finish()

@@ -8,6 +8,8 @@ MODE:
                       10: rank 0 runs 6 steps per epoch, rank 1 5), 2 epochs, then finalize
   custom_loop_barrier the same with mc.barrier() before finalize
   equal_steps         the same loop through ml_comm.data.equal_steps (ends well)
+  fit_generator       model.fit on a generator of 23 batches on rank 0, 22 on rank 1
+                      (the length is unknown before the data is read)
 Every rank prints "started rank R pid P" first and "done rank R" at its end.
 """
 
@@ -52,6 +54,17 @@ def step(xb, yb):
         loss = tf.reduce_mean(tf.square(model(xb) - yb))
     model.optimizer.apply(tape.gradient(loss, model.trainable_variables))
 
+
+if mode == "fit_generator":
+
+    def batches(count):
+        for i in range(count):
+            yield x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]
+
+    model.fit(batches(23 if rank == 0 else 22), epochs=1, verbose=0)
+    mk.finalize()
+    print(f"done rank {rank}", flush=True)
+    sys.exit(0)
 
 model.optimizer.build(model.trainable_variables)
 for _epoch in range(2):
