@@ -319,3 +319,41 @@ def test_custom_loop_with_equal_steps(keras_session, capfd):
         c.true(", ".join(map(str, counts)) in err, f"no warning naming {counts}: {err!r}")
     c.same_on_all_ranks(model.get_weights(), "custom loop: weights")
     c.finish()
+
+
+def test_model_compiled_and_trained_before_init(keras_session):
+    """A model compiled, and even trained (its train step traced), before init: after
+    init its fit is averaged all the same."""
+    c = Checks()
+    r, n = keras_session
+    mk.finalize()
+    try:
+        model = make_model(r, ("sgd", 0.05))
+        x, y = data(STEPS * n * B, seed=11)
+        model.fit(x[:B], y[:B], batch_size=B, epochs=1, verbose=0)  # serial, before init
+    finally:
+        comm_world().barrier()
+        mk.init(nthread_per_team=1, nteams=1, msglen=64)
+    initial = rank0_weights(model)
+    xs, ys = x[rows_of(r, n, STEPS)], y[rows_of(r, n, STEPS)]
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    ref = reference(("sgd", 0.05), initial)
+    ref.fit(x, y, batch_size=n * B, epochs=1, shuffle=False, verbose=0)
+    c.same_on_all_ranks(model.get_weights(), "compiled before init: weights")
+    check_close(c, model.get_weights(), ref.get_weights(), "compiled before init")
+    c.finish()
+
+
+def test_opted_out_model_trains_alone(keras_session):
+    c = Checks()
+    r, n = keras_session
+    model = make_model(r, ("sgd", 0.05))
+    mk.set_team(model, None)
+    c.true(mk.get_team(model) is None, "get_team of an opted-out model")
+    before = mc.team_stats(0)["calls"]
+    x, y = data(2 * B, seed=12 + r)  # each rank its own data and weights
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0)
+    c.true(mc.team_stats(0)["calls"] == before, "an opted-out model used team 0")
+    digests = comm_world().allgather(tuple(w.tobytes() for w in model.get_weights()))
+    c.true(n == 1 or len(set(digests)) == n, "opted-out models should differ on every rank")
+    c.finish()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import ml_comm as mc
 
@@ -25,6 +26,7 @@ if mode == "barrier_departure":
     mc.init(1, 1, 16)
     print(f"started rank {mc.get_rank()} pid {os.getpid()}", flush=True)
     if mc.get_rank() == 0:
+        print(f"rank 0 enters barrier() at {time.monotonic():.3f}", flush=True)
         mc.barrier()
     mc.finalize()
     print(f"done rank {mc.get_rank()}", flush=True)
