@@ -101,10 +101,14 @@ def reference(optimizer, weights, accumulate=None) -> keras.Model:
 
 
 def check_close(c: Checks, got, want, tag: str, rtol: float = RTOL) -> None:
+    worst = 0.0
     for i, (w, ref) in enumerate(zip(got, want)):
         err = float(np.max(np.abs(np.asarray(w, np.float64) - ref)))
         scale = float(np.max(np.abs(ref)))
+        worst = max(worst, err / scale if scale else err)
         c.true(err <= rtol * scale, f"{tag}: weight {i} off by {err:.3g} (max |ref| {scale:.3g})")
+    if comm_world().rank == 0:
+        print(f"{tag}: largest relative difference from one process {worst:.3g}")
 
 
 CASES = {
@@ -120,7 +124,9 @@ def test_serial_script_equals_global_batch(keras_session, case):
     c = Checks()
     r, n = keras_session
     optimizer, accumulate, policy = CASES[case]
-    rtol = RTOL if policy is None else 1e-2  # float16 activations round differently
+    # float16 activations: N batches of b round differently from one of N*b (measured
+    # 6e-5 at 2 ranks); the bound is float16's epsilon, 2^-10.
+    rtol = RTOL if policy is None else 2.0**-10
     keras.mixed_precision.set_global_policy(policy or "float32")
     try:
         x, y = data(STEPS * n * B, seed=5)
