@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from ._core import lib
 
@@ -40,6 +41,18 @@ _FORWARD_GRACE_SECONDS = 0.3
 
 _installed = False
 _watching = False
+# Says how far this rank's training got ("rank 1 ran 10 training steps on team 0"), for
+# the messages of a rank that leaves or waits while a peer waits for it (the Keras hook
+# sets it: ranks that ran different numbers of steps are the usual cause).
+steps_note: Callable[[], str] | None = None
+
+
+def _steps_text() -> str:
+    try:
+        text = steps_note() if steps_note is not None else ""
+    except Exception:  # noqa: BLE001 - a note must never stop an abort
+        text = ""
+    return f" {text}" if text else ""
 
 
 def abort_on_exception_enabled() -> bool:
@@ -146,14 +159,22 @@ class Departure:
         self.rank = comm.Get_rank()
         self.comm = comm.Dup() if self.size > 1 else None
 
-    def leave(self, teams) -> None:
+    def leave(self, teams, barrier=None) -> None:
         """Wait for every rank to leave too; abort the job if a peer waits for this
-        rank in a team operation (it would never return)."""
+        rank in a team operation or in a barrier (it would never return)."""
         if self.comm is None or _world() is None:  # one rank, or MPI already finalized
             return
         request = self.comm.Ibarrier()
         pause = 1e-4
         while not request.Test():
+            peer = barrier.waiting_peer() if barrier is not None else -1
+            if peer >= 0:
+                abort(
+                    f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
+                    f"sys.exit() or the end of the script) while rank {peer} waits for it in "
+                    f"barrier(), which rank {self.rank} never entered. Aborting the job "
+                    f"(MPI_Abort) instead of leaving rank {peer} waiting forever."
+                )
             for t, team in enumerate(teams):
                 peer = lib.mlc_team_waiting_peer(team)
                 if peer >= 0:
@@ -161,7 +182,8 @@ class Departure:
                         f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
                         f"sys.exit() or the end of the script) while rank {peer} waits for it in "
                         f"an operation on team {t} that rank {self.rank} never made: the ranks "
-                        "did not make the same calls. Aborting the job (MPI_Abort) instead of "
+                        f"did not make the same calls.{_steps_text()} Aborting the job "
+                        "(MPI_Abort) instead of "
                         f"leaving rank {peer} waiting forever."
                     )
             time.sleep(pause)

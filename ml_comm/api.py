@@ -148,7 +148,7 @@ def finalize() -> None:
     if session is None:
         return
     try:
-        session.departure.leave(session.teams)
+        session.departure.leave(session.teams, session.barrier)
         session.summarise()
     finally:
         session.close()
@@ -208,7 +208,9 @@ def get_nranks() -> int:
 
 
 def barrier() -> None:
-    check(lib.mlc_context_barrier(_active().ctx), "barrier")
+    """Wait for every rank; a rank that leaves meanwhile ends the job (_barrier.py)."""
+    s = _active()
+    s.barrier.wait(s.teams)
 
 
 def version_info() -> dict:

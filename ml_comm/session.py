@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _faults, backend, checks, timeline
+from . import _barrier, _faults, backend, checks, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from ._status import ERR_LEN, check, text
@@ -58,6 +58,7 @@ class Session:
         self.teams: list = []
         self.backend: backend.Backend | None = None
         self.departure = None
+        self.barrier = None
         self.ctx = lib.mlc_context_create(self.mpi._addressof(comm), self.err, ERR_LEN)
         if self.ctx == ffi.NULL:
             raise MLCommError(text(self.err))
@@ -66,6 +67,7 @@ class Session:
         self.configs = [TeamConfig() for _ in range(nteams)]
         try:
             self.departure = _faults.Departure(comm)
+            self.barrier = _barrier.Barrier(self.mpi, comm)
             for _ in range(nteams):
                 self.teams.append(self._create_team(nthreads, msglen, chunk_bytes))
                 checks.apply(self.teams[-1], len(self.teams) - 1, self.guard)
@@ -145,3 +147,6 @@ class Session:
             if self.departure is not None:
                 self.departure.close()
                 self.departure = None
+            if self.barrier is not None:
+                self.barrier.close(finalized=_faults._world() is None)
+                self.barrier = None

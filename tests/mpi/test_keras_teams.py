@@ -96,6 +96,8 @@ def test_two_models_two_teams(two_teams):
     train(g, d, combined, real, z1, z2, lambda s: slice(s * n * B + r * B, s * n * B + (r + 1) * B))
 
     ref_g, ref_d, ref_combined = make_gan(12345)
+    mk.set_team(ref_d, None)  # the reference trains on this process alone
+    mk.set_team(ref_combined, None)
     ref_combined.set_weights(initial)
     train(ref_g, ref_d, ref_combined, real, z1, z2, lambda s: slice(s * n * B, (s + 1) * n * B))
 

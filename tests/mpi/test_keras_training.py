@@ -6,10 +6,11 @@ differ on every rank, registers it with set_team, trains it on this rank's b sam
 every global batch of N*b, and compares with a model that starts from the same weights
 (rank 0's, which set_team broadcast) and is trained by the same Keras call, without
 ml_comm, on the whole global batches: weights within 1e-5 relative (max |w - w_ref| <=
-1e-5 * max |w_ref| per variable), and the metrics that fit shows (per batch and per epoch)
-within 1e-5 of the reference's. Inputs and targets are small integers, so the only
-differences are float32 rounding. The rules of mpi_helpers.py hold: every rank makes the
-same collective calls, and checks are gathered by Checks.finish().
+1e-5 * max |w_ref| per variable), and the metrics that fit shows (per epoch, and per batch
+with GlobalMetrics(per_batch=True)) within 1e-5 of the reference's. Inputs and targets are
+small integers, so the only differences are float32 rounding. The rules of mpi_helpers.py
+hold: every rank makes the same collective calls, and checks are gathered by
+Checks.finish().
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def make_model(seed: int, built: bool = True, metrics=("mae",)) -> keras.Model:
 
 
 def reference_model(weights) -> keras.Model:
-    """Not registered with ml_comm: trains on this process alone."""
+    """Opted out of ml_comm (set_team(model, None)): trains on this process alone."""
     model = make_model(12345)
+    mk.set_team(model, None)
     model.set_weights(weights)
     return model
 
@@ -145,7 +147,7 @@ def test_fit_matches_global_batch(keras_session, capsys):
     rec = Recorder()
     history = model.fit(
         shard(x, r, n), shard(y, r, n), batch_size=B, epochs=2, shuffle=False,
-        verbose=2, callbacks=[rec],
+        verbose=2, callbacks=[mk.GlobalMetrics(per_batch=True), rec],
     )  # fmt: skip
     printed = capsys.readouterr().out
     ref = reference_model(initial)

@@ -1,0 +1,78 @@
+"""Ranks that run different numbers of steps, or leave while others wait in barrier().
+
+    mpiexec -n 2 python uneven_steps_job.py MODE TOKEN
+
+MODE:
+  barrier_departure   rank 0 waits in mc.barrier(); rank 1 leaves (finalize) at once
+  custom_loop         a Keras custom loop over Dataset.shard of 101 samples (batches of
+                      10: rank 0 runs 6 steps per epoch, rank 1 5), 2 epochs, then finalize
+  custom_loop_barrier the same with mc.barrier() before finalize
+  equal_steps         the same loop through ml_comm.data.equal_steps (ends well)
+  fit_generator       model.fit on a generator of 23 batches on rank 0, 22 on rank 1
+                      (the length is unknown before the data is read)
+Every rank prints "started rank R pid P" first and "done rank R" at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import ml_comm as mc
+
+mode = sys.argv[1]
+if mode == "barrier_departure":
+    mc.init(1, 1, 16)
+    print(f"started rank {mc.get_rank()} pid {os.getpid()}", flush=True)
+    if mc.get_rank() == 0:
+        print(f"rank 0 enters barrier() at {time.monotonic():.3f}", flush=True)
+        mc.barrier()
+    mc.finalize()
+    print(f"done rank {mc.get_rank()}", flush=True)
+    sys.exit(0)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import ml_comm.keras as mk  # noqa: E402
+from ml_comm.data import equal_steps  # noqa: E402
+
+mk.init(nthread_per_team=1, nteams=1, msglen=64)
+rank = mc.get_rank()
+print(f"started rank {rank} pid {os.getpid()}", flush=True)
+rng = np.random.default_rng(0)
+x = rng.integers(-3, 4, size=(101, 5)).astype(np.float32)
+y = rng.integers(-3, 4, size=(101, 2)).astype(np.float32)
+model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+dataset = tf.data.Dataset.from_tensor_slices((x, y)).shard(mc.get_nranks(), rank).batch(10)
+
+
+@tf.function
+def step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(xb) - yb))
+    model.optimizer.apply(tape.gradient(loss, model.trainable_variables))
+
+
+if mode == "fit_generator":
+
+    def batches(count):
+        for i in range(count):
+            yield x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]
+
+    model.fit(batches(23 if rank == 0 else 22), epochs=1, verbose=0)
+    mk.finalize()
+    print(f"done rank {rank}", flush=True)
+    sys.exit(0)
+
+model.optimizer.build(model.trainable_variables)
+for _epoch in range(2):
+    for xb, yb in equal_steps(dataset) if mode == "equal_steps" else dataset:
+        step(xb, yb)
+if mode == "custom_loop_barrier":
+    mc.barrier()
+mk.finalize()
+print(f"done rank {rank}", flush=True)

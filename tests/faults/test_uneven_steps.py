@@ -1,0 +1,57 @@
+"""Ranks that run different numbers of steps end the job within seconds with an error
+that says so, and a rank that leaves while the others wait in barrier() ends the job
+(issue 12). Plain pytest: each test launches a 2-rank job under a timeout."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from jobs import mpiexec_job, wait_gone
+
+SCRIPT = "uneven_steps_job.py"
+TIMEOUT_S = 120
+
+
+def ended_with(job, within_s: float, patterns: list[str]) -> None:
+    assert job.returncode is not None, f"the job hung\n{job.detail()}"
+    assert job.returncode != 0, f"the job reported success\n{job.detail()}"
+    assert job.seconds < within_s, f"the job took {job.seconds:.1f} s\n{job.detail()}"
+    for pattern in patterns:
+        assert re.search(pattern, job.output), f"output lacks {pattern!r}\n{job.detail()}"
+    assert not wait_gone(job.token), f"processes left behind\n{job.detail()}"
+
+
+def test_departure_during_barrier_ends_the_job():
+    job = mpiexec_job(2, SCRIPT, "barrier_departure", timeout=TIMEOUT_S)
+    ended = time.monotonic()  # the same clock as the ranks' (CLOCK_MONOTONIC)
+    ended_with(job, TIMEOUT_S, [r"rank 1 of 2 is leaving .* rank 0 waits for it in barrier\(\)"])
+    entered = float(re.search(r"rank 0 enters barrier\(\) at ([0-9.]+)", job.stdout).group(1))
+    assert ended - entered < 10, f"the job ended {ended - entered:.1f} s after the barrier"
+
+
+def test_custom_loop_with_different_step_counts_names_the_steps():
+    job = mpiexec_job(2, SCRIPT, "custom_loop", timeout=TIMEOUT_S)
+    ended_with(job, 60, [r"Rank 1 ran 10 training steps .* different numbers of steps"])
+
+
+def test_barrier_after_different_step_counts_names_the_steps():
+    job = mpiexec_job(2, SCRIPT, "custom_loop_barrier", timeout=TIMEOUT_S)
+    ended_with(
+        job,
+        60,
+        [r"rank 1 of 2 waits in barrier\(\) while rank 0 waits", r"Rank 1 ran 10 training steps"],
+    )
+
+
+def test_custom_loop_with_equal_steps_ends_well():
+    job = mpiexec_job(2, SCRIPT, "equal_steps", timeout=TIMEOUT_S)
+    assert job.returncode == 0, job.detail()
+    assert "done rank 0" in job.stdout and "done rank 1" in job.stdout, job.detail()
+    assert re.search(r"uneven data: ranks 0..1 have 6, 5 batches", job.stderr), job.detail()
+
+
+def test_fit_with_different_step_counts_names_the_steps():
+    job = mpiexec_job(2, SCRIPT, "fit_generator", timeout=TIMEOUT_S)
+    ended_with(job, 60, [r"rank 1 ran 22 steps of epoch 1 |rank 0 is at step 23 of epoch 1 "])
+    assert "different numbers of steps" in job.output, job.detail()

@@ -1,0 +1,365 @@
+"""A serial Keras 3 script with only ml_comm.keras.init() and finalize() added scales:
+no set_team, no callbacks of ml_comm's (issue 12).
+
+* fit at N ranks x batch b equals one process x N*b (SGD, Adam, gradient accumulation,
+  mixed_float16), the ranks' weights identical, and the team makes exactly one
+  reduction per applied update plus one per epoch (metrics) and one per fit call (the
+  ranks' step counts): no collective per step for metrics;
+* a rank whose float16 gradients overflow makes every rank skip the step and lower the
+  loss scale;
+* evaluate (and fit's validation_data) on shards of different sizes returns, on every
+  rank, the metrics of one process over all shards, printed once;
+* uneven shards (101 samples): fit runs the smallest rank's number of steps with a
+  warning that names the counts, and equals one process over the kept samples; a custom
+  loop with ml_comm.data.equal_steps finishes.
+
+The references are the same models opted out with set_team(model, None), trained by
+this process alone on the global batches. See mpi_helpers.py for the rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from mpi_helpers import Checks, comm_world
+
+import ml_comm as mc
+import ml_comm.keras as mk
+from ml_comm.data import equal_steps, shard
+
+pytestmark = pytest.mark.mpi
+
+with contextlib.suppress(RuntimeError):
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+
+D_IN, D_HIDDEN, D_OUT = 5, 3, 2
+B = 4
+STEPS = 4
+EPOCHS = 2
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def keras_session():
+    comm_world().barrier()
+    mk.init(nthread_per_team=1, nteams=1, msglen=64)
+    try:
+        yield mc.get_rank(), mc.get_nranks()
+    finally:
+        mk.finalize()
+
+
+def data(rows: int, seed: int, d_out: int = D_OUT):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, size=(rows, D_IN)).astype(np.float32)
+    y = rng.integers(-3, 4, size=(rows, d_out)).astype(np.float32)
+    return x, y
+
+
+def rows_of(rank: int, nranks: int, steps: int, b: int = B) -> np.ndarray:
+    """Rank r's rows of every global batch of N*b rows."""
+    return np.concatenate(
+        [
+            np.arange(s * nranks * b + rank * b, s * nranks * b + (rank + 1) * b)
+            for s in range(steps)
+        ]
+    )
+
+
+def make_model(seed: int, optimizer, accumulate=None) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [keras.Input((D_IN,)), keras.layers.Dense(D_HIDDEN, activation="tanh"),
+         keras.layers.Dense(D_OUT)]
+    )  # fmt: skip
+    kind, lr = optimizer
+    cls = {"sgd": keras.optimizers.SGD, "adam": keras.optimizers.Adam}[kind]
+    opt = cls(lr, gradient_accumulation_steps=accumulate)
+    if keras.mixed_precision.global_policy().name == "mixed_float16":
+        # compile would wrap it with the default initial scale (2^15), which overflows
+        # float16 on the first steps of the per-rank batch but not of the global one,
+        # so the two runs would skip different steps.
+        opt = keras.optimizers.LossScaleOptimizer(opt, initial_scale=2.0**8)
+    model.compile(optimizer=opt, loss="mse", metrics=["mae"])
+    return model
+
+
+def rank0_weights(model) -> list:
+    return comm_world().bcast(model.get_weights() if comm_world().rank == 0 else None, root=0)
+
+
+def reference(optimizer, weights, accumulate=None) -> keras.Model:
+    model = make_model(12345, optimizer, accumulate)
+    mk.set_team(model, None)  # opted out: trains on this process alone
+    model.set_weights(weights)
+    return model
+
+
+def check_close(c: Checks, got, want, tag: str, rtol: float = RTOL) -> None:
+    worst = 0.0
+    for i, (w, ref) in enumerate(zip(got, want)):
+        err = float(np.max(np.abs(np.asarray(w, np.float64) - ref)))
+        scale = float(np.max(np.abs(ref)))
+        worst = max(worst, err / scale if scale else err)
+        c.true(err <= rtol * scale, f"{tag}: weight {i} off by {err:.3g} (max |ref| {scale:.3g})")
+    if comm_world().rank == 0:
+        print(f"{tag}: largest relative difference from one process {worst:.3g}")
+
+
+CASES = {
+    "sgd": (("sgd", 0.05), None, None),
+    "adam": (("adam", 0.01), None, None),
+    "sgd_accumulate2": (("sgd", 0.05), 2, None),
+    "adam_mixed_float16": (("adam", 0.01), None, "mixed_float16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_serial_script_equals_global_batch(keras_session, case):
+    c = Checks()
+    r, n = keras_session
+    optimizer, accumulate, policy = CASES[case]
+    # float16 activations: N batches of b round differently from one of N*b (measured
+    # 6e-5 at 2 ranks); the bound is float16's epsilon, 2^-10.
+    rtol = RTOL if policy is None else 2.0**-10
+    keras.mixed_precision.set_global_policy(policy or "float32")
+    try:
+        x, y = data(STEPS * n * B, seed=5)
+        model = make_model(r, optimizer, accumulate)  # different weights on every rank
+        initial = rank0_weights(model)
+        xs, ys = x[rows_of(r, n, STEPS)], y[rows_of(r, n, STEPS)]
+        before = mc.team_stats(0)["calls"]
+        history = model.fit(xs, ys, batch_size=B, epochs=EPOCHS, shuffle=False, verbose=0)
+        calls = mc.team_stats(0)["calls"] - before
+        ref = reference(optimizer, initial, accumulate)
+        ref_history = ref.fit(x, y, batch_size=n * B, epochs=EPOCHS, shuffle=False, verbose=0)
+        c.same_on_all_ranks(model.get_weights(), f"{case}: weights after fit")
+        check_close(c, model.get_weights(), ref.get_weights(), case, rtol)
+        for key in ("loss", "mae"):
+            got, want = np.array(history.history[key]), np.array(ref_history.history[key])
+            c.true(
+                np.allclose(got, want, rtol=max(rtol, 1e-6)),
+                f"{case}: epoch {key} {got} but one process over all data has {want}",
+            )
+        updates = STEPS * EPOCHS // (accumulate or 1)
+        # The first fit: 1 broadcast of the weights; every fit: 1 allreduce of the step
+        # counts (N > 1), then per epoch 1 of the metric states; per update 1 reduction.
+        want = 1 + (1 if n > 1 else 0) + EPOCHS + updates
+        c.true(
+            n == 1 or calls == want,  # one rank: the TF op returns its input unreduced
+            f"{case}: team 0 made {calls} collectives in fit, want {want} "
+            f"({updates} gradient reductions for {STEPS * EPOCHS} steps)",
+        )
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    c.finish()
+
+
+def test_overflow_on_one_rank_skips_the_step_everywhere(keras_session):
+    c = Checks()
+    r, n = keras_session
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = make_model(r, ("sgd", 0.05))
+        c.true(isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer), "no LSO")
+        x, y = data(B, seed=6)
+        start = rank0_weights(model)
+        scale = float(model.optimizer.initial_scale)
+        big = 1e4 if r == n - 1 else 1.0  # the last rank's scaled gradients overflow
+        model.train_on_batch(x * big, y * big)
+        c.same_on_all_ranks(model.get_weights(), "weights after the overflowing step")
+        check_close(c, model.get_weights(), start, "the overflowing step was applied", 0.0)
+        got = float(model.optimizer.dynamic_scale.numpy())
+        c.true(got == scale / 2, f"rank {r}: loss scale {got}, want {scale / 2}")
+        model.train_on_batch(x, y)  # a finite step is applied, alike everywhere
+        c.same_on_all_ranks(model.get_weights(), "weights after a finite step")
+        c.true(
+            any(not np.array_equal(a, b) for a, b in zip(model.get_weights(), start)),
+            "the finite step changed nothing",
+        )
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    c.finish()
+
+
+def classifier(seed: int, lr: float = 0.0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((D_IN,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(
+        optimizer=keras.optimizers.SGD(lr),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def uneven_shards(nranks: int, seed: int):
+    """Shards of 5, 8, 11, ... rows (rank r: 5 + 3r), and their union."""
+    sizes = [5 + 3 * k for k in range(nranks)]
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, size=(sum(sizes), D_IN)).astype(np.float32)
+    labels = rng.integers(0, 3, size=sum(sizes)).astype(np.int64)
+    bounds = np.cumsum([0, *sizes])
+    return x, labels, [slice(bounds[k], bounds[k + 1]) for k in range(nranks)]
+
+
+def test_evaluate_and_validation_on_uneven_shards(keras_session, capsys):
+    c = Checks()
+    r, n = keras_session
+    x, labels, shards = uneven_shards(n, seed=8)
+    mine = shards[r]
+    model = classifier(r)  # lr 0: fit leaves the weights alone, validation sees them
+    weights = rank0_weights(model)
+    ref = classifier(12345)
+    mk.set_team(ref, None)
+    ref.set_weights(weights)
+    want = ref.evaluate(x, labels, batch_size=len(x), verbose=0, return_dict=True)
+    capsys.readouterr()
+    got = model.evaluate(x[mine], labels[mine], batch_size=3, verbose=1, return_dict=True)
+    printed = capsys.readouterr().out
+    as_list = model.evaluate(x[mine], labels[mine], batch_size=4, verbose=0)
+    for key in ("loss", "accuracy"):
+        c.true(
+            abs(got[key] - want[key]) <= 1e-6 * max(1.0, abs(want[key])),
+            f"evaluate: {key} {got[key]} on rank {r}, one process over all shards {want[key]}",
+        )
+    c.true(
+        np.allclose(as_list, [want["loss"], want["accuracy"]], rtol=1e-6),
+        f"evaluate without return_dict: {as_list}",
+    )
+    if r == 0:
+        c.true(f"accuracy: {want['accuracy']:.4f}" in printed, f"rank 0 printed {printed!r}")
+    else:
+        c.true(printed == "", f"rank {r} printed {printed!r}")
+    train_x, train_y = x[: 2 * n], labels[: 2 * n]  # 2 rows per rank
+    history = model.fit(
+        train_x[2 * r : 2 * r + 2], train_y[2 * r : 2 * r + 2], batch_size=2, epochs=1,
+        verbose=0, validation_data=(x[mine], labels[mine]),
+    )  # fmt: skip
+    for key in ("loss", "accuracy"):
+        value = history.history[f"val_{key}"][0]
+        c.true(
+            abs(value - want[key]) <= 1e-6 * max(1.0, abs(want[key])),
+            f"fit: val_{key} {value} on rank {r}, one process over all shards {want[key]}",
+        )
+    predictions = model.predict(x[mine], verbose=0)
+    gathered = mk.gather(predictions)
+    if r == 0:
+        c.true(
+            gathered.shape == (len(x), 3) and np.allclose(gathered, ref.predict(x, verbose=0)),
+            "gather(predict) on rank 0 is not one process's predict over all shards",
+        )
+    c.finish()
+
+
+def test_uneven_fit_runs_the_fewest_steps(keras_session, capfd):
+    """101 samples split over the ranks (51/50 at 2 ranks; 26/25/25/25 at 4): every rank
+    keeps the shortest shard's count, so the ranks run the same steps with the same batch
+    sizes, and the training equals one process over the kept samples."""
+    c = Checks()
+    r, n = keras_session
+    b = 5
+    x, y = data(101, seed=9)
+    parts = np.array_split(np.arange(101), n)
+    keep = min(len(p) for p in parts)
+    steps = [-(-len(p) // b) for p in parts]
+    fewest = -(-keep // b)
+    model = make_model(r, ("sgd", 0.05))
+    initial = rank0_weights(model)
+    capfd.readouterr()
+    model.fit(x[parts[r]], y[parts[r]], batch_size=b, epochs=2, shuffle=False, verbose=0)
+    err = capfd.readouterr().err
+    c.same_on_all_ranks(model.get_weights(), "uneven fit: weights")
+    sizes = [len(p) for p in parts]
+    if r == 0 and len(set(sizes)) > 1:
+        want = (
+            f"uneven data: ranks 0..{n - 1} have {', '.join(map(str, sizes))} training samples "
+            f"({', '.join(map(str, steps))} steps of {b}); every rank trains on {keep} per epoch "
+            f"(dropping {', '.join(str(s - keep) for s in sizes)}), so that every rank runs "
+            f"{fewest} steps per epoch"
+        )
+        c.true(want in err, f"rank 0's warning should say {want!r}: {err!r}")
+    if len(set(sizes)) == 1:
+        c.true("uneven data" not in err, f"a warning for even data: {err!r}")
+    # One process over the kept samples: global batch s is every rank's batch s.
+    kept = [p[:keep] for p in parts]
+    order = np.concatenate(
+        [np.concatenate([kept[k][s * b : (s + 1) * b] for k in range(n)]) for s in range(fewest)]
+    )
+    ref = reference(("sgd", 0.05), initial)
+    # The reference's last global batch holds every rank's partial batch: the same rows.
+    ref.fit(x[order], y[order], batch_size=n * b, epochs=2, shuffle=False, verbose=0)
+    check_close(c, model.get_weights(), ref.get_weights(), "uneven fit")
+    c.finish()
+
+
+def test_custom_loop_with_equal_steps(keras_session, capfd):
+    c = Checks()
+    r, n = keras_session
+    x, y = data(101, seed=10)
+    model = make_model(r, ("sgd", 0.05))
+    dataset = shard(tf.data.Dataset.from_tensor_slices((x, y))).batch(10)
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(xb) - yb))
+        grads = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply(grads, model.trainable_variables)
+
+    capfd.readouterr()
+    ran = 0
+    for _ in range(2):
+        for xb, yb in equal_steps(dataset):
+            step(xb, yb)
+            ran += 1
+    err = capfd.readouterr().err
+    counts = [-(-len(range(k, 101, n)) // 10) for k in range(n)]
+    c.true(ran == 2 * min(counts), f"rank {r} ran {ran} steps, want {2 * min(counts)}")
+    if r == 0 and len(set(counts)) > 1:
+        c.true(", ".join(map(str, counts)) in err, f"no warning naming {counts}: {err!r}")
+    c.same_on_all_ranks(model.get_weights(), "custom loop: weights")
+    c.finish()
+
+
+def test_model_compiled_and_trained_before_init(keras_session):
+    """A model compiled, and even trained (its train step traced), before init: after
+    init its fit is averaged all the same."""
+    c = Checks()
+    r, n = keras_session
+    mk.finalize()
+    try:
+        model = make_model(r, ("sgd", 0.05))
+        x, y = data(STEPS * n * B, seed=11)
+        model.fit(x[:B], y[:B], batch_size=B, epochs=1, verbose=0)  # serial, before init
+    finally:
+        comm_world().barrier()
+        mk.init(nthread_per_team=1, nteams=1, msglen=64)
+    initial = rank0_weights(model)
+    xs, ys = x[rows_of(r, n, STEPS)], y[rows_of(r, n, STEPS)]
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    ref = reference(("sgd", 0.05), initial)
+    ref.fit(x, y, batch_size=n * B, epochs=1, shuffle=False, verbose=0)
+    c.same_on_all_ranks(model.get_weights(), "compiled before init: weights")
+    check_close(c, model.get_weights(), ref.get_weights(), "compiled before init")
+    c.finish()
+
+
+def test_opted_out_model_trains_alone(keras_session):
+    c = Checks()
+    r, n = keras_session
+    model = make_model(r, ("sgd", 0.05))
+    mk.set_team(model, None)
+    c.true(mk.get_team(model) is None, "get_team of an opted-out model")
+    before = mc.team_stats(0)["calls"]
+    x, y = data(2 * B, seed=12 + r)  # each rank its own data and weights
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0)
+    c.true(mc.team_stats(0)["calls"] == before, "an opted-out model used team 0")
+    digests = comm_world().allgather(tuple(w.tobytes() for w in model.get_weights()))
+    c.true(n == 1 or len(set(digests)) == n, "opted-out models should differ on every rank")
+    c.finish()
