@@ -72,22 +72,25 @@ def step(
     stage.calls += 1
     if phase == lib.MLC_STEP_SYNC:
         return reduce_now(inputs)
+    # None: nothing in flight (entering the pipeline, or the previous call raised the
+    # failure of the reduction it would have returned: the pipeline starts afresh).
     previous = _finish(stage, wait)
     if phase == lib.MLC_STEP_DRAIN:
-        return [p + c for p, c in zip(previous, reduce_now(inputs))]
+        now = reduce_now(inputs)
+        return now if previous is None else [p + c for p, c in zip(previous, now)]
     # Copies: the caller may reuse its arrays while the reduction runs.
     owned = [np.array(a, order="C", copy=True) for a in inputs]
     request, keep = submit(owned)
     stage.in_flight = _InFlight(request, owned, keep)
-    if phase == lib.MLC_STEP_PIPELINE_START:
+    if phase == lib.MLC_STEP_PIPELINE_START or previous is None:
         return [np.zeros_like(a) for a in inputs]
     return previous
 
 
-def _finish(stage: Stage, wait: Wait) -> list[np.ndarray]:
+def _finish(stage: Stage, wait: Wait) -> list[np.ndarray] | None:
     flight, stage.in_flight = stage.in_flight, None
     if flight is None:
-        return []
+        return None
     wait(flight.request)
     return flight.results
 

@@ -152,3 +152,57 @@ def test_broadcast_is_not_checked(session):
     mc.broadcast([a])
     c.true(bool(np.all(np.isnan(a))), f"broadcast result {a}")
     c.finish()
+
+
+def test_pipelined_team_recovers_after_one_failed_step(session):
+    """As the TensorFlow op does (test_tf_finite.py): the call that would return a failed
+    reduction raises on every rank; the pipeline then starts afresh (zeros, then the
+    previous call's average), arrays every time, never a list of None."""
+    rank, n, last = session.rank, session.nranks, session.nranks - 1
+    shape = (6,)
+    zeros = np.zeros(shape, np.float32)
+
+    def call(seed, nan=False):
+        a = make_input(rank, shape, np.float32, seed)
+        if nan and rank == last:
+            a[1] = np.nan
+        return mc.gradients([a], team=1)[0]
+
+    c = Checks()
+    mc.config_team(1, mc.ALG_AUTO, 0, 100)  # pipelined from the first call
+    try:
+        c.equal(call(0), zeros, "call 0 (entering the pipeline)")
+        c.equal(call(1, nan=True), expected_average(shape, np.float32, n, 0), "call 1")
+        c.raises(mc.MLCommError, call, 2, words=("NaN or Inf",))
+        c.equal(call(3), zeros, "call 3 (the pipeline starts afresh)")
+        for seed in (4, 5):
+            want = expected_average(shape, np.float32, n, seed - 1)
+            c.equal(call(seed), want, f"call {seed} returns call {seed - 1}'s average")
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, 0, 0)
+    c.finish()
+
+
+def test_leaving_the_pipeline_after_a_failed_step(session):
+    """A failure just before the draining call: the call that would return the failed
+    reduction raises; the draining call then returns its own average, arrays again."""
+    rank, n, last = session.rank, session.nranks, session.nranks - 1
+    shape = (5,)
+
+    def call(seed, nan=False):
+        a = make_input(rank, shape, np.float64, seed)
+        if nan and rank == last:
+            a[0] = np.inf
+        return mc.gradients([a], team=1)[0]
+
+    c = Checks()
+    mc.config_team(1, mc.ALG_AUTO, -1, 4)  # pipelined, synchronous for the last 1 of 4
+    try:
+        c.equal(call(0), np.zeros(shape), "call 0 (entering the pipeline)")
+        c.equal(call(1, nan=True), expected_average(shape, np.float64, n, 0), "call 1")
+        c.raises(mc.MLCommError, call, 2, words=("NaN or Inf",))
+        c.equal(call(3), expected_average(shape, np.float64, n, 3), "call 3 (draining)")
+        c.equal(call(4), expected_average(shape, np.float64, n, 4), "call 4 (synchronous)")
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, 0, 0)
+    c.finish()

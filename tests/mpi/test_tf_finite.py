@@ -86,3 +86,32 @@ def test_pipelined_team_recovers_after_one_failed_step(tf_session, mode):
     finally:
         mc.config_team(1, mc.ALG_AUTO, 0, 0)
     c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_leaving_the_pipeline_after_a_failed_step(tf_session, mode):
+    """A failure just before the draining call: the call that would return the failed
+    reduction raises; the draining call then returns its own average (as NumPy does)."""
+    rank, n, last = tf_session.rank, tf_session.nranks, tf_session.nranks - 1
+    shape = (5,)
+    step = lambda ts: mc.gradients(ts, 1)  # noqa: E731
+    if mode == "function":
+        step = tf.function(step)
+
+    def call(seed, nan=False):
+        a = make_input(rank, shape, np.float64, seed)
+        if nan and rank == last:
+            a[0] = np.inf
+        return to_numpy(step([tf.constant(a)])[0])
+
+    c = Checks()
+    mc.config_team(1, mc.ALG_AUTO, -1, 4)  # pipelined, synchronous for the last 1 of 4
+    try:
+        c.equal(call(0), np.zeros(shape), f"{mode}: call 0 (entering the pipeline)")
+        c.equal(call(1, nan=True), expected_average(shape, np.float64, n, 0), f"{mode}: call 1")
+        c.raises(tf.errors.InternalError, call, 2, words=("NaN or Inf",))
+        c.equal(call(3), expected_average(shape, np.float64, n, 3), f"{mode}: call 3 (draining)")
+        c.equal(call(4), expected_average(shape, np.float64, n, 4), f"{mode}: call 4 (sync)")
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, 0, 0)
+    c.finish()
