@@ -27,7 +27,6 @@
  * them). ML_COMM_CHECK_LAYOUT=0 switches the exchange off (then a mismatch hangs
  * or corrupts, as in MPI). A single rank exchanges nothing; with the finite check
  * it still judges its own scan. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,10 +257,9 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
 int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message) {
     if (atomic_load_explicit(&a->state, memory_order_acquire) == MLC_CHECK_NONE) return MLC_OK;
     while (atomic_load_explicit(&a->state, memory_order_acquire) != MLC_CHECK_DONE) {
-        if (pthread_mutex_trylock(&ag->exchange_lock) != 0) {
-            sched_yield(); /* another thread is exchanging: maybe this very request */
-            continue;
-        }
+        /* Another thread may be exchanging, maybe this very request: wait for it
+         * asleep (its exchange may wait long for a late peer). */
+        pthread_mutex_lock(&ag->exchange_lock);
         while (atomic_load_explicit(&a->state, memory_order_acquire) != MLC_CHECK_DONE) {
             pthread_mutex_lock(&ag->list_lock);
             mlc_agreement *next = ag->head; /* never NULL here: a itself is still queued */

@@ -1,12 +1,17 @@
 /* Posting and waiting, over any transport implementation.
  *
- * Waits poll and yield instead of blocking inside the implementation: a blocked
- * MPI call spins, and with more communication threads than cores (several ranks
- * per node, or compute threads beside them) spinning threads starve the very
- * peers they wait for; sched_yield costs nothing when no other thread is
- * runnable. Every poll calls the progress hook (the stall watchdog). The peers of
- * the last posts are kept so a stalled wait can say whom it waits for. */
+ * Waits poll instead of blocking inside the implementation: a blocked MPI call
+ * spins, and with more communication threads than cores (several ranks per node,
+ * or compute threads beside them) spinning threads starve the very peers they
+ * wait for. A wait polls with sched_yield for MLC_SPIN_SECONDS (most messages
+ * land by then, and a yield costs nothing when no other thread is runnable), then
+ * sleeps between polls, each sleep a tenth of the time waited so far, at most
+ * MLC_MAX_SLEEP_SECONDS: a late peer then costs a few wake-ups per millisecond
+ * instead of a core, and the sleep adds at most a tenth to a wait. Every poll
+ * calls the progress hook (the stall watchdog). The peers of the last posts are
+ * kept so a stalled wait can say whom it waits for. */
 #include <sched.h>
+#include <time.h>
 
 #include "transport.h"
 
@@ -25,15 +30,35 @@ int mlc_tp_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_
     return tp->ops->irecv(tp, buf, bytes, src, tag, req);
 }
 
-static void poll_once(mlc_tp *tp, int64_t poll) {
+#define MLC_SPIN_SECONDS 100e-6
+#define MLC_MAX_SLEEP_SECONDS 1e-3
+/* Clock reads are not free: the spin looks at the clock every this many polls. */
+#define MLC_POLLS_PER_CLOCK 16
+
+/* Between two polls of a wait that began at *start (0: not yet read). */
+static void poll_once(mlc_tp *tp, int64_t poll, double *start) {
     if (tp->progress) tp->progress(tp->progress_arg, tp, poll);
-    sched_yield();
+    if (poll % MLC_POLLS_PER_CLOCK) {
+        sched_yield();
+        return;
+    }
+    double now = mlc_now();
+    if (*start == 0) *start = now;
+    double waited = now - *start;
+    if (waited < MLC_SPIN_SECONDS) {
+        sched_yield();
+        return;
+    }
+    double pause = waited / 10 < MLC_MAX_SLEEP_SECONDS ? waited / 10 : MLC_MAX_SLEEP_SECONDS;
+    struct timespec ts = {0, (long)(pause * 1e9)};
+    nanosleep(&ts, NULL);
 }
 
 int mlc_tp_waitall(mlc_tp *tp, int n, mlc_tp_req *reqs) {
     int done = 0, rc;
     int64_t poll = 0;
-    while ((rc = tp->ops->testall(tp, n, reqs, &done)) == MLC_OK && !done) poll_once(tp, poll++);
+    double start = 0;
+    while ((rc = tp->ops->testall(tp, n, reqs, &done)) == MLC_OK && !done) poll_once(tp, poll++, &start);
     if (rc == MLC_OK) tp->recv_peer = tp->send_peer = -1; /* nothing pending now */
     return rc;
 }
@@ -41,7 +66,9 @@ int mlc_tp_waitall(mlc_tp *tp, int n, mlc_tp_req *reqs) {
 int mlc_tp_waitany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
     int rc;
     int64_t poll = 0;
-    while ((rc = tp->ops->testany(tp, n, reqs, index)) == MLC_OK && *index == -1) poll_once(tp, poll++);
+    double start = 0;
+    while ((rc = tp->ops->testany(tp, n, reqs, index)) == MLC_OK && *index == -1)
+        poll_once(tp, poll++, &start);
     return rc;
 }
 
