@@ -36,12 +36,11 @@ class OutputPool:
 
     def _reuse(self, nbytes: int) -> np.ndarray | None:
         with self._lock:
-            fits = [b for b in self._free if nbytes <= b.size <= 2 * nbytes]
+            fits = [i for i, b in enumerate(self._free) if nbytes <= b.size <= 2 * nbytes]
             if not fits:
                 return None
-            block = min(fits, key=lambda b: b.size)
-            self._free.remove(block)
-            return block
+            best = min(fits, key=lambda i: self._free[i].size)
+            return self._free.pop(best)  # by position: == on arrays compares elements
 
     def _give_back(self, block: np.ndarray) -> None:
         with self._lock:
