@@ -21,35 +21,52 @@ static uint16_t f32_to_bf16(float f) {
     return (uint16_t)(bits >> 16);
 }
 
-/* dst = a + b element-wise. dst may be a (in place) but never b; for two distinct
- * buffers and a third output the compiler may assume no overlap at all. */
-#define SUM_LOOP(T, U, EXPR)                                        \
+/* dst = a + b element-wise, in one of two shapes so the compiler may assume no
+ * overlap and vectorise without run-time checks: in place (dst is a; b apart) and
+ * out of place (three buffers apart). Half types are summed in float32. */
+#define SUM_LOOP(T, U, EXPR, IN_PLACE)                              \
     do {                                                            \
-        T *d = dst;                                                 \
-        const T *x = a;                                             \
+        T *restrict d = dst;                                        \
         const T *restrict y = b;                                    \
-        for (int64_t i = 0; i < n; i++) {                           \
-            U xi = x[i], yi = y[i];                                 \
-            d[i] = EXPR;                                            \
+        if (IN_PLACE) {                                             \
+            for (int64_t i = 0; i < n; i++) {                       \
+                U xi = d[i], yi = y[i];                             \
+                d[i] = EXPR;                                        \
+            }                                                       \
+        } else {                                                    \
+            const T *restrict x = a;                                \
+            for (int64_t i = 0; i < n; i++) {                       \
+                U xi = x[i], yi = y[i];                             \
+                d[i] = EXPR;                                        \
+            }                                                       \
         }                                                           \
     } while (0)
 
-static void sum(void *dst, const void *a, const void *b, int64_t n, int dtype) {
-    switch (dtype) {
-    case MLC_FLOAT32: SUM_LOOP(float, float, xi + yi); break;
-    case MLC_FLOAT64: SUM_LOOP(double, double, xi + yi); break;
-    /* Integers wrap around like NumPy instead of signed-overflow undefined behaviour. */
-    case MLC_INT32: SUM_LOOP(uint32_t, uint32_t, xi + yi); break;
-    case MLC_INT64: SUM_LOOP(uint64_t, uint64_t, xi + yi); break;
-    case MLC_FLOAT16: SUM_LOOP(_Float16, float, (_Float16)(xi + yi)); break;
-    case MLC_BFLOAT16: SUM_LOOP(uint16_t, uint16_t, f32_to_bf16(bf16_to_f32(xi) + bf16_to_f32(yi))); break;
+#define SUM_ALL(IN_PLACE)                                                                       \
+    switch (dtype) {                                                                            \
+    case MLC_FLOAT32: SUM_LOOP(float, float, xi + yi, IN_PLACE); break;                         \
+    case MLC_FLOAT64: SUM_LOOP(double, double, xi + yi, IN_PLACE); break;                       \
+    /* Integers wrap around like NumPy instead of signed-overflow undefined behaviour. */      \
+    case MLC_INT32: SUM_LOOP(uint32_t, uint32_t, xi + yi, IN_PLACE); break;                     \
+    case MLC_INT64: SUM_LOOP(uint64_t, uint64_t, xi + yi, IN_PLACE); break;                     \
+    case MLC_FLOAT16: SUM_LOOP(_Float16, float, (_Float16)(xi + yi), IN_PLACE); break;          \
+    case MLC_BFLOAT16:                                                                          \
+        SUM_LOOP(uint16_t, uint16_t, f32_to_bf16(bf16_to_f32(xi) + bf16_to_f32(yi)), IN_PLACE); \
+        break;                                                                                  \
     }
+
+void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype) {
+    const void *a = dst, *b = src;
+    (void)a;
+    SUM_ALL(1)
 }
 
-void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype) { sum(dst, dst, src, n, dtype); }
-
 void mlc_reduce_sum_to(void *dst, const void *a, const void *b, int64_t n, int dtype) {
-    sum(dst, a, b, n, dtype);
+    if (dst == a) {
+        mlc_reduce_sum_into(dst, b, n, dtype);
+        return;
+    }
+    SUM_ALL(0)
 }
 
 void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks) {
