@@ -1,8 +1,8 @@
 /* Pipelined ring allreduce: reduce_scatter_ring.c, then allgather_ring.c.
  *
  * Steps, n ranks: the reduce-scatter leaves rank r with the total of block (r+1)
- * of each segment; for an average it divides that block, once, here; the
- * allgather then copies every total to every rank.
+ * of each segment (for an average divided by n, once, as its last addition
+ * lands); the allgather then copies every total to every rank.
  * Bytes on the wire per rank: 2(n-1)/n * N * elem_size sent and as many
  * received, the bandwidth optimum whatever n is. Cost: 2(n-1) message latencies
  * per segment, which is why small buffers take allreduce_recursive_doubling.c or
@@ -17,7 +17,6 @@
 
 int mlc_allreduce_ring(mlc_tp *tp, const mlc_algo_call *c) {
     const int n = tp->size;
-    int64_t off, len;
     int rc;
 
     if (c->nseg > MLC_RING_MAX_BATCH) return MLC_ERR_ARG;
@@ -26,12 +25,6 @@ int mlc_allreduce_ring(mlc_tp *tp, const mlc_algo_call *c) {
         for (int d = 0; d < c->nseg; d++) mlc_segment_copy_input(&c->segs[d], c->elem_size);
         return MLC_OK;
     }
-    if ((rc = mlc_reduce_scatter_ring(tp, c))) return rc;
-    if (c->op == MLC_OP_AVERAGE) {
-        for (int d = 0; d < c->nseg; d++) {
-            mlc_ring_block(tp, c, d, mlc_ring_ag_send_block(tp->rank, n, 0), &off, &len);
-            mlc_divide_by_ranks(c->segs[d].data + off, len / c->elem_size, c->dtype, n);
-        }
-    }
+    if ((rc = mlc_reduce_scatter_ring(tp, c))) return rc; /* an average's totals divided */
     return mlc_allgather_ring(tp, c);
 }

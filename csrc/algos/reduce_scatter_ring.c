@@ -9,7 +9,8 @@
  * is reduced, so one segment's transfer proceeds while another's block is added.
  * Out of place: step 0 sends from the input, and each block received is added to
  * the input's block into the output, so the input is read once and never copied
- * (block r is the one never received: the allgather fills it).
+ * (block r is the one never received: the allgather fills it). For an average
+ * the last step divides the block's total as it adds it, in cache.
  * Determinism: each block is summed in one fixed order, around the ring. */
 #include "algo.h"
 #include "ring_blocks.h"
@@ -38,8 +39,13 @@ int mlc_reduce_scatter_ring(mlc_tp *tp, const mlc_algo_call *c) {
                 return mlc_ring_fail(tp, reqs, c->nseg, c->nseg, c->nseg, rc);
             const mlc_segment *seg = &c->segs[idx];
             mlc_ring_block(tp, c, idx, mlc_ring_rs_recv_block(r, n, s), &off, &len);
-            mlc_reduce_sum_to(seg->data + off, (seg->input ? seg->input : seg->data) + off,
-                              c->scratch + idx * slot, len / c->elem_size, c->dtype);
+            const char *mine = (seg->input ? seg->input : seg->data) + off;
+            if (s == n - 2 && c->op == MLC_OP_AVERAGE) /* the block's total: divide it now */
+                mlc_reduce_sum_average_to(seg->data + off, mine, c->scratch + idx * slot,
+                                          len / c->elem_size, c->dtype, n);
+            else
+                mlc_reduce_sum_to(seg->data + off, mine, c->scratch + idx * slot,
+                                  len / c->elem_size, c->dtype);
         }
         if ((rc = mlc_tp_waitall(tp, c->nseg, reqs + c->nseg))) return rc;
     }

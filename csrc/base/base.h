@@ -38,6 +38,9 @@ static inline const void *mlc_tensor_input(const mlc_tensor *t) { return t->sour
  * an average's final division. */
 void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype);
 void mlc_reduce_sum_to(void *dst, const void *a, const void *b, int64_t n, int dtype);
+/* dst = (a + b) / nranks, bit for bit as mlc_reduce_sum_to then mlc_divide_by_ranks. */
+void mlc_reduce_sum_average_to(void *dst, const void *a, const void *b, int64_t n, int dtype,
+                               int nranks);
 void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks);
 
 /* finite.c: 1 when some of the n elements is NaN or +-Inf (floating dtypes only). */

@@ -108,3 +108,19 @@ void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks) {
     }
     }
 }
+
+/* The last addition of an average and its division, block by block while the
+ * block is in cache: the same operations, so the same bits, as sum then divide,
+ * with one pass over memory fewer. */
+#define MLC_AVERAGE_BLOCK 4096
+
+void mlc_reduce_sum_average_to(void *dst, const void *a, const void *b, int64_t n, int dtype,
+                               int nranks) {
+    const int es = mlc_dtype_size(dtype);
+    for (int64_t off = 0; off < n; off += MLC_AVERAGE_BLOCK) {
+        int64_t len = n - off < MLC_AVERAGE_BLOCK ? n - off : MLC_AVERAGE_BLOCK;
+        char *d = (char *)dst + off * es;
+        mlc_reduce_sum_to(d, (const char *)a + off * es, (const char *)b + off * es, len, dtype);
+        mlc_divide_by_ranks(d, len, dtype, nranks);
+    }
+}
