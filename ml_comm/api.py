@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes, _faults, checks, pipeline, timeline
+from . import _dtypes, _faults, checks, pipeline, settings_check, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from .errors import MLCommError
@@ -63,6 +63,9 @@ class _Session:
     ):
         self.guard = checks.from_env()  # a malformed variable raises before anything starts
         self.mpi = init_mpi()
+        settings_check.verify(
+            self.mpi.COMM_WORLD, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds
+        )
         self.framework = framework
         self.err = ffi.new(f"char[{_ERR_LEN}]")
         self.ctx = lib.mlc_context_create(
