@@ -29,6 +29,8 @@ typedef struct mlc_guard {
     int64_t direct_bytes; /* allreduces up to this size travel with their signature */
     char *acc;            /* direct_bytes: where a direct allreduce is summed */
     MPI_Request *reqs;    /* 2 (size - 1) */
+    _Atomic int stop_requested; /* this rank asked to stop: every later signature says so */
+    _Atomic int64_t stop_seq;   /* first request whose verdict carried a stop; -1: none yet */
     int drop_left; /* parts of a failed multi-request call to fail without exchanging */
     int drop_status;
     char drop_message[MLC_MSG_LEN];

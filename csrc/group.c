@@ -70,8 +70,17 @@ static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const 
 int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
                           int op, int index, const void *source, void *data, mlc_callback done,
                           void *user_data, char *err, size_t errlen) {
+    return mlc_team_group_arrive_part(team, key, ntensors, counts, dtype, op, 0, 1, 0, index, source,
+                                      data, done, user_data, err, errlen);
+}
+
+int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
+                               int dtype, int op, int part, int nparts, int call_dtypes, int index,
+                               const void *source, void *data, mlc_callback done, void *user_data,
+                               char *err, size_t errlen) {
     if (!team || ntensors < 1 || !counts || index < 0 || index >= ntensors || dtype < 0 ||
-        dtype >= MLC_NUM_DTYPES || (op != MLC_OP_SUM && op != MLC_OP_AVERAGE)) {
+        dtype >= MLC_NUM_DTYPES || (op != MLC_OP_SUM && op != MLC_OP_AVERAGE) || nparts < 1 ||
+        part < 0 || part >= nparts || call_dtypes < 0 || call_dtypes > 0xffff) {
         snprintf(err, errlen, "mlc_team_group_arrive: invalid arguments (index %d of %d)", index, ntensors);
         return MLC_ERR_ARG;
     }
@@ -104,6 +113,9 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
             snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);
             return MLC_ERR_NOMEM;
         }
+        g->part = part;
+        g->nparts = nparts;
+        g->call_dtypes = call_dtypes;
         *link = g; /* appended: the open list keeps step order */
         mlc_queue_request(team, g);
     }

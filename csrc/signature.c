@@ -28,6 +28,14 @@
  * them). ML_COMM_CHECK_LAYOUT=0 switches the exchange off (then a mismatch hangs
  * or corrupts, as in MPI). A single rank exchanges nothing; with the finite check
  * it still scans its input.
+ *
+ * Stopping together: mlc_team_request_stop (a signal handler's path: one atomic
+ * store) makes every later signature of this rank carry a stop flag. The verdict
+ * of the first request whose table holds one marks the request (stop_asked) and
+ * the team (stop_seq) alike on every rank, so all ranks learn of the request at
+ * the same request, without a message of its own. Without the exchange
+ * (ML_COMM_CHECK_LAYOUT=0, or one rank) nothing carries it: the Python layer
+ * refuses to stop together then, or (one rank) answers from its own flag.
  */
 #include <sched.h>
 #include <stdarg.h>
@@ -44,8 +52,8 @@
 #define MLC_DIRECT_TABLE_BYTES (128 * 1024)
 
 /* What one rank submitted for one request. Compared: kind, dtype, op (allreduce),
- * root (broadcast), ntensors, total, layout_hash, part, nparts. The rest is for
- * messages and the direct allreduce. Sent as bytes: the ranks of one job share one
+ * root (broadcast), ntensors, total, layout_hash, part, nparts, call_dtypes. The
+ * rest is for messages, the direct allreduce and the stop flag. Sent as bytes: the ranks of one job share one
  * architecture. */
 typedef struct mlc_signature {
     int32_t kind, dtype, op, root;
@@ -57,7 +65,8 @@ typedef struct mlc_signature {
     int32_t nonfinite_tensor;             /* first tensor holding NaN/Inf; -1: none (or unchecked) */
     int32_t nonfinite_count;              /* how many tensors hold NaN/Inf */
     int32_t direct;                       /* the input (total elements) follows */
-    int32_t unused;
+    uint16_t call_dtypes;                 /* bit d: the caller's call has a part of dtype d */
+    uint16_t stop;                        /* this rank asked to stop (mlc_team_request_stop) */
 } mlc_signature;
 
 _Static_assert(sizeof(mlc_signature) == 112, "the file comment gives the signature's size");
@@ -92,8 +101,22 @@ void mlc_guard_init(mlc_team *team) {
     g->layout = 1;
     g->stall_warn = MLC_DEFAULT_STALL_WARN_SECONDS;
     g->comm = MPI_COMM_NULL;
+    atomic_init(&g->stop_requested, 0);
+    atomic_init(&g->stop_seq, -1);
     pthread_mutex_init(&g->lock, NULL);
 }
+
+int mlc_team_request_stop(mlc_team *team) {
+    if (!team) return MLC_ERR_ARG;
+    atomic_store(&team->guard.stop_requested, 1); /* async-signal-safe: a handler may call it */
+    return MLC_OK;
+}
+
+int64_t mlc_team_stop_seq(const mlc_team *team) {
+    return team ? atomic_load(&((mlc_team *)team)->guard.stop_seq) : -1;
+}
+
+int mlc_request_stop_asked(const mlc_request *req) { return req ? req->stop_asked : 0; }
 
 /* Slots for direct allreduces of up to `bytes` (less at large n). */
 static int size_slots(mlc_team *team, int64_t bytes) {
@@ -201,6 +224,8 @@ static void sign(mlc_team *team, mlc_request *req, mlc_signature *s) {
     s->part = req->part;
     s->nparts = req->nparts > 0 ? req->nparts : 1;
     s->is_group = req->is_group;
+    s->call_dtypes = (uint16_t)req->call_dtypes;
+    s->stop = (uint16_t)atomic_load(&team->guard.stop_requested);
     s->total = req->total;
     s->seq = (int64_t)req->seq;
     s->key = req->key;
@@ -286,7 +311,7 @@ static int exchange(mlc_team *team, mlc_request *req, char *message) {
 static int same(const mlc_signature *a, const mlc_signature *b) {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->ntensors == b->ntensors && a->total == b->total && a->layout_hash == b->layout_hash &&
-           a->part == b->part && a->nparts == b->nparts;
+           a->part == b->part && a->nparts == b->nparts && a->call_dtypes == b->call_dtypes;
 }
 
 /* "rank 1" or "ranks 0, 2-4": the ranks whose signature equals the leader's. */
@@ -323,6 +348,11 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     if (s->kind == MLC_KIND_BROADCAST) append(buf, len, off, " (broadcast from rank %d", s->root);
     else append(buf, len, off, " (%s", s->op == MLC_OP_SUM ? "sum" : "average");
     if (s->nparts > 1) append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
+    if (s->call_dtypes & ~(1u << s->dtype)) { /* a call of several dtypes: name them all */
+        append(buf, len, off, "; the call's dtypes:");
+        for (int d = 0, k = 0; d < 16; d++)
+            if (s->call_dtypes & (1u << d)) append(buf, len, off, "%s %s", k++ ? "," : "", mlc_dtype_name(d));
+    }
     append(buf, len, off, ")");
 }
 
@@ -404,6 +434,16 @@ static int judge(mlc_team *team, mlc_request *req, char *message) {
     return MLC_OK;
 }
 
+/* Some rank's signature carries a stop flag: mark the request, and the team at the
+ * first such request; the table is the same on every rank, so is the mark. */
+static void note_stop(mlc_team *team, mlc_request *req) {
+    mlc_guard *g = &team->guard;
+    for (int r = 0; r < team->ctx->size; r++)
+        if (sig(g, r)->stop) req->stop_asked = 1;
+    int64_t none = -1;
+    if (req->stop_asked) atomic_compare_exchange_strong(&g->stop_seq, &none, (int64_t)req->seq);
+}
+
 /* Exchange and judge one request (or fail it as the rest of a failed call), then
  * publish the verdict. Called with the guard lock held, in queue order. */
 static void check_one(mlc_team *team, mlc_request *req) {
@@ -419,6 +459,7 @@ static void check_one(mlc_team *team, mlc_request *req) {
         g->drop_left = 0;
         sign(team, req, sig(g, team->ctx->rank));
         status = exchange(team, req, req->check_message);
+        if (status == MLC_OK) note_stop(team, req);
         if (status == MLC_OK) status = judge(team, req, req->check_message);
         if (status != MLC_OK && req->nparts > 1 && req->part + 1 < req->nparts) {
             g->drop_left = req->nparts - req->part - 1;

@@ -322,6 +322,7 @@ static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_t
     req->root = root;
     req->part = 0;
     req->nparts = 1;
+    req->call_dtypes = 0;
     req->algorithm = team->algorithm;
     if (req->algorithm == MLC_ALG_AUTO)
         req->algorithm = req->total * mlc_dtype_size(dtype) < team->latency_bytes
@@ -398,14 +399,16 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 }
 
 int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
-                                  int dtype, int op, int part, int nparts, mlc_callback callback,
-                                  void *user_data, mlc_request **out) {
+                                  int dtype, int op, int part, int nparts, int call_dtypes,
+                                  mlc_callback callback, void *user_data, mlc_request **out) {
     mlc_request *req;
-    if (nparts < 1 || part < 0 || part >= nparts) return MLC_ERR_ARG;
+    if (nparts < 1 || part < 0 || part >= nparts || call_dtypes < 0 || call_dtypes > 0xffff)
+        return MLC_ERR_ARG;
     int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, &req);
     if (rc) return rc;
     req->part = part;
     req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
     return submit(team, req, callback, user_data, out);
 }
 
@@ -496,13 +499,14 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
 
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
                        char *err, size_t errlen) {
-    return mlc_team_broadcast_part(team, tensors, ntensors, dtype, root, 0, 1, err, errlen);
+    return mlc_team_broadcast_part(team, tensors, ntensors, dtype, root, 0, 1, 0, err, errlen);
 }
 
 int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
-                            int root, int part, int nparts, char *err, size_t errlen) {
+                            int root, int part, int nparts, int call_dtypes, char *err,
+                            size_t errlen) {
     mlc_request *req;
-    int rc = nparts < 1 || part < 0 || part >= nparts
+    int rc = nparts < 1 || part < 0 || part >= nparts || call_dtypes < 0 || call_dtypes > 0xffff
                  ? MLC_ERR_ARG
                  : make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, &req);
     if (rc) {
@@ -511,6 +515,7 @@ int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     }
     req->part = part;
     req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
     return run_blocking(team, req, err, errlen);
 }
 

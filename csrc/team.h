@@ -49,6 +49,8 @@ struct mlc_request {
 
     /* The agreement check (signature.c): the verdict is set before any data moves. */
     int part, nparts;         /* of the caller's multi-request call; 0 and 1 otherwise */
+    int call_dtypes;          /* bit d: the call has a part of dtype d (0: not said) */
+    int stop_asked;           /* the verdict: some rank asked to stop (mlc_team_request_stop) */
     _Atomic int check_state;  /* MLC_CHECK_*; DONE publishes the fields below */
     int check_status;
     int direct_ok;     /* may travel with its signature (MLC_ALG_AUTO, not a group) */

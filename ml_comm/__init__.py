@@ -28,6 +28,7 @@ from .api import (
     version_info,
 )
 from .errors import MLCommError
+from .stop import catch_stop_signals, request_stop, should_stop
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,7 @@ __all__ = [
     "average",
     "barrier",
     "broadcast",
+    "catch_stop_signals",
     "check_buffers_match",
     "config_team",
     "finalize",
@@ -48,6 +50,8 @@ __all__ = [
     "gradients",
     "init",
     "init_mpi",
+    "request_stop",
+    "should_stop",
     "team_settings",
     "team_stats",
     "version_info",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _dtypes, _faults, checks, pipeline, settings_check, timeline
+from . import _dtypes, _faults, checks, pipeline, settings_check, stop, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from .errors import MLCommError
@@ -258,6 +258,7 @@ def finalize() -> None:
         session, _session = _session, None
     if session is None:
         return
+    stop.forget_session()
     try:
         session.departure.leave(session.teams)
     except BaseException:
@@ -467,16 +468,24 @@ def gradients(grads: Sequence[np.ndarray], team: int = 0) -> list[np.ndarray]:
             )
             for i, r in zip(order, results):
                 outputs[i] = r
+    stop.note_call(team)
     return outputs
 
 
 def _submit_average(
-    handle, outputs: list[np.ndarray], inputs: list[np.ndarray], in_place=False, part=0, nparts=1
+    handle,
+    outputs: list[np.ndarray],
+    inputs: list[np.ndarray],
+    in_place=False,
+    part=0,
+    nparts=1,
+    call_dtypes=0,
 ):
     """Start an asynchronous average of arrays of one dtype; returns (request, keep).
 
-    part/nparts: this request's place among the call's requests (one per dtype), so
-    that ranks whose lists split into different dtypes fail alike (csrc/signature.c)."""
+    part/nparts: this request's place among the call's requests (one per dtype), and
+    call_dtypes the bits of the call's dtypes, so that ranks whose lists split into
+    different dtypes fail alike, naming them (csrc/signature.c)."""
     tensors, keep = _tensor_list(outputs, None if in_place else inputs)
     out = ffi.new("mlc_request **")
     rc = lib.mlc_team_allreduce_async_part(
@@ -487,6 +496,7 @@ def _submit_average(
         lib.MLC_OP_AVERAGE,
         part,
         nparts,
+        call_dtypes,
         ffi.NULL,
         ffi.NULL,
         out,
@@ -511,6 +521,7 @@ def _average_groups(handle, inputs, groups, outputs) -> None:
                 [inputs[i] for i in order],
                 part=part,
                 nparts=len(groups),
+                call_dtypes=_dtypes.bits(groups),
             )
             keep.append(k)
             requests.append(request)
@@ -545,6 +556,7 @@ def _wait_all(requests, orders=None) -> list[str]:
             text = checks.request_error(req, status, order, "gradients")
             if text not in errors:  # the parts of a failed call repeat its message
                 errors.append(text)
+        stop.note_request(req)
         lib.mlc_request_free(req)
     return errors
 
@@ -581,7 +593,16 @@ def _broadcast_arrays(s: _Session, arrays: list[np.ndarray], root: int) -> None:
         tensors, keep = _tensor_list([arrays[i] for i in idx])
         code = _dtypes.CODES[dtype]
         rc = lib.mlc_team_broadcast_part(
-            s.teams[0], tensors, len(idx), code, root, part, len(groups), s.err, _ERR_LEN
+            s.teams[0],
+            tensors,
+            len(idx),
+            code,
+            root,
+            part,
+            len(groups),
+            _dtypes.bits(groups),
+            s.err,
+            _ERR_LEN,
         )
         _check(rc, "broadcast", s.err)
 

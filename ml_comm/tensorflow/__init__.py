@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from .._core import lib
 from ..errors import MLCommError
 from ..pipeline import is_pipelined
 from . import build
@@ -28,6 +29,15 @@ _team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 SUPPORTED = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
+# The core's dtype codes, for the mask of a call's dtypes that ranks compare.
+CODES = {
+    tf.float32: lib.MLC_FLOAT32,
+    tf.float64: lib.MLC_FLOAT64,
+    tf.float16: lib.MLC_FLOAT16,
+    tf.bfloat16: lib.MLC_BFLOAT16,
+    tf.int32: lib.MLC_INT32,
+    tf.int64: lib.MLC_INT64,
+}
 
 
 def load_ops():
@@ -112,7 +122,11 @@ def gradients(
     dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
     result: list = [None] * len(grads)
     pipelined = is_pipelined(ksteps, max_steps)
-    for _dtype, idx in _by_dtype(dense).items():
+    groups = _by_dtype(dense)
+    # Each dtype's op says which part of the call it is and all the call's dtypes: ranks
+    # whose lists hold other dtypes fail at the first part instead of one op waiting.
+    parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
+    for part, idx in enumerate(groups.values()):
         layout = idx[::-1]  # backprop produces the last gradients first: they lead
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
@@ -128,10 +142,12 @@ def gradients(
                         ksteps=ksteps,
                         max_steps=max_steps,
                         average=average,
+                        part=part,
+                        **parts,
                     )
                 else:
                     outs = ops.ml_comm_allreduce_n(
-                        tensors, team_handle=team_handle, average=average
+                        tensors, team_handle=team_handle, average=average, part=part, **parts
                     )
             if not tf.executing_eagerly():
                 _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
@@ -147,6 +163,8 @@ def gradients(
                         counts=counts,
                         average=average,
                         nranks=nranks,
+                        part=part,
+                        **parts,
                     )
                     for pos, t in enumerate(tensors)
                 ]
