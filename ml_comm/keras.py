@@ -78,6 +78,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import api as mc
+from . import keras_fault
 from .errors import MLCommError
 
 DEFAULT_MSGLEN = 1 << 22
@@ -395,7 +396,7 @@ def _wrap_method(model: keras.Model, name: str, method):
                 callbacks = list(callbacks or [])
                 if not any(isinstance(c, MetricAverage) for c in callbacks):
                     callbacks.insert(0, MetricAverage())
-                bound.arguments["callbacks"] = callbacks
+                bound.arguments["callbacks"] = keras_fault.fit_callbacks(callbacks, _models[m].team)
         return method(*bound.args, **bound.kwargs)
 
     return wrapper
