@@ -43,6 +43,7 @@ _asked = False  # this rank asked (a signal or request_stop)
 _received: list[str] = []  # names of the signals received, for messages
 _agreed_teams: set[int] = set()  # pipelined NumPy teams whose waited requests said "stop"
 _local = threading.local()  # this thread waited for a request that said "stop"
+_previous_handlers: dict[int, object] = {}  # restored at finalize
 
 
 def _session():
@@ -101,7 +102,8 @@ def catch_stop_signals(signals=DEFAULT_SIGNALS) -> None:
     session = _session()
     _require_exchange(session, "catch_stop_signals")
     for sig in signals:
-        signal.signal(sig, _handler)
+        previous = signal.signal(sig, _handler)
+        _previous_handlers.setdefault(sig, previous)
     if _asked:  # a stop asked before the teams existed
         request_stop()
 
@@ -148,6 +150,14 @@ def note_call(team: int) -> None:
 
 
 def forget_session() -> None:
-    """finalize: the teams' marks go with them (the process's own request stays)."""
+    """finalize: the signals get their handlers from before catch_stop_signals back (a
+    signal after finalize ends the process again), and the session's stop state goes."""
+    global _asked
+    if threading.current_thread() is threading.main_thread():
+        for sig, previous in _previous_handlers.items():
+            signal.signal(sig, previous)
+        _previous_handlers.clear()
+    _asked = False
+    _received.clear()
     _agreed_teams.clear()
     _local.seen = False

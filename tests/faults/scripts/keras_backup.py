@@ -8,7 +8,8 @@ keras.callbacks.BackupAndRestore(BACKUP) as a serial script would use it. With
 SIGNAL_*: that rank sends itself SIGTERM after that batch of that (0-based) epoch, as
 Slurm would at a time limit. At the end every rank writes its final weights to
 OUT/weights.rank<R>.npz and prints "done rank R"; rank 0 prints "epoch E" as each
-epoch begins. TOKEN is only there for the
+epoch begins. ML_COMM_TEST_BATCH_SLEEP=S: sleep S seconds after each batch (a slower
+training, so that a signal from outside finds it running). TOKEN is only there for the
 test's process search.
 """
 
@@ -38,6 +39,15 @@ class EpochLog(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         if mc.get_rank() == 0:
             print(f"epoch {epoch}", flush=True)
+
+
+class Slow(keras.callbacks.Callback):
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.seconds)
 
 
 class SignalAt(keras.callbacks.Callback):
@@ -72,6 +82,8 @@ def main() -> int:
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     mk.set_team(model)
     callbacks = [keras.callbacks.BackupAndRestore(backup_dir), EpochLog()]
+    if os.environ.get("ML_COMM_TEST_BATCH_SLEEP"):
+        callbacks.append(Slow(float(os.environ["ML_COMM_TEST_BATCH_SLEEP"])))
     if signal_at is not None and signal_at[0] == rank:
         callbacks.append(SignalAt(signal_at[1], signal_at[2]))
     model.fit(
