@@ -9,7 +9,9 @@ SIGNAL_*: that rank sends itself SIGTERM after that batch of that (0-based) epoc
 Slurm would at a time limit. At the end every rank writes its final weights to
 OUT/weights.rank<R>.npz and prints "done rank R"; rank 0 prints "epoch E" as each
 epoch begins. ML_COMM_TEST_BATCH_SLEEP=S: sleep S seconds after each batch (a slower
-training, so that a signal from outside finds it running). TOKEN is only there for the
+training, so that a signal from outside finds it running); ML_COMM_TEST_EPOCHS:
+epochs (default 5); ML_COMM_TEST_CATCH_AT_INIT=1: catch the stop signals from init on
+(as the README advises where a signal may come during start-up), not only from fit on. TOKEN is only there for the
 test's process search.
 """
 
@@ -30,7 +32,7 @@ import tensorflow as tf  # noqa: E402
 
 import ml_comm.keras as mk  # noqa: E402
 
-EPOCHS = 5
+EPOCHS = int(os.environ.get("ML_COMM_TEST_EPOCHS", "5"))
 PER_RANK = 64
 BATCH = 8
 
@@ -71,6 +73,8 @@ def main() -> int:
     keras.utils.set_random_seed(7)
     tf.config.experimental.enable_op_determinism()
     mk.init(1, 1)
+    if os.environ.get("ML_COMM_TEST_CATCH_AT_INIT") == "1":
+        mc.catch_stop_signals()
     rank, n = mc.get_rank(), mc.get_nranks()
     print(f"started rank {rank} pid {os.getpid()}", flush=True)
     rng = np.random.default_rng(11)
