@@ -68,6 +68,8 @@ def request_stop() -> None:
 
 def _handler(signum, frame) -> None:
     name = signal.Signals(signum).name
+    if signum == signal.SIGINT and name in _received:
+        raise KeyboardInterrupt  # Ctrl-C twice: interrupt this rank as Python would
     first = not _received
     _received.append(name)
     request_stop()

@@ -46,6 +46,8 @@ def test_sigterm_then_rerun_resumes_exactly(tmp_path):
     assert plain.returncode == 0, plain.detail()
     assert re.findall(r"epoch (\d)", plain.stdout) == ["0", "1", "2", "3", "4"], plain.detail()
     assert not (tmp_path / "backup-plain").exists(), "Keras deletes the backup at a normal end"
+    # ModelCheckpoint wrote (on rank 0 only: every rank writing one h5 file fails).
+    assert (plain_out / "checkpoint.weights.h5").stat().st_size > 0
 
     backup = tmp_path / "backup"
     cut = keras_job(backup, cut_out, "1", "2", "3")  # rank 1, third epoch, after batch 4

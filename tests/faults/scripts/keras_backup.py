@@ -4,7 +4,8 @@
 
 Trains a small regression network for EPOCHS epochs on each rank's shard of fixed
 integer-valued data (no shuffling, op determinism on), with
-keras.callbacks.BackupAndRestore(BACKUP) as a serial script would use it. With
+keras.callbacks.BackupAndRestore(BACKUP) and a ModelCheckpoint of the weights after each
+epoch (OUT/checkpoint.weights.h5) as a serial script would use them. With
 SIGNAL_*: that rank sends itself SIGTERM after that batch of that (0-based) epoch, as
 Slurm would at a time limit. At the end every rank writes its final weights to
 OUT/weights.rank<R>.npz and prints "done rank R"; rank 0 prints "epoch E" as each
@@ -85,7 +86,13 @@ def main() -> int:
     )
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     mk.set_team(model)
-    callbacks = [keras.callbacks.BackupAndRestore(backup_dir), EpochLog()]
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_dir),
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(out_dir, "checkpoint.weights.h5"), save_weights_only=True
+        ),
+        EpochLog(),
+    ]
     if os.environ.get("ML_COMM_TEST_BATCH_SLEEP"):
         callbacks.append(Slow(float(os.environ["ML_COMM_TEST_BATCH_SLEEP"])))
     if signal_at is not None and signal_at[0] == rank:
