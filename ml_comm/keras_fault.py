@@ -64,6 +64,9 @@ class StopTogether(keras.callbacks.Callback):
         self.team = team
         self.exit_code = exit_code
         self.state = _FitStop()
+        # fit_callbacks: a per-batch MetricAverage on this team runs before us, so the
+        # team's stop mark can be read even when the team is pipelined (ml_comm/stop.py).
+        self.after_blocking_call = False
 
     @property
     def stopped(self) -> bool:
@@ -74,7 +77,13 @@ class StopTogether(keras.callbacks.Callback):
         self.state.epoch_complete = True
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.state.stopped or not stop.should_stop(self.team):
+        if self.state.stopped:
+            return
+        if self.after_blocking_call:
+            asked = stop.agreed_after_blocking_call(self.team)
+        else:
+            asked = stop.should_stop(self.team)
+        if not asked:
             return
         self.state.stopped = True
         steps = (self.params or {}).get("steps")
@@ -195,6 +204,11 @@ def fit_callbacks(callbacks: list, team: int) -> list:
     else:
         stopper = StopTogether(team)
     _catch_signals()
+    from .keras import MetricAverage
+
+    stopper.after_blocking_call = any(
+        isinstance(c, MetricAverage) and c.per_batch and c.team in (None, team) for c in callbacks
+    )
     out = []
     for c in callbacks:
         if isinstance(c, keras.callbacks.BackupAndRestore):

@@ -138,6 +138,20 @@ def should_stop(team: int = 0) -> bool:
     return team in _agreed_teams
 
 
+def agreed_after_blocking_call(team: int = 0) -> bool:
+    """`should_stop` for the moment right after a blocking call on the team (`average`,
+    `allreduce_sum`, `broadcast`) returned on the thread that drives it: every request
+    up to that call has its verdict on every rank (verdicts come in queue order) and no
+    later one exists, so the team's mark is the same everywhere, pipelined or not.
+    Keras' per-batch MetricAverage gives `fit` such a moment after every batch."""
+    session = _session()
+    handle = session.team(team)
+    if session.size == 1:
+        return _asked
+    _require_exchange(session, "should_stop")
+    return lib.mlc_team_stop_seq(handle) >= 0
+
+
 def note_request(req) -> None:
     """A request this thread has waited for (before it is freed)."""
     if lib.mlc_request_stop_asked(req):
