@@ -53,8 +53,8 @@
 
 /* What one rank submitted for one request. Compared: kind, dtype, op (allreduce),
  * root (broadcast), ntensors, total, layout_hash, part, nparts, call_dtypes. The
- * rest is for messages, the direct allreduce and the stop flag. Sent as bytes: the ranks of one job share one
- * architecture. */
+ * rest is for messages, the direct allreduce and the stop flag. Sent as bytes: the
+ * ranks of one job share one architecture. */
 typedef struct mlc_signature {
     int32_t kind, dtype, op, root;
     int32_t ntensors, part, nparts, is_group;
