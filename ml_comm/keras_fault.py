@@ -18,8 +18,9 @@ unchanged at N ranks:
   the end of an epoch that was completed (Keras would record a cut epoch as done) and
   at the batch frequency that the user asked for; the backup is kept (Keras deletes it
   at a normal end), the other callbacks' `on_train_end` run, and every rank leaves
-  through `finalize` and exits with `STOPPED_EXIT_CODE`. Running the same command again
-  resumes from the backup.
+  through `finalize` and exits with `STOPPED_EXIT_CODE` (with ML_COMM_REQUEUE_ON_STOP=1,
+  rank 0 first requeues the Slurm job: ml_comm/requeue.py). Running the same command
+  again resumes from the backup.
 
 Keras 3's BackupAndRestore restores the epoch only, not the batch within it: with an
 integer `save_freq` a restarted job repeats the cut epoch from its first batch, from
@@ -39,7 +40,7 @@ import keras
 import numpy as np
 
 from . import api as mc
-from . import stop
+from . import requeue, stop
 
 # EX_TEMPFAIL of sysexits.h: "try again later". What every rank exits with after a
 # stop on a signal, so that a batch script can tell it from a finished run (0).
@@ -100,7 +101,10 @@ class StopTogether(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         if not self.state.stopped or self.exit_code is None:
             return
+        rank = mc.get_rank()
         mc.finalize()  # collective: every rank stopped at the same batch and comes here
+        if requeue.wanted():
+            requeue.requeue_slurm_job(rank)
         print(
             f"ml_comm: rank {stop._rank()} stopped on request; exiting with status "
             f"{self.exit_code} (run the same command again to resume from the backup)",

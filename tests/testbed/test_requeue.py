@@ -35,6 +35,13 @@ if [ "$status" -eq 75 ]; then
 fi
 exit "$status"
 """
+# ML_COMM_REQUEUE_ON_STOP=1: rank 0 requeues the job itself (ml_comm/requeue.py).
+BATCH_OPT_IN = """#!/bin/bash
+srun --kill-on-bad-exit=1 --mpi=pmi2 {py} {script} {backup} {out} {token}
+status=$?
+echo "ml_comm-test: srun status $status restart ${{SLURM_RESTART_COUNT:-0}}"
+exit "$status"
+"""
 
 
 def weights(out: Path, rank: int) -> list[np.ndarray]:
@@ -55,13 +62,14 @@ def run_batch_job(
     env: dict,
     sbatch_args: list[str],
     signal_at_epoch: int | None = None,
+    template: str = BATCH,
 ) -> str:
     """Submit the batch script; with signal_at_epoch, `scancel --signal=USR1` the job
     once rank 0 has begun that epoch (first allocation). Returns the job's log once it
     ended with srun status 0."""
     batch = tmp_path / "job.sh"
     batch.write_text(
-        BATCH.format(
+        template.format(
             py=PY, script=SCRIPT, backup=tmp_path / "backup", out=tmp_path / "job", token=token
         )
     )
@@ -140,3 +148,24 @@ def test_time_limit_shorter_than_training_requeues_and_resumes(testbed, tmp_path
     env["ML_COMM_TEST_BATCH_SLEEP"] = "0.25"
     text = run_batch_job(testbed, tmp_path, token, env, ["--time=3", "--signal=USR1@60"])
     check_resumed_exactly(testbed, text, tmp_path, plain_out, last_epoch=LONG_EPOCHS - 1)
+
+
+def test_opt_in_requeue_by_rank_0(testbed, tmp_path):
+    (tmp_path / "job").mkdir()
+    token = f"mlcrequeue-{uuid.uuid4().hex[:12]}"
+    env = dict(testbed.env, ML_COMM_TEST_BATCH_SLEEP="0.25", TF_CPP_MIN_LOG_LEVEL="2")
+    plain_out = plain_run(testbed, tmp_path, token, env)
+    env["ML_COMM_REQUEUE_ON_STOP"] = "1"
+    text = run_batch_job(
+        testbed, tmp_path, token, env, ["--time=6"], signal_at_epoch=2, template=BATCH_OPT_IN
+    )
+    assert re.search(r"ml_comm: job \d+ requeued; it resumes from the backup", text), text[-4000:]
+    assert "srun status 0 restart 1" in text, text[-4000:]
+    # The requeue may end the stopped allocation before its batch script prints srun's
+    # status: check the resume after rank 0's message instead.
+    second = text.split("requeued; it resumes from the backup", 1)[1]
+    epochs = re.findall(r"^epoch (\d+)$", second, flags=re.M)
+    assert epochs and epochs[0] != "0" and epochs[-1] == "4", text[-4000:]
+    for rank in range(testbed.nodes):
+        for a, b in zip(weights(tmp_path / "job", rank), weights(plain_out, 0), strict=True):
+            assert a.tobytes() == b.tobytes(), f"rank {rank}: weights differ\n{text[-3000:]}"
