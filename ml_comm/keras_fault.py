@@ -106,7 +106,7 @@ class StopTogether(keras.callbacks.Callback):
         if requeue.wanted():
             requeue.requeue_slurm_job(rank)
         print(
-            f"ml_comm: rank {stop._rank()} stopped on request; exiting with status "
+            f"ml_comm: rank {rank} stopped on request; exiting with status "
             f"{self.exit_code} (run the same command again to resume from the backup)",
             file=sys.stderr,
             flush=True,
