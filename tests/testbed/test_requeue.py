@@ -21,10 +21,12 @@ import numpy as np
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "faults" / "scripts" / "keras_backup.py"
-JOB_TIMEOUT_S = 900
-# 8 batches of 0.25 s each: 2 s an epoch, about 2 minutes in all, more than an allocation
-# of --time=3 leaves after start-up and before its signal.
-LONG_EPOCHS = 60
+# Slurm makes a requeued job wait about 2 minutes before it is eligible again.
+JOB_TIMEOUT_S = 1500
+# 8 batches of 0.25 s each: 2 s an epoch or more, a minute and a half in all, more than
+# an allocation of --time=3 leaves after start-up and before its signal (seen: 15 to 21
+# epochs an allocation on a loaded 2-core machine).
+LONG_EPOCHS = 45
 
 BATCH = """#!/bin/bash
 srun --kill-on-bad-exit=1 --mpi=pmi2 {py} {script} {backup} {out} {token}
