@@ -589,20 +589,12 @@ def broadcast(values, root: int = 0):
 
 def _broadcast_arrays(s: _Session, arrays: list[np.ndarray], root: int) -> None:
     groups = _group_by_dtype(arrays)
+    dtypes = _dtypes.bits(groups)
     for part, (dtype, idx) in enumerate(groups.items()):
         tensors, keep = _tensor_list([arrays[i] for i in idx])
         code = _dtypes.CODES[dtype]
         rc = lib.mlc_team_broadcast_part(
-            s.teams[0],
-            tensors,
-            len(idx),
-            code,
-            root,
-            part,
-            len(groups),
-            _dtypes.bits(groups),
-            s.err,
-            _ERR_LEN,
+            s.teams[0], tensors, len(idx), code, root, part, len(groups), dtypes, s.err, _ERR_LEN
         )
         _check(rc, "broadcast", s.err)
 
