@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "faults" / "scripts" / "keras_backup.py"
 # Slurm makes a requeued job wait about 2 minutes before it is eligible again.
 JOB_TIMEOUT_S = 1500
+# Rank 0's "epoch E" lines; not anchored: srun may run two tasks' lines together.
+EPOCH = r"epoch (\d+)\b"
 # 8 batches of 0.25 s each: 2 s an epoch or more, a minute and a half in all, more than
 # an allocation of --time=3 leaves after start-up and before its signal (seen: 15 to 21
 # epochs an allocation on a loaded 2-core machine).
@@ -86,9 +88,7 @@ def run_batch_job(
     try:
         while time.monotonic() < deadline:
             text = log.read_text() if log.exists() else ""
-            if signal_at_epoch is not None and re.search(
-                rf"^epoch {signal_at_epoch}$", text, flags=re.M
-            ):
+            if signal_at_epoch is not None and re.search(rf"epoch {signal_at_epoch}\b", text):
                 subprocess.run(["scancel", "--signal=USR1", job], env=env, timeout=60, check=True)
                 signal_at_epoch = None
             if re.search(r"srun status 0 restart", text) and not slurm(
@@ -117,9 +117,9 @@ def check_resumed_exactly(testbed, text: str, tmp_path: Path, plain_out: Path, l
     assert "ml_comm: rank 0 stopped on request; exiting with status 75" in text, text[-4000:]
     # Every allocation after a stop resumed at the epoch of the backup, not at epoch 0.
     for later in text.split("srun status 75 restart")[1:]:
-        epochs = re.findall(r"^epoch (\d+)$", later, flags=re.M)
+        epochs = re.findall(EPOCH, later)
         assert epochs and epochs[0] != "0", text[-4000:]
-    assert re.findall(r"^epoch (\d+)$", text, flags=re.M)[-1] == str(last_epoch), text[-4000:]
+    assert re.findall(EPOCH, text)[-1] == str(last_epoch), text[-4000:]
     for rank in range(testbed.nodes):
         for a, b in zip(weights(tmp_path / "job", rank), weights(plain_out, 0), strict=True):
             assert a.tobytes() == b.tobytes(), f"rank {rank}: weights differ\n{text[-3000:]}"
@@ -166,7 +166,7 @@ def test_opt_in_requeue_by_rank_0(testbed, tmp_path):
     # The requeue may end the stopped allocation before its batch script prints srun's
     # status: check the resume after rank 0's message instead.
     second = text.split("requeued; it resumes from the backup", 1)[1]
-    epochs = re.findall(r"^epoch (\d+)$", second, flags=re.M)
+    epochs = re.findall(EPOCH, second)
     assert epochs and epochs[0] != "0" and epochs[-1] == "4", text[-4000:]
     for rank in range(testbed.nodes):
         for a, b in zip(weights(tmp_path / "job", rank), weights(plain_out, 0), strict=True):
