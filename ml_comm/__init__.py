@@ -37,6 +37,7 @@ from .api import (  # noqa: E402
     version_info,
 )
 from .errors import MLCommError  # noqa: E402
+from .stop import catch_stop_signals, request_stop, should_stop  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -49,6 +50,7 @@ __all__ = [
     "average",
     "barrier",
     "broadcast",
+    "catch_stop_signals",
     "check_buffers_match",
     "config_team",
     "finalize",
@@ -57,6 +59,8 @@ __all__ = [
     "gradients",
     "init",
     "init_mpi",
+    "request_stop",
+    "should_stop",
     "team_settings",
     "team_stats",
     "version_info",

@@ -37,3 +37,8 @@ def code_of(dtype: np.dtype) -> int:
         return CODES[dtype]
     except KeyError:
         raise TypeError(f"ml_comm cannot reduce dtype {dtype}; supported: {SUPPORTED}") from None
+
+
+def bits(dtypes) -> int:
+    """The core's mask of a call's dtypes: bit (1 << code) for each (csrc/signature.c)."""
+    return sum(1 << CODES[np.dtype(d)] for d in set(dtypes))

@@ -2,11 +2,14 @@
 
 Three mechanisms, all only when the job has more than one rank:
 
-* An uncaught exception: `init` chains an excepthook that prints the traceback
-  under the rank's name and calls MPI_Abort, so that mpiexec / srun end every rank
-  at once. Without it the failing rank would stop in MPI_Finalize, waiting for the
-  others, while the others wait for it in their next reduction: a hang. Opt out
-  with ML_COMM_ABORT_ON_EXCEPTION=0.
+* An uncaught exception, in the main thread or any other: `init` chains a hook in
+  front of sys.excepthook and threading.excepthook that prints the traceback under
+  the rank's name and calls MPI_Abort, so that mpiexec / srun end every rank at
+  once. Without it the failing rank would stop in MPI_Finalize, waiting for the
+  others, while the others wait for it in their next reduction: a hang; a thread
+  that dies leaves its work undone (a data loader that stops feeding the step, a
+  GAN's second model that never reduces again). Opt out with
+  ML_COMM_ABORT_ON_EXCEPTION=0.
 * Leaving while others wait (finalize(), sys.exit(), the end of the script): the
   leaving rank waits for the others in a barrier, and while it waits it looks for
   a peer that has already sent it a message of a team operation that it never
@@ -85,35 +88,66 @@ def abort(message: str) -> None:
     os._exit(ABORT_CODE)
 
 
+def _abort_after(exc_type, exc, tb, where: str, show) -> None:
+    """Print the rank's name and the traceback (through `show`, the hook chained
+    before ours), then end the job. Returns only when MPI is not running at >1 ranks
+    or the user opted out (the caller then hands the exception on as before)."""
+    world = _world()
+    rank, size = world.Get_rank(), world.Get_size()
+    try:
+        print(
+            f"ml_comm: rank {rank} of {size}: uncaught {exc_type.__name__}{where}; "
+            "aborting the job (MPI_Abort) so that the other ranks do not wait for this one "
+            f"forever ({ENV_ABORT_ON_EXCEPTION}=0 turns this off)",
+            file=sys.stderr,
+            flush=True,
+        )
+        show()
+    except BaseException:  # noqa: BLE001 - a broken hook must not stop the abort
+        traceback.print_exception(exc_type, exc, tb)
+    abort(f"ml_comm: rank {rank} of {size}: aborting after {exc_type.__name__}{where}: {exc}")
+
+
+def _wants_abort() -> bool:
+    return _world() is not None and abort_on_exception_enabled()
+
+
 def _excepthook(previous):
     def hook(exc_type, exc, tb):
-        world = _world()
-        if world is None or not abort_on_exception_enabled():
+        if not _wants_abort():
             previous(exc_type, exc, tb)
             return
-        rank, size = world.Get_rank(), world.Get_size()
-        try:
-            print(
-                f"ml_comm: rank {rank} of {size}: uncaught {exc_type.__name__}; "
-                "aborting the job (MPI_Abort) so that the other ranks do not wait for this one "
-                f"forever ({ENV_ABORT_ON_EXCEPTION}=0 turns this off)",
-                file=sys.stderr,
-                flush=True,
-            )
-            previous(exc_type, exc, tb)
-        except BaseException:  # noqa: BLE001 - a broken hook must not stop the abort
-            traceback.print_exception(exc_type, exc, tb)
-        abort(f"ml_comm: rank {rank} of {size}: aborting after {exc_type.__name__}: {exc}")
+        _abort_after(exc_type, exc, tb, "", lambda: previous(exc_type, exc, tb))
+
+    return hook
+
+
+def _thread_excepthook(previous):
+    def hook(args):
+        # SystemExit in a thread only ends that thread, by Python's own rules.
+        if args.exc_type is SystemExit or not _wants_abort():
+            previous(args)
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        _abort_after(
+            args.exc_type,
+            args.exc_value,
+            args.exc_traceback,
+            f" in thread {name!r}",
+            lambda: previous(args),
+        )
 
     return hook
 
 
 def install_excepthook() -> None:
-    """Chain ml_comm's hook in front of sys.excepthook, once per process."""
+    """Chain ml_comm's hooks in front of sys.excepthook and threading.excepthook, once
+    per process."""
     global _installed
     if _installed:
         return
     sys.excepthook = _excepthook(sys.excepthook)
+    threading.excepthook = _thread_excepthook(threading.excepthook)
     _installed = True
 
 

@@ -31,7 +31,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from . import _keras_apply
+from . import _keras_apply, keras_fault
 from . import api as mc
 from ._keras_metrics import GlobalMetrics, sum_metric_states
 from .errors import MLCommError
@@ -161,6 +161,8 @@ def _fit(original):
         arguments = bound.arguments
         _quiet_unless_rank0(arguments)
         cb, arguments["callbacks"] = _with_global_metrics(arguments.get("callbacks"))
+        # Backups and checkpoints on rank 0, every rank stopping together on a signal.
+        arguments["callbacks"] = keras_fault.fit_callbacks(arguments["callbacks"], team)
         _agree_on_steps(arguments, team)
         try:
             return original(*bound.args, **bound.kwargs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _dtypes, checks
+from . import _dtypes, checks, stop
 from ._buffers import tensor_list
 from ._core import ffi, lib
 from ._status import ERR_LEN, check
@@ -13,12 +13,19 @@ from .errors import MLCommError
 
 
 def submit_average(
-    handle, outputs: list[np.ndarray], inputs: list[np.ndarray], in_place=False, part=0, nparts=1
+    handle,
+    outputs: list[np.ndarray],
+    inputs: list[np.ndarray],
+    in_place=False,
+    part=0,
+    nparts=1,
+    call_dtypes=0,
 ):
     """Start an asynchronous average of arrays of one dtype; returns (request, keep).
 
-    part/nparts: this request's place among the call's requests (one per dtype), so
-    that ranks whose lists split into different dtypes fail alike (csrc/agree/)."""
+    part/nparts: this request's place among the call's requests (one per dtype), and
+    call_dtypes the bits of the call's dtypes, so that ranks whose lists split into
+    different dtypes fail alike, naming them (csrc/agree/)."""
     tensors, keep = tensor_list(outputs, None if in_place else inputs)
     out = ffi.new("mlc_request **")
     rc = lib.mlc_team_allreduce_async_part(
@@ -29,6 +36,7 @@ def submit_average(
         lib.MLC_OP_AVERAGE,
         part,
         nparts,
+        call_dtypes,
         ffi.NULL,
         ffi.NULL,
         out,
@@ -41,10 +49,10 @@ def average_blocking(handle, err, outputs: list[np.ndarray], inputs: list[np.nda
     """One blocking average: a small one runs on this thread, with no hand-off to the
     team's threads (about as long as the whole reduction below a few KiB)."""
     tensors, _keep = tensor_list(outputs, inputs)
+    code = _dtypes.CODES[outputs[0].dtype]
     rc = lib.mlc_team_allreduce_part(
-        handle, tensors, len(outputs), _dtypes.CODES[outputs[0].dtype], lib.MLC_OP_AVERAGE, 0, 1,
-        err, ERR_LEN,
-    )  # fmt: skip
+        handle, tensors, len(outputs), code, lib.MLC_OP_AVERAGE, 0, 1, 1 << code, err, ERR_LEN
+    )
     check(rc, "gradients", err)
 
 
@@ -68,6 +76,7 @@ def average_groups(handle, inputs, groups, outputs, err=None) -> None:
                 [inputs[i] for i in order],
                 part=part,
                 nparts=len(groups),
+                call_dtypes=_dtypes.bits(groups),
             )
             keep.append(k)
             requests.append(request)
@@ -102,5 +111,6 @@ def wait_all(requests, orders=None) -> list[str]:
             text = checks.request_error(req, status, order, "gradients")
             if text not in errors:  # the parts of a failed call repeat its message
                 errors.append(text)
+        stop.note_request(req)
         lib.mlc_request_free(req)
     return errors

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _faults, backend, broadcasts, launch, reductions
+from . import _faults, backend, broadcasts, launch, reductions, stop
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from ._status import check
@@ -147,6 +147,7 @@ def finalize() -> None:
         session, _session = _session, None
     if session is None:
         return
+    stop.forget_session()
     try:
         session.departure.leave(session.teams, session.barrier)
         session.summarise()

@@ -31,11 +31,12 @@ def broadcast(s: Session, values, root: int):
 def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int) -> None:
     """Checked arrays, on team 0: one request per dtype."""
     groups = group_by_dtype(arrays)
+    dtypes = _dtypes.bits(groups)
     for part, (dtype, idx) in enumerate(groups.items()):
         tensors, keep = tensor_list([arrays[i] for i in idx])
         code = _dtypes.CODES[dtype]
         rc = lib.mlc_team_broadcast_part(
-            s.teams[0], tensors, len(idx), code, root, part, len(groups), s.err, ERR_LEN
+            s.teams[0], tensors, len(idx), code, root, part, len(groups), dtypes, s.err, ERR_LEN
         )
         check(rc, "broadcast", s.err)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _dtypes, pipeline
+from . import _dtypes, pipeline, stop
 from ._buffers import as_array, buffer, group_by_dtype, in_place_array
 from ._core import lib
 from ._pool import OutputPool
@@ -49,7 +49,7 @@ def gradients(
         # small lists on this thread; every microsecond of Python counts at 8 bytes.
         outputs = pool.arrays(grads)
         average_blocking(handle, s.err, outputs[::-1], grads[::-1])
-        return outputs
+        return outputs  # synchronous: should_stop reads the team's mark
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
     inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
@@ -65,6 +65,7 @@ def gradients(
         average_groups(handle, inputs, groups, outputs, None if s.guard.finite else s.err)
     else:
         _pipelined(handle, config, stages, inputs, groups, outputs)
+    stop.note_call(team)  # what this call's waits saw of a stop request (stop.py)
     # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
     return [
         out[()] if isinstance(g, np.generic) and out is not None else out

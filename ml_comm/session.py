@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _barrier, _faults, backend, checks, timeline
+from . import _barrier, _faults, backend, checks, settings_check, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from ._status import ERR_LEN, check, text
@@ -53,6 +53,8 @@ class Session:
     ):
         self.guard = checks.from_env()  # a malformed variable raises before anything starts
         self.mpi = init_mpi()
+        # Before any team: ranks with other thread counts would hang creating one.
+        settings_check.verify(comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds)
         self.comm = comm
         self.err = ffi.new(f"char[{ERR_LEN}]")
         self.teams: list = []

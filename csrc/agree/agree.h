@@ -19,6 +19,7 @@
 typedef struct mlc_sign_input {
     int kind, dtype, op, root;
     int ntensors, part, nparts, is_group;
+    int call_dtypes; /* bit d: the caller's call has a part of dtype d (0: not said) */
     int64_t total, key;
     const mlc_tensor *tensors; /* counts (the layout); for a direct allreduce the input, */
     const int64_t *starts;     /* and where the result goes */
@@ -40,6 +41,7 @@ typedef struct mlc_agreement {
     int done_by_exchange; /* a direct allreduce: the result is already in place */
     char message[MLC_MSG_LEN];
     int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
+    int stop_asked; /* some rank's signature carried a stop flag (mlc_agree_request_stop) */
     struct mlc_agreement *next;
 } mlc_agreement;
 
@@ -60,6 +62,8 @@ typedef struct mlc_agree {
     int64_t direct_bytes;
     char *acc; /* direct_bytes: where several tensors' direct allreduce is summed */
     mlc_tp_req *reqs; /* 2 (size - 1) */
+    _Atomic int stop_requested; /* this rank asked to stop: every later signature says so */
+    _Atomic int64_t stop_seq;   /* first request whose verdict carried a stop; -1: none yet */
     int drop_left; /* parts of a failed multi-request call to fail without exchanging */
     int drop_status;
     char drop_message[MLC_MSG_LEN];
@@ -72,6 +76,13 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
 void mlc_agree_destroy(mlc_agree *ag);
 void mlc_agree_shutdown(mlc_agree *ag); /* agreements never made ready fail */
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes);
+
+/* Stopping together: every later signature of this rank carries a stop flag (one
+ * atomic store: safe in a signal handler); the verdict on the first request whose
+ * table holds one marks it (stop_asked) and the engine (stop_seq) alike on every
+ * rank. */
+void mlc_agree_request_stop(mlc_agree *ag);
+int64_t mlc_agree_stop_seq(mlc_agree *ag);
 
 /* Whether a request of this kind and dtype takes part in the check. */
 int mlc_agree_wants(const mlc_agree *ag, int kind, int dtype);
@@ -87,7 +98,9 @@ int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message);
 /* signature.c: this rank's signature, comparison and the messages. */
 typedef struct mlc_signature mlc_signature;
 size_t mlc_signature_bytes(void);
-void mlc_sign(const mlc_sign_input *in, mlc_signature *s);
+void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
+/* 1 when some of the n signatures carries a stop flag. */
+int mlc_any_stop(const char *slots, size_t slot_bytes, int n);
 /* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_MISMATCH or
  * MLC_ERR_NONFINITE with the message; *direct: every rank sent its input. */
 int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a,

@@ -19,14 +19,22 @@
  * and the exchange is also the reduction (algos/allreduce_direct.c sums the n
  * inputs in rank order). One message latency in all.
  *
- * Bytes on the wire per rank and request: (n-1) * 88 (the signature) sent and as
+ * Bytes on the wire per rank and request: (n-1) * 96 (the signature) sent and as
  * many received, all at once: one message latency before the data moves; for a
- * direct allreduce of N bytes, (n-1) * (88 + N) each way and nothing after.
+ * direct allreduce of N bytes, (n-1) * (96 + N) each way and nothing after.
  * Sending to every peer (not along a tree) is what lets a waiting rank name
  * exactly the ranks that have not reached the request (the stall watchdog prints
  * them). ML_COMM_CHECK_LAYOUT=0 switches the exchange off (then a mismatch hangs
  * or corrupts, as in MPI). A single rank exchanges nothing; with the finite check
- * it still judges its own scan. */
+ * it still judges its own scan.
+ *
+ * Stopping together: mlc_agree_request_stop (a signal handler's path: one atomic
+ * store) makes every later signature of this rank carry a stop flag. The verdict
+ * on the first request whose table holds one marks the request (stop_asked) and
+ * the engine (stop_seq) alike on every rank, so all ranks learn of it at the same
+ * request, without a message of its own. Without the exchange
+ * (ML_COMM_CHECK_LAYOUT=0) nothing carries it: the Python layer refuses to stop
+ * together then; one rank answers from its own flag. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +59,8 @@ void mlc_agree_init(mlc_agree *ag) {
     memset(ag, 0, sizeof *ag);
     ag->layout = 1;
     ag->dog.warn = MLC_DEFAULT_STALL_WARN_SECONDS;
+    atomic_init(&ag->stop_requested, 0);
+    atomic_init(&ag->stop_seq, -1);
     pthread_mutex_init(&ag->exchange_lock, NULL);
     pthread_mutex_init(&ag->list_lock, NULL);
     pthread_cond_init(&ag->ready_cv, NULL);
@@ -108,6 +118,18 @@ void mlc_agree_shutdown(mlc_agree *ag) {
     ag->shutting_down = 1;
     pthread_cond_broadcast(&ag->ready_cv);
     pthread_mutex_unlock(&ag->list_lock);
+}
+
+void mlc_agree_request_stop(mlc_agree *ag) { atomic_store(&ag->stop_requested, 1); }
+
+int64_t mlc_agree_stop_seq(mlc_agree *ag) { return atomic_load(&ag->stop_seq); }
+
+/* Some rank's signature carries a stop flag: mark the request, and the engine at
+ * the first such request; the table is the same on every rank, so is the mark. */
+static void note_stop(mlc_agree *ag, mlc_agreement *a) {
+    a->stop_asked = mlc_any_stop(ag->slots, ag->slot_bytes, ag->tp.size);
+    int64_t none = -1;
+    if (a->stop_asked) atomic_compare_exchange_strong(&ag->stop_seq, &none, a->seq);
 }
 
 int mlc_agree_wants(const mlc_agree *ag, int kind, int dtype) {
@@ -240,8 +262,9 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
         ag->drop_left = 0;
         if (!a->in.direct || (int64_t)(a->in.total * mlc_dtype_size(a->in.dtype)) > ag->direct_bytes)
             a->in.direct = 0; /* the threshold shrank since the plan was made */
-        mlc_sign(&a->in, slot(ag, ag->tp.rank));
+        mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
         status = ag->tp.size > 1 ? exchange(ag, a) : MLC_OK;
+        if (status == MLC_OK) note_stop(ag, a);
         if (status == MLC_OK) status = mlc_judge(ag->slots, ag->slot_bytes, ag->tp.size, ag->dog.team_id, a, &direct);
         if (status == MLC_OK && direct) reduce_direct(ag, a);
         if (status != MLC_OK && a->in.nparts > 1 && a->in.part + 1 < a->in.nparts) {

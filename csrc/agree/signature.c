@@ -1,8 +1,9 @@
-/* Signatures: what one rank submitted for one request, in 88 bytes, and the
+/* Signatures: what one rank submitted for one request, in 96 bytes, and the
  * verdict on n of them with the message that names each rank's submission.
  * Compared: kind, dtype, op (allreduce), root (broadcast), ntensors, total,
- * layout_hash, part, nparts. The first counts are kept for messages. Sent as
- * bytes: the ranks of one job share one architecture. */
+ * layout_hash, part, nparts, call_dtypes. The first counts are kept for
+ * messages; the stop flag rides along (exchange.c). Sent as bytes: the ranks of
+ * one job share one architecture. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,16 +17,18 @@ struct mlc_signature {
     int32_t nonfinite_tensor; /* first tensor holding NaN/Inf; -1: none (or unchecked) */
     int32_t nonfinite_count;  /* how many tensors hold NaN/Inf */
     int32_t direct;           /* the input (total elements) follows */
+    int32_t call_dtypes;      /* bit d: the caller's call has a part of dtype d */
+    int32_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
     int64_t total;
     uint64_t layout_hash;                 /* FNV-1a over every tensor's count */
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
 };
 
-_Static_assert(sizeof(struct mlc_signature) == 88, "exchange.c gives the signature's size");
+_Static_assert(sizeof(struct mlc_signature) == 96, "exchange.c gives the signature's size");
 
 size_t mlc_signature_bytes(void) { return sizeof(mlc_signature); }
 
-void mlc_sign(const mlc_sign_input *in, mlc_signature *s) {
+void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     memset(s, 0, sizeof *s);
     s->kind = in->kind;
     s->dtype = in->dtype;
@@ -34,6 +37,8 @@ void mlc_sign(const mlc_sign_input *in, mlc_signature *s) {
     s->ntensors = in->ntensors;
     s->part = in->part;
     s->nparts = in->nparts > 0 ? in->nparts : 1;
+    s->call_dtypes = in->call_dtypes;
+    s->stop = stop;
     s->total = in->total;
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < in->ntensors; i++) {
@@ -56,7 +61,7 @@ static const mlc_signature *sig(const char *slots, size_t slot_bytes, int r) {
 static int same(const mlc_signature *a, const mlc_signature *b) {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->ntensors == b->ntensors && a->total == b->total && a->layout_hash == b->layout_hash &&
-           a->part == b->part && a->nparts == b->nparts;
+           a->part == b->part && a->nparts == b->nparts && a->call_dtypes == b->call_dtypes;
 }
 
 typedef struct table {
@@ -101,6 +106,11 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     if (s->kind == MLC_KIND_BROADCAST) mlc_append(buf, len, off, " (broadcast from rank %d", s->root);
     else mlc_append(buf, len, off, " (%s", s->op == MLC_OP_SUM ? "sum" : "average");
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
+    if (s->call_dtypes & ~(1 << s->dtype)) { /* a call of several dtypes: name them all */
+        mlc_append(buf, len, off, "; the call's dtypes:");
+        for (int d = 0, k = 0; d < MLC_NUM_DTYPES; d++)
+            if (s->call_dtypes & (1 << d)) mlc_append(buf, len, off, "%s %s", k++ ? "," : "", mlc_dtype_name(d));
+    }
     mlc_append(buf, len, off, ")");
 }
 
@@ -185,4 +195,10 @@ int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agre
              "ML_COMM_DIRECT_BYTES and algorithm",
              team_id, (long long)a->seq, ndirect, n);
     return MLC_ERR_MISMATCH;
+}
+
+int mlc_any_stop(const char *slots, size_t slot_bytes, int n) {
+    for (int r = 0; r < n; r++)
+        if (sig(slots, slot_bytes, r)->stop) return 1;
+    return 0;
 }

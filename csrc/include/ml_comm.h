@@ -161,6 +161,12 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
 int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
                           int op, int index, const void *source, void *data, mlc_callback done,
                           void *user_data, char *err, size_t errlen);
+/* The same for a group that is part `part` of `nparts` of a call whose dtypes are the
+ * bits of call_dtypes (see mlc_team_allreduce_async_part); read at the group's opening. */
+int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
+                               int dtype, int op, int part, int nparts, int call_dtypes, int index,
+                               const void *source, void *data, mlc_callback done, void *user_data,
+                               char *err, size_t errlen);
 /* Asynchronous / blocking broadcast of root's buffers into every rank's. */
 int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                              int root, mlc_callback callback, void *user_data, mlc_request **out);
@@ -189,16 +195,31 @@ int mlc_team_set_id(mlc_team *team, int id);
  * list of several dtypes: one request per dtype). nparts is part of the signature,
  * so ranks whose calls split differently fail at the first part; after a failed
  * part each rank fails its call's remaining parts without exchanging, and the
- * next call starts in step on every rank. */
+ * next call starts in step on every rank. call_dtypes: bit (1 << d) for each dtype
+ * d of the call (0: not said); compared too, and named in the mismatch message. */
 int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
-                                  int dtype, int op, int part, int nparts, mlc_callback callback,
-                                  void *user_data, mlc_request **out);
+                                  int dtype, int op, int part, int nparts, int call_dtypes,
+                                  mlc_callback callback, void *user_data, mlc_request **out);
 /* Blocking form of mlc_team_allreduce_async_part: small calls run on the caller's
  * thread, with no hand-off to the team's threads (mlc_team_allreduce). */
 int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
-                            int op, int part, int nparts, char *err, size_t errlen);
+                            int op, int part, int nparts, int call_dtypes, char *err,
+                            size_t errlen);
 int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
-                            int root, int part, int nparts, char *err, size_t errlen);
+                            int root, int part, int nparts, int call_dtypes, char *err,
+                            size_t errlen);
+/* Stopping together (a signal, a time limit): from now on every signature this rank
+ * sends on the team carries a stop flag (one atomic store: safe in a signal handler).
+ * Every rank's verdict on the first request whose signatures carry one marks that
+ * request, and the team, alike; nothing is exchanged for it otherwise. Needs the
+ * agreement check (layout on) and more than one rank. */
+int mlc_team_request_stop(mlc_team *team);
+/* The team's first request (its number, counted from 1) at which some rank had asked
+ * to stop; -1 while none has. Every request up to one that the caller has waited for
+ * has its verdict on every rank, so the answer is the same everywhere there. */
+int64_t mlc_team_stop_seq(const mlc_team *team);
+/* 1 when the request's verdict found that some rank had asked to stop. */
+int mlc_request_stop_asked(const mlc_request *req);
 
 /* ---- timeline: what the team's threads did, for a Chrome trace ---- */
 enum mlc_event_kind {

@@ -68,7 +68,7 @@ static int same_layout(const mlc_request *req, int ntensors, const int64_t *coun
 }
 
 static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                               int dtype, int op) {
+                               int dtype, int op, int part, int nparts, int call_dtypes) {
     mlc_request *req = calloc(1, sizeof *req);
     if (!req) return NULL;
     req->heap = 1;
@@ -90,7 +90,9 @@ static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const 
     req->ntensors = ntensors;
     req->dtype = dtype;
     req->op = op;
-    req->nparts = 1;
+    req->part = part;
+    req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
     req->detached = 1;
     mlc_plan_request(team, req, 0);
     const int64_t seg = req->plan.seg_elems;
@@ -110,9 +112,12 @@ static void sign_input(const mlc_team *team, const mlc_request *req, mlc_sign_in
 }
 
 static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *counts, int dtype,
-                         int op, int index, const void *data, char *err, size_t errlen) {
+                         int op, int part, int nparts, int call_dtypes, int index, const void *data,
+                         char *err, size_t errlen) {
     const char *what = NULL;
     if (!team) what = "no team";
+    else if (nparts < 1 || part < 0 || part >= nparts) what = "part is outside 0..nparts-1";
+    else if (call_dtypes < 0 || call_dtypes >= (1 << MLC_NUM_DTYPES)) what = "call_dtypes has unknown bits";
     else if (ntensors < 1 || !counts) what = "a group needs at least one tensor";
     else if (index < 0 || index >= ntensors) what = "the index is outside the group";
     else if (dtype < 0 || dtype >= MLC_NUM_DTYPES) what = "unknown dtype";
@@ -129,7 +134,17 @@ static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *coun
 int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
                           int op, int index, const void *source, void *data, mlc_callback done,
                           void *user_data, char *err, size_t errlen) {
-    if (bad_arguments(team, ntensors, counts, dtype, op, index, data, err, errlen)) return MLC_ERR_ARG;
+    return mlc_team_group_arrive_part(team, key, ntensors, counts, dtype, op, 0, 1, 0, index, source,
+                                      data, done, user_data, err, errlen);
+}
+
+int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
+                               int dtype, int op, int part, int nparts, int call_dtypes, int index,
+                               const void *source, void *data, mlc_callback done, void *user_data,
+                               char *err, size_t errlen) {
+    if (bad_arguments(team, ntensors, counts, dtype, op, part, nparts, call_dtypes, index, data, err,
+                      errlen))
+        return MLC_ERR_ARG;
     const void *input = source ? source : data;
     /* Scanned before taking the lock: the threads need it meanwhile. */
     const int nonfinite = team->agree.finite && mlc_dtype_is_float(dtype) && counts[index] > 0 &&
@@ -154,7 +169,7 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
         return MLC_ERR_ARG;
     }
     if (!req) {
-        req = open_group(team, key, ntensors, counts, dtype, op);
+        req = open_group(team, key, ntensors, counts, dtype, op, part, nparts, call_dtypes);
         if (!req) {
             pthread_mutex_unlock(&team->lock);
             snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);

@@ -100,9 +100,12 @@ static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int
 }
 
 void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in) {
-    *in = (mlc_sign_input){req->kind, req->dtype, req->op, req->root, req->ntensors, req->part,
-                           req->nparts, req->group != NULL, req->total, 0, req->tensors, req->starts,
-                           req->plan.direct, -1, 0};
+    *in = (mlc_sign_input){.kind = req->kind, .dtype = req->dtype, .op = req->op,
+                           .root = req->root, .ntensors = req->ntensors, .part = req->part,
+                           .nparts = req->nparts, .is_group = req->group != NULL,
+                           .call_dtypes = req->call_dtypes, .total = req->total,
+                           .tensors = req->tensors, .starts = req->starts,
+                           .direct = req->plan.direct, .nonfinite_tensor = -1};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -156,8 +159,14 @@ static int submit(mlc_team *team, mlc_request *req, mlc_callback cb, void *user,
 
 int mlc_team_allreduce_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                              int op, mlc_callback callback, void *user_data, mlc_request **out) {
-    return mlc_team_allreduce_async_part(team, tensors, ntensors, dtype, op, 0, 1, callback,
+    return mlc_team_allreduce_async_part(team, tensors, ntensors, dtype, op, 0, 1, 0, callback,
                                          user_data, out);
+}
+
+/* A call's place (part of nparts) and its dtypes (bits), as the signature carries them. */
+static int bad_part(int part, int nparts, int call_dtypes) {
+    return nparts < 1 || part < 0 || part >= nparts || call_dtypes < 0 ||
+           call_dtypes >= (1 << MLC_NUM_DTYPES);
 }
 
 int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
@@ -168,14 +177,15 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 }
 
 int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
-                                  int dtype, int op, int part, int nparts, mlc_callback callback,
-                                  void *user_data, mlc_request **out) {
+                                  int dtype, int op, int part, int nparts, int call_dtypes,
+                                  mlc_callback callback, void *user_data, mlc_request **out) {
     mlc_request *req;
-    if (nparts < 1 || part < 0 || part >= nparts) return MLC_ERR_ARG;
+    if (bad_part(part, nparts, call_dtypes)) return MLC_ERR_ARG;
     int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 0, &req);
     if (rc) return rc;
     req->part = part;
     req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
     return submit(team, req, callback, user_data, out);
 }
 
@@ -212,13 +222,14 @@ static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errl
 
 int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
                        char *err, size_t errlen) {
-    return mlc_team_allreduce_part(team, tensors, ntensors, dtype, op, 0, 1, err, errlen);
+    return mlc_team_allreduce_part(team, tensors, ntensors, dtype, op, 0, 1, 0, err, errlen);
 }
 
 int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
-                            int op, int part, int nparts, char *err, size_t errlen) {
+                            int op, int part, int nparts, int call_dtypes, char *err,
+                            size_t errlen) {
     mlc_request *req;
-    int rc = nparts < 1 || part < 0 || part >= nparts
+    int rc = bad_part(part, nparts, call_dtypes)
                  ? MLC_ERR_ARG
                  : make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 1, &req);
     if (rc) {
@@ -227,6 +238,7 @@ int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     }
     req->part = part;
     req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
     return run_blocking(team, req, err, errlen);
 }
 
@@ -252,13 +264,14 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
 
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
                        char *err, size_t errlen) {
-    return mlc_team_broadcast_part(team, tensors, ntensors, dtype, root, 0, 1, err, errlen);
+    return mlc_team_broadcast_part(team, tensors, ntensors, dtype, root, 0, 1, 0, err, errlen);
 }
 
 int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
-                            int root, int part, int nparts, char *err, size_t errlen) {
+                            int root, int part, int nparts, int call_dtypes, char *err,
+                            size_t errlen) {
     mlc_request *req;
-    int rc = nparts < 1 || part < 0 || part >= nparts
+    int rc = bad_part(part, nparts, call_dtypes)
                  ? MLC_ERR_ARG
                  : make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, 1, &req);
     if (rc) {
@@ -267,6 +280,7 @@ int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     }
     req->part = part;
     req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
     return run_blocking(team, req, err, errlen);
 }
 
@@ -299,6 +313,8 @@ int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor) {
     if (tensor) *tensor = a->nonfinite_ranks ? a->nonfinite_tensor : -1;
     return a->nonfinite_ranks;
 }
+
+int mlc_request_stop_asked(const mlc_request *req) { return req ? req->agreement.stop_asked : 0; }
 
 void mlc_request_free(mlc_request *req) {
     if (req) mlc_free_request(req);

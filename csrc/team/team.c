@@ -334,3 +334,13 @@ int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_
     team->agree.dog.abort = abort_seconds;
     return MLC_OK;
 }
+
+int mlc_team_request_stop(mlc_team *team) {
+    if (!team) return MLC_ERR_ARG;
+    mlc_agree_request_stop(&team->agree); /* async-signal-safe: a handler may call it */
+    return MLC_OK;
+}
+
+int64_t mlc_team_stop_seq(const mlc_team *team) {
+    return team ? mlc_agree_stop_seq((mlc_agree *)&team->agree) : -1;
+}

@@ -28,6 +28,7 @@ struct mlc_request {
     uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
     int kind, dtype, op, root;
     int part, nparts; /* of the caller's multi-request call; 0 and 1 otherwise */
+    int call_dtypes;  /* bit d: the call has a part of dtype d (0: not said) */
     int ntensors;
     mlc_tensor *tensors; /* copy of the caller's list */
     int64_t *starts;     /* starts[i]: element offset of tensor i in the concatenation */

@@ -29,8 +29,10 @@ _team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 # Per graph and team: the op that the next keyed group must wait for (see _chain).
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-# The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order.
-SUPPORTED = tuple(tf.as_dtype(name) for name in _dtypes.NAMES.values())
+# The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
+# and their codes, for the mask of a call's dtypes that ranks compare.
+CODES = {tf.as_dtype(name): code for code, name in _dtypes.NAMES.items()}
+SUPPORTED = tuple(CODES)
 
 
 def load_ops():
@@ -114,7 +116,11 @@ def gradients(
     dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
     result: list = [None] * len(grads)
     pipelined = is_pipelined(ksteps, max_steps)
-    for _dtype, idx in _by_dtype(dense).items():
+    groups = _by_dtype(dense)
+    # Each dtype's op says which part of the call it is and all the call's dtypes: ranks
+    # whose lists hold other dtypes fail at the first part instead of one op waiting.
+    parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
+    for part, idx in enumerate(groups.values()):
         layout = idx[::-1]  # backprop produces the last gradients first: they lead
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
@@ -130,10 +136,12 @@ def gradients(
                         ksteps=ksteps,
                         max_steps=max_steps,
                         average=average,
+                        part=part,
+                        **parts,
                     )
                 else:
                     outs = ops.ml_comm_allreduce_n(
-                        tensors, team_handle=team_handle, average=average
+                        tensors, team_handle=team_handle, average=average, part=part, **parts
                     )
             if not tf.executing_eagerly():
                 _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
@@ -149,6 +157,8 @@ def gradients(
                         counts=counts,
                         average=average,
                         nranks=nranks,
+                        part=part,
+                        **parts,
                     )
                     for pos, t in enumerate(tensors)
                 ]

@@ -212,8 +212,9 @@ static void agree_rank(job *j, int rank, mlc_tp *tp) {
         tensors[k] = (mlc_tensor){data[k], NULL, count};
         starts[k][0] = 0;
         starts[k][1] = count;
-        mlc_sign_input in = {MLC_KIND_ALLREDUCE, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1, 0, count, 0,
-                             &tensors[k], starts[k], k == 2, -1, 0};
+        mlc_sign_input in = {.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_SUM,
+                             .ntensors = 1, .nparts = 1, .total = count, .tensors = &tensors[k],
+                             .starts = starts[k], .direct = k == 2, .nonfinite_tensor = -1};
         memset(&a[k], 0, sizeof a[k]);
         mlc_agree_register(&ag, &a[k], k + 1, &in);
     }
@@ -245,7 +246,9 @@ static void failing_send_rank(job *j, int rank, mlc_tp *tp) {
     float x[4] = {0};
     mlc_tensor t = {x, NULL, 4};
     int64_t starts[2] = {0, 4};
-    mlc_sign_input in = {MLC_KIND_ALLREDUCE, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1, 0, 4, 0, &t, starts, 0, -1, 0};
+    mlc_sign_input in = {.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_SUM,
+                         .ntensors = 1, .nparts = 1, .total = 4, .tensors = &t, .starts = starts,
+                         .nonfinite_tensor = -1};
     mlc_agreement a;
     memset(&a, 0, sizeof a);
     mlc_agree_register(&ag, &a, 1, &in);

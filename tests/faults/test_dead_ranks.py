@@ -74,6 +74,23 @@ def test_uncaught_exception_aborts_the_job(nranks, victim):
     assert job.returncode == 1, job.detail()
 
 
+@pytest.mark.parametrize("nranks,victim", [(2, 1), (3, 0)])
+def test_uncaught_exception_in_a_thread_aborts_the_job(nranks, victim):
+    """Without the thread hook the main thread trains on for a minute and the job
+    ends well: the test would fail on its time and exit status."""
+    job = mpiexec_job(nranks, SCRIPT, "thread_raise", str(victim), timeout=TIMEOUT_S)
+    assert_ended_cleanly_after_failure(
+        job,
+        [
+            rf"ml_comm: rank {victim} of {nranks}: uncaught RuntimeError in thread 'loader'; "
+            "aborting the job",
+            rf"RuntimeError: injected failure in a thread of rank {victim} at step 20",
+        ],
+    )
+    assert job.seconds < 10, f"the job took {job.seconds:.1f} s\n{job.detail()}"
+    assert job.returncode == 1, job.detail()
+
+
 def test_uncaught_exception_opt_out_still_ends_the_job():
     """ML_COMM_ABORT_ON_EXCEPTION=0: no abort from the hook, so the rank exits through
     finalize at exit, which finds rank 0 waiting for it and aborts there instead."""

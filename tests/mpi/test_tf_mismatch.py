@@ -4,6 +4,8 @@ groups of tf.function, instead of hanging; the team then keeps working."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -57,5 +59,56 @@ def test_number_of_gradients_differs(tf_session, mode):
         tf.errors.InternalError, call, mode, lambda: mc.gradients(grads), words=("ranks disagree",)
     )
     c.true("rank 0 submitted 3 tensors, 12 float32" in str(e), str(e))
+    still_works(c, tf_session, mode)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize(
+    "last_rank_extra,want_last",
+    [
+        (
+            tf.float64,
+            "float32 elements (average, part 1 of 2; the call's dtypes: float32, float64)",
+        ),
+        (tf.int32, "float32 elements (average, part 1 of 2; the call's dtypes: float32, int32)"),
+    ],
+)
+def test_dtype_sets_differ(tf_session, mode, last_rank_extra, want_last):
+    """Before: the shared float32 part agreed, and the last rank's extra op waited
+    forever (the stall watchdog only named it). Now the first part fails everywhere."""
+    if tf_session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    c = Checks()
+    last = tf_session.nranks - 1
+    grads = [tf.ones([4]), tf.ones([7])]
+    if tf_session.rank == last:
+        grads.append(tf.ones([5], last_rank_extra))
+    start = time.monotonic()
+    e = c.raises(
+        tf.errors.InternalError, call, mode, lambda: mc.gradients(grads), words=("ranks disagree",)
+    )
+    c.true(time.monotonic() - start < 10, f"took {time.monotonic() - start:.1f} s")
+    text = str(e)
+    others = "rank 0" if last == 1 else f"ranks 0-{last - 1}"
+    c.true(f"{others} submitted 2 tensors, 11 float32 elements (average)" in text, text)
+    c.true(f"rank {last} submitted 2 tensors, 11 {want_last}" in text, text)
+    still_works(c, tf_session, mode)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_same_dtype_count_other_dtypes(tf_session, mode):
+    if tf_session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    c = Checks()
+    other = tf.int64 if tf_session.rank == 0 else tf.float64
+    grads = [tf.ones([4]), tf.ones([3], other)]
+    e = c.raises(
+        tf.errors.InternalError, call, mode, lambda: mc.gradients(grads), words=("ranks disagree",)
+    )
+    text = str(e)
+    c.true("the call's dtypes: float32, int64" in text, text)
+    c.true("the call's dtypes: float32, float64" in text, text)
     still_works(c, tf_session, mode)
     c.finish()

@@ -66,6 +66,20 @@ inline std::string TypeAttr() {
   return "T: {" + names + "}";
 }
 
+// Which part of the caller's gradients() call an op is (one op or group per dtype):
+// the core compares it across ranks, so lists whose dtypes differ fail on every rank
+// with the dtypes named instead of leaving the extra dtype's op waiting.
+struct CallPart {
+  int part = 0, nparts = 1, call_dtypes = 0;
+};
+#define ML_COMM_CALL_PART_ATTRS \
+  Attr("part: int = 0").Attr("nparts: int = 1").Attr("call_dtypes: int = 0")
+inline tensorflow::Status ReadCallPart(OpKernelConstruction *c, CallPart *out) {
+  TF_RETURN_IF_ERROR(c->GetAttr("part", &out->part));
+  TF_RETURN_IF_ERROR(c->GetAttr("nparts", &out->nparts));
+  return c->GetAttr("call_dtypes", &out->call_dtypes);
+}
+
 // The team behind a live id, or nullptr with the op's status set (ml_comm_ops.cc).
 mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id);
 
@@ -102,8 +116,8 @@ tensorflow::Status ListTensors(OpKernelContext *ctx, const char *out_name, bool 
 
 // Reduces the op's "tensors" into its "reduced" outputs (allocated here), adds `add`
 // (tensors shaped as the outputs, or none) to them, then calls done().
-void AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, std::vector<Tensor> add,
-                   AsyncOpKernel::DoneCallback done);
+void AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, const CallPart &part,
+                   std::vector<Tensor> add, AsyncOpKernel::DoneCallback done);
 
 // Drops the pipelines of teams that are not in live_ids (pipelined_allreduce.cc).
 void ForgetPipelines(const std::vector<int64_t> &live_ids);

@@ -95,6 +95,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Attr("counts: list(int)")
     .Attr("average: bool = true")
     .Attr("nranks: int")
+    .ML_COMM_CALL_PART_ATTRS
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
       c->set_output(0, c->input(0));
@@ -117,6 +118,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
     OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
+    OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
     OP_REQUIRES(c, index_ >= 0 && index_ < static_cast<int>(counts_.size()),
                 tensorflow::errors::InvalidArgument("ml_comm: index outside counts"));
   }
@@ -145,9 +147,10 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     completion->input = input;
     completion->buffer = *output;
     char err[256] = "";
-    int rc = mlc_team_group_arrive(
+    int rc = mlc_team_group_arrive_part(
         team, group_key_, static_cast<int>(counts_.size()), counts_.data(), CoreDtype(input.dtype()),
-        average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, index_, input.tensor_data().data(),
+        average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part, part_.nparts, part_.call_dtypes, index_,
+        input.tensor_data().data(),
         const_cast<char *>(output->tensor_data().data()), CompleteTensor, completion, err,
         sizeof err);
     if (rc != MLC_OK) {
@@ -164,6 +167,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
   std::vector<int64_t> counts_;
   bool average_ = true;
   int nranks_ = 0;
+  CallPart part_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("MlCommGroupSubmit").Device(tensorflow::DEVICE_CPU), GroupSubmitOp);
@@ -262,15 +266,16 @@ void FinishList(void *user, int status) {
 
 }  // namespace
 
-void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, std::vector<Tensor> add,
-                               AsyncOpKernel::DoneCallback done) {
+void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, const CallPart &part,
+                               std::vector<Tensor> add, AsyncOpKernel::DoneCallback done) {
   std::vector<mlc_tensor> tensors;
   DataType dtype;
   OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
   auto *d = new ListPending{Pending{team, ctx, std::move(done), "allreduce"}, {}, std::move(add)};
   for (int i = 0; i < ctx->num_outputs(); ++i) d->outputs.push_back(*ctx->mutable_output(i));
-  int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
-                                    CoreDtype(dtype), op, FinishList, d, nullptr);
+  int rc = mlc_team_allreduce_async_part(team, tensors.data(), static_cast<int>(tensors.size()),
+                                         CoreDtype(dtype), op, part.part, part.nparts,
+                                         part.call_dtypes, FinishList, d, nullptr);
   if (rc != MLC_OK) FinishList(d, rc);
 }
 
@@ -281,6 +286,7 @@ REGISTER_OP("MlCommAllreduceN")
     .Attr(TypeAttr())
     .Attr("team_handle: int")
     .Attr("average: bool = true")
+    .ML_COMM_CALL_PART_ATTRS
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
@@ -293,6 +299,7 @@ class AllreduceNOp : public AsyncOpKernel {
   explicit AllreduceNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+    OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
@@ -301,12 +308,13 @@ class AllreduceNOp : public AsyncOpKernel {
       done();
       return;
     }
-    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, {}, std::move(done));
+    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done));
   }
 
  private:
   int64_t team_handle_ = 0;
   bool average_ = true;
+  CallPart part_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("MlCommAllreduceN").Device(tensorflow::DEVICE_CPU), AllreduceNOp);

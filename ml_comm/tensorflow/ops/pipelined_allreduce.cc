@@ -71,6 +71,7 @@ REGISTER_OP("MlCommPipelinedAllreduceN")
     .Attr("ksteps: int")
     .Attr("max_steps: int")
     .Attr("average: bool = true")
+    .ML_COMM_CALL_PART_ATTRS
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
@@ -89,6 +90,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("ksteps", &ksteps_));
     OP_REQUIRES_OK(c, c->GetAttr("max_steps", &max_steps_));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+    OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
@@ -106,7 +108,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
     int phase = mlc_step_phase(p->calls++, ksteps_, max_steps_);
     if (phase == MLC_STEP_SYNC) {
       lock.unlock();
-      AllreduceList(ctx, team, Op(), {}, std::move(done));
+      AllreduceList(ctx, team, Op(), part_, {}, std::move(done));
       return;
     }
     OP_REQUIRES_ASYNC(ctx, !p->resume,
@@ -140,7 +142,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
                                                    Failure(team, previous_status)),
                       done);
     if (phase == MLC_STEP_DRAIN) {
-      AllreduceList(ctx, team, Op(), std::move(previous), std::move(done));
+      AllreduceList(ctx, team, Op(), part_, std::move(previous), std::move(done));
       return;
     }
     OpInputList inputs;
@@ -171,9 +173,9 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
       p->status = MLC_OK;
     }
     auto *owner = new std::shared_ptr<Pipeline>(p);
-    int rc = mlc_team_allreduce_async(team, tensors.data(), static_cast<int>(tensors.size()),
-                                      CoreDtype(inputs[0].dtype()), Op(), StagingDone, owner,
-                                      nullptr);
+    int rc = mlc_team_allreduce_async_part(
+        team, tensors.data(), static_cast<int>(tensors.size()), CoreDtype(inputs[0].dtype()), Op(),
+        part_.part, part_.nparts, part_.call_dtypes, StagingDone, owner, nullptr);
     if (rc != MLC_OK) {
       StagingDone(owner, rc);
       ctx->SetStatus(tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
@@ -186,6 +188,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
 
   int64_t team_handle_ = 0, ksteps_ = 0, max_steps_ = 0;
   bool average_ = true;
+  CallPart part_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("MlCommPipelinedAllreduceN").Device(tensorflow::DEVICE_CPU),

@@ -6,6 +6,8 @@ MODE (what rank VICTIM does at step FAULT_STEP, while the other ranks are in, or
 about to enter, gradients()):
   kill             SIGKILL itself
   raise            raise an uncaught exception
+  thread_raise     start a thread that raises an uncaught exception (the main thread
+                   goes on training for a minute unless the job is ended)
   exit             sys.exit(0) without finalize
   finalize_exit    finalize() then sys.exit(0)
   long             no fault: train for a long time (the test kills the launcher)
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -36,6 +39,10 @@ LONG_STEPS = 12000  # a minute or more
 BUSY_SECONDS = 3.0
 
 
+def _fail(rank: int, step: int) -> None:
+    raise RuntimeError(f"injected failure in a thread of rank {rank} at step {step}")
+
+
 def main() -> int:
     mode, victim = sys.argv[1], int(sys.argv[2])
     mc.init(1, 1, 4096, chunk_bytes=1024)
@@ -43,7 +50,7 @@ def main() -> int:
     print(f"started rank {rank} pid {os.getpid()}", flush=True)
     weights = np.zeros(3000, np.float32)
     steps = STEPS if mode in ("kill", "raise", "exit", "finalize_exit") else CLEAN_STEPS
-    if mode == "long":
+    if mode in ("long", "thread_raise"):
         steps = LONG_STEPS
     for step in range(steps):
         if rank == victim and step == FAULT_STEP:
@@ -51,6 +58,8 @@ def main() -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif mode == "raise":
                 raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+            elif mode == "thread_raise":
+                threading.Thread(target=_fail, args=(rank, step), name="loader").start()
             elif mode == "exit":
                 sys.exit(0)
             elif mode == "finalize_exit":

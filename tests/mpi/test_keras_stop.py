@@ -1,0 +1,95 @@
+"""Keras fit stops on every rank at the same batch once one rank asked to stop (what a
+caught signal does), on a synchronous and on a pipelined team, and returns when the
+user passes StopTogether(exit_code=None); BackupAndRestore and ModelCheckpoint write on
+rank 0 only. (Signals, exit status 75 and an exact resume: tests/faults/
+test_keras_backup_job.py.)"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from mpi_helpers import Checks, comm_world
+
+import ml_comm as mc
+import ml_comm.keras as mk
+from ml_comm.keras_fault import StopTogether
+
+pytestmark = pytest.mark.mpi
+
+with contextlib.suppress(RuntimeError):
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+
+ASK_AT = 3
+BATCHES = 12
+
+
+class AskAt(keras.callbacks.Callback):
+    """The last rank asks to stop after batch ASK_AT of the first epoch."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == ASK_AT and mc.get_rank() == mc.get_nranks() - 1:
+            mc.request_stop()
+
+
+class LastBatch(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.last = -1
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.last = batch
+
+
+@pytest.fixture
+def keras_session():
+    comm_world().barrier()
+    mk.init(nthread_per_team=1, nteams=1, msglen=64)
+    try:
+        yield mc.get_rank(), mc.get_nranks()
+    finally:
+        mk.finalize()
+
+
+def gathered(value: int, rank: int, nranks: int) -> list[int]:
+    slots = np.zeros(nranks, np.int64)
+    slots[rank] = value
+    return mc.allreduce_sum(slots).tolist()
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["sync", "pipelined"])
+def test_fit_stops_at_the_same_batch(keras_session, tmp_path, pipelined):
+    rank, nranks = keras_session
+    c = Checks()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    mk.set_team(model)
+    if pipelined:
+        mc.config_team(0, 0, 0, 10 * BATCHES)
+    x = np.ones((BATCHES * 2, 4), np.float32) * (rank + 1)
+    y = np.zeros((BATCHES * 2, 2), np.float32)
+    shared = comm_world().bcast(str(tmp_path) if rank == 0 else None)
+    stopper, last = StopTogether(exit_code=None), LastBatch()
+    callbacks = [
+        keras.callbacks.BackupAndRestore(os.path.join(shared, "backup"), save_freq=2),
+        keras.callbacks.ModelCheckpoint(os.path.join(shared, f"ckpt{int(pipelined)}.keras")),
+        AskAt(),
+        last,
+        stopper,
+    ]
+    model.fit(x, y, batch_size=2, epochs=3, shuffle=False, verbose=0, callbacks=callbacks)
+    c.true(stopper.stopped, "fit was not stopped")
+    lasts = gathered(last.last, rank, nranks)
+    c.true(len(set(lasts)) == 1, f"ranks stopped after batches {lasts}")
+    low = ASK_AT if nranks == 1 else ASK_AT + 1
+    c.true(low <= lasts[0] <= ASK_AT + 2, f"stopped after batch {lasts[0]}")
+    # The stop kept the step backup (Keras deletes it at a normal end) written by rank 0.
+    c.true(os.path.exists(os.path.join(shared, "backup", "training_metadata.json")), "backup")
+    iterations = gathered(int(model.optimizer.iterations.numpy()), rank, nranks)
+    c.true(len(set(iterations)) == 1, f"optimizer iterations differ: {iterations}")
+    c.finish()
