@@ -84,7 +84,7 @@ class StopTogether(keras.callbacks.Callback):
             return
         if self.after_blocking_call:
             asked = stop.agreed_after_blocking_call(self.team)
-        elif stop.team_is_pipelined(self.team):
+        elif self._pipelined():
             return  # asked at the epoch's end, after its metrics' allreduce
         else:
             asked = stop.should_stop(self.team)
@@ -96,10 +96,15 @@ class StopTogether(keras.callbacks.Callback):
             )
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.state.stopped or self.after_blocking_call or not stop.team_is_pipelined(self.team):
+        if self.state.stopped or self.after_blocking_call or not self._pipelined():
             return
         if stop.agreed_after_blocking_call(self.team):
             self._stop(True, f"epoch {epoch + 1}")
+
+    def _pipelined(self) -> bool:
+        """A pipelined team of several ranks: its stop mark may be on one rank and not
+        yet another between batches (one rank has nothing to wait for)."""
+        return mc.get_nranks() > 1 and stop.team_is_pipelined(self.team)
 
     def _stop(self, epoch_complete: bool, where: str) -> None:
         self.state.stopped = True

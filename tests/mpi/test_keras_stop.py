@@ -1,5 +1,7 @@
 """Keras fit stops on every rank at the same batch once one rank asked to stop (what a
-caught signal does), on a synchronous and on a pipelined team, and returns when the
+caught signal does), on a synchronous team, and on a pipelined one at the end of the
+epoch (after its metrics' allreduce) or, with per-batch global metrics, at the same
+batch as a synchronous one; it returns when the
 user passes StopTogether(exit_code=None); BackupAndRestore and ModelCheckpoint write on
 rank 0 only. (Signals, exit status 75 and an exact resume: tests/faults/
 test_keras_backup_job.py.)"""
@@ -62,8 +64,12 @@ def gathered(value: int, rank: int, nranks: int) -> list[int]:
     return mc.allreduce_sum(slots).tolist()
 
 
-@pytest.mark.parametrize("pipelined", [False, True], ids=["sync", "pipelined"])
-def test_fit_stops_at_the_same_batch(keras_session, tmp_path, pipelined):
+@pytest.mark.parametrize(
+    "pipelined, per_batch",
+    [(False, False), (True, False), (True, True)],
+    ids=["sync", "pipelined", "pipelined-per-batch-metrics"],
+)
+def test_fit_stops_at_the_same_batch(keras_session, tmp_path, pipelined, per_batch):
     rank, nranks = keras_session
     c = Checks()
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
@@ -82,12 +88,17 @@ def test_fit_stops_at_the_same_batch(keras_session, tmp_path, pipelined):
         last,
         stopper,
     ]
+    if per_batch:
+        callbacks.insert(0, mk.GlobalMetrics(per_batch=True))
     model.fit(x, y, batch_size=2, epochs=3, shuffle=False, verbose=0, callbacks=callbacks)
     c.true(stopper.stopped, "fit was not stopped")
     lasts = gathered(last.last, rank, nranks)
     c.true(len(set(lasts)) == 1, f"ranks stopped after batches {lasts}")
     low = ASK_AT if nranks == 1 else ASK_AT + 1
-    c.true(low <= lasts[0] <= ASK_AT + 2, f"stopped after batch {lasts[0]}")
+    if pipelined and not per_batch and nranks > 1:  # at the end of the first epoch
+        c.true(lasts[0] == BATCHES - 1, f"stopped after batch {lasts[0]}, not the epoch's last")
+    else:
+        c.true(low <= lasts[0] <= ASK_AT + 2, f"stopped after batch {lasts[0]}")
     # The stop kept the step backup (Keras deletes it at a normal end) written by rank 0.
     c.true(os.path.exists(os.path.join(shared, "backup", "training_metadata.json")), "backup")
     iterations = gathered(int(model.optimizer.iterations.numpy()), rank, nranks)

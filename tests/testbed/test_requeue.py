@@ -9,6 +9,7 @@ with the weights of an uninterrupted run, bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,12 @@ EPOCH = r"epoch (\d+)\b"
 # an allocation of --time=3 leaves after start-up and before its signal (seen: 15 to 21
 # epochs an allocation on a loaded 2-core machine).
 LONG_EPOCHS = 45
+# Each requeue waits about 2 minutes in Slurm: CI runs the scancel case only; these two
+# (10-20 minutes together) run with ML_COMM_LONG_TESTBED=1.
+long_testbed = pytest.mark.skipif(
+    os.environ.get("ML_COMM_LONG_TESTBED") != "1",
+    reason="a requeue cycle takes minutes (Slurm delays requeued jobs); ML_COMM_LONG_TESTBED=1",
+)
 
 BATCH = """#!/bin/bash
 srun --kill-on-bad-exit=1 --mpi=pmi2 {py} {script} {backup} {out} {token}
@@ -135,6 +143,7 @@ def test_scancel_signal_requeues_and_resumes_exactly(testbed, tmp_path):
     check_resumed_exactly(testbed, text, tmp_path, plain_out, last_epoch=4)
 
 
+@long_testbed
 def test_time_limit_shorter_than_training_requeues_and_resumes(testbed, tmp_path):
     """--time=3 with --signal=USR1@60: Slurm sends SIGUSR1 60 s (up to 60 s more, by its
     own rules) before each allocation's limit; the training needs more than one."""
@@ -152,6 +161,7 @@ def test_time_limit_shorter_than_training_requeues_and_resumes(testbed, tmp_path
     check_resumed_exactly(testbed, text, tmp_path, plain_out, last_epoch=LONG_EPOCHS - 1)
 
 
+@long_testbed
 def test_opt_in_requeue_by_rank_0(testbed, tmp_path):
     (tmp_path / "job").mkdir()
     token = f"mlcrequeue-{uuid.uuid4().hex[:12]}"
