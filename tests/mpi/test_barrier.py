@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from mpi_helpers import Checks, comm_world
+from mpi_helpers import Checks, suite_comm
 
 import ml_comm as mc
 
@@ -25,8 +25,8 @@ def test_no_rank_leaves_before_all_entered(session):
         entered.append(time.monotonic())
         mc.barrier()
         left.append(time.monotonic())
-    all_entered = comm_world().allgather(entered)
-    all_left = comm_world().allgather(left)
+    all_entered = suite_comm().allgather(entered)
+    all_left = suite_comm().allgather(left)
     for k in range(rounds):
         last_in = max(e[k] for e in all_entered)
         first_out = min(x[k] for x in all_left)
