@@ -105,6 +105,8 @@ class Session:
 
     def team(self, team: int):
         """The handle of team number `team`; TypeError / ValueError name a bad id."""
+        if type(team) is int and 0 <= team < len(self.teams):
+            return self.teams[team]
         if type(team) is not int and not isinstance(team, np.integer):
             raise TypeError(f"team must be an int, got {type(team).__name__}")
         if not 0 <= team < len(self.teams):
