@@ -149,18 +149,28 @@ def _with_global_metrics(callbacks):
     return cb, [cb, *[c for c in callbacks if c is not cb]]
 
 
+def _begin(model, bind, args, kwargs):
+    """What fit and evaluate do first: (team, bound arguments, our GlobalMetrics), with
+    progress printed on rank 0 only and our metrics callback first; bound is None when
+    ml_comm leaves this model alone."""
+    team = prepare(model)
+    bound = bind(model, args, kwargs) if team is not None else None
+    if bound is None:
+        return team, None, None
+    _quiet_unless_rank0(bound.arguments)
+    cb, bound.arguments["callbacks"] = _with_global_metrics(bound.arguments.get("callbacks"))
+    return team, bound, cb
+
+
 def _fit(original):
     bind = _binder(original)
 
     @functools.wraps(original)
     def fit(self, *args, **kwargs):
-        team = prepare(self)
-        bound = bind(self, args, kwargs) if team is not None else None
+        team, bound, cb = _begin(self, bind, args, kwargs)
         if bound is None:
             return original(self, *args, **kwargs)
         arguments = bound.arguments
-        _quiet_unless_rank0(arguments)
-        cb, arguments["callbacks"] = _with_global_metrics(arguments.get("callbacks"))
         # Backups and checkpoints on rank 0, every rank stopping together on a signal.
         arguments["callbacks"] = keras_fault.fit_callbacks(arguments["callbacks"], team)
         _agree_on_steps(arguments, team)
@@ -185,13 +195,10 @@ def _evaluate(original):
 
     @functools.wraps(original)
     def evaluate(self, *args, **kwargs):
-        team = prepare(self)
-        bound = bind(self, args, kwargs) if team is not None else None
+        team, bound, cb = _begin(self, bind, args, kwargs)
         if bound is None:
             return original(self, *args, **kwargs)
         arguments = bound.arguments
-        _quiet_unless_rank0(arguments)
-        cb, arguments["callbacks"] = _with_global_metrics(arguments.get("callbacks"))
         want_dict = bool(arguments.get("return_dict", False))
         arguments["return_dict"] = True
         original(*bound.args, **bound.kwargs)

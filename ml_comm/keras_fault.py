@@ -133,15 +133,12 @@ class StopTogether(keras.callbacks.Callback):
         sys.exit(self.exit_code)
 
 
-class RankZeroBackup(keras.callbacks.Callback):
-    """A BackupAndRestore that writes on rank 0 only and restores one state everywhere."""
+class _Wrapper(keras.callbacks.Callback):
+    """A callback around another one (`inner`), which sees the same params and model."""
 
-    def __init__(self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int):
+    def __init__(self, inner: keras.callbacks.Callback):
         super().__init__()
         self.inner = inner
-        self.state = state
-        self.team = team
-        self.writes = mc.get_rank() == 0
 
     def set_params(self, params):
         super().set_params(params)
@@ -150,6 +147,16 @@ class RankZeroBackup(keras.callbacks.Callback):
     def set_model(self, model):
         super().set_model(model)
         self.inner.set_model(model)
+
+
+class RankZeroBackup(_Wrapper):
+    """A BackupAndRestore that writes on rank 0 only and restores one state everywhere."""
+
+    def __init__(self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int):
+        super().__init__(inner)
+        self.state = state
+        self.team = team
+        self.writes = mc.get_rank() == 0
 
     def on_train_begin(self, logs=None):
         self.inner.on_train_begin(logs)  # every rank reads the backup, as Keras does
@@ -184,24 +191,15 @@ class RankZeroBackup(keras.callbacks.Callback):
             self.inner.on_train_end(logs)
 
 
-class RankZeroOnly(keras.callbacks.Callback):
+class RankZeroOnly(_Wrapper):
     """Forwards every event to `inner` on rank 0; nothing elsewhere (ModelCheckpoint)."""
 
     def __init__(self, inner: keras.callbacks.Callback):
-        super().__init__()
-        self.inner = inner
+        super().__init__(inner)
         self.active = mc.get_rank() == 0
         for name in _EVENTS:
             if self.active:
                 setattr(self, name, getattr(inner, name))
-
-    def set_params(self, params):
-        super().set_params(params)
-        self.inner.set_params(params)
-
-    def set_model(self, model):
-        super().set_model(model)
-        self.inner.set_model(model)
 
 
 _EVENTS = tuple(
