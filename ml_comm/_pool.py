@@ -62,6 +62,12 @@ class OutputPool:
         weakref.finalize(owner, self._give_back, block)
         return np.frombuffer(owner, np.uint8)[:nbytes]
 
+    def array_like(self, a: np.ndarray) -> np.ndarray:
+        """arrays([a])[0], without the list (the latency-bound one-tensor call)."""
+        if a.nbytes < MIN_BYTES:
+            return np.empty(a.shape, a.dtype)
+        return self.take(a.nbytes).view(a.dtype).reshape(a.shape)
+
     def arrays(self, like: list[np.ndarray]) -> list[np.ndarray]:
         """Uninitialised arrays of the shapes and dtypes of `like`, in one pooled block
         (fresh arrays below MIN_BYTES)."""

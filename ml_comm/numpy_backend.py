@@ -21,6 +21,11 @@ class NumpyBackend:
         self.pools: dict[int, OutputPool] = {}
 
     def gradients(self, grads, team: int, out=None) -> list:
+        pool = self.pools.get(team)
+        if pool is not None and out is None and type(grads) is list and len(grads) == 1:
+            result = reductions.average_one(self.session, pool, grads[0], team)
+            if result is not None:
+                return [result]
         self.session.team(team)  # a bad team id fails before the pipelines are touched
         stages = self.pipelines.setdefault(team, {})
         pool = self.pools.setdefault(team, OutputPool())

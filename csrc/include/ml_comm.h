@@ -150,6 +150,11 @@ int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 /* The same for one buffer, the common case, without building a tensor list. */
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
                               size_t errlen);
+/* One buffer out of place: data = the reduction of every rank's source (source NULL:
+ * in place). call_dtypes as for mlc_team_allreduce_part: the bits of the dtypes of the
+ * call this buffer is all of, so that it meets a one-dtype tensor-list call alike. */
+int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int64_t count,
+                            int dtype, int op, int call_dtypes, char *err, size_t errlen);
 /* Keyed groups: the tensors of one fused reduction arrive one at a time (one
  * framework op per gradient), each as soon as it exists. The first arrival of a
  * key opens the group with the whole layout (counts, in layout order) and queues

@@ -244,10 +244,16 @@ int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntens
 
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
                               size_t errlen) {
-    mlc_tensor tensor = {data, NULL, count};
+    return mlc_team_allreduce_into(team, NULL, data, count, dtype, op, 0, err, errlen);
+}
+
+int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int64_t count,
+                            int dtype, int op, int call_dtypes, char *err, size_t errlen) {
+    mlc_tensor tensor = {data, source, count};
     int64_t starts[2];
     mlc_request local = {0};
-    int rc = check_args(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0);
+    int rc = bad_part(0, 1, call_dtypes) ? MLC_ERR_ARG
+                                         : check_args(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0);
     if (rc) {
         set_error(err, errlen, "invalid allreduce arguments (dtype, op, or buffer)");
         return rc;
@@ -255,10 +261,12 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
     local.tensors = &tensor;
     local.starts = starts;
     fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1);
+    local.call_dtypes = call_dtypes;
     if (local.plan.on_caller || local.plan.nothing)
         return run_blocking(team, &local, err, errlen); /* the stack request suffices */
     mlc_request *req; /* the threads need a request that outlives this frame */
     if ((rc = make_request(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1, &req))) return rc;
+    req->call_dtypes = call_dtypes;
     return run_blocking(team, req, err, errlen);
 }
 

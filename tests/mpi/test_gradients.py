@@ -259,3 +259,22 @@ def test_numpy_scalars(session, dtype):
     c.equal(out[0], expected_average((5,), dtype, session.nranks, 4), "amid: array")
     c.equal(np.asarray(out[1]), expected_average((), dtype, session.nranks, 5), "amid: scalar")
     c.finish()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_one_array_meets_the_list_path(session, dtype):
+    """A one-array call takes a shortcut into the core when the array is C-contiguous;
+    a rank whose array is a strided view takes the general path. Both must send the
+    same request: the results are exact and the same on every rank."""
+    c = Checks()
+    count = 3 * session.nranks + 1
+    g = make_input(session.rank, (count,), dtype, 7)
+    mc.gradients([g.copy()])  # the first call makes the team's output pool
+    if session.rank % 2:
+        wide = np.zeros(2 * count, dtype)
+        wide[::2] = g
+        g = wide[::2]  # not contiguous: the general path
+    out = mc.gradients([g])
+    c.equal(out[0], expected_average((count,), dtype, session.nranks, 7), "one array")
+    c.same_on_all_ranks(out, "one array")
+    c.finish()
