@@ -20,7 +20,7 @@ import tensorflow as tf
 from .. import _dtypes
 from ..errors import MLCommError
 from ..pipeline import is_pipelined
-from . import build
+from . import build, unordered
 
 _ops = None
 _lib: ctypes.CDLL | None = None
@@ -40,6 +40,7 @@ def load_ops():
     global _ops, _lib
     if _ops is None:
         path = build.build()
+        unordered.install()  # submits run as their gradients appear (see unordered.py)
         _ops = tf.load_op_library(str(path))
         _lib = ctypes.CDLL(str(path))
         _lib.mlc_tf_set_live_teams.argtypes = [
@@ -162,8 +163,8 @@ def gradients(
                     )
                     for pos, t in enumerate(tensors)
                 ]
-            # All submits first, then the waits: tf.function runs stateful ops in
-            # program order, and a wait may only block after every submit has run.
+            # The waits are async (they block no thread) and keep program order;
+            # the submits do not (unordered.py): each runs once its gradient exists.
             outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
             # The group is open once its first member is submitted.
             _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = submits[0][0].op
