@@ -20,7 +20,7 @@ import tensorflow as tf
 from .. import _dtypes
 from ..errors import MLCommError
 from ..pipeline import is_pipelined
-from . import build
+from . import build, unordered
 
 _ops = None
 _lib: ctypes.CDLL | None = None
@@ -40,6 +40,7 @@ def load_ops():
     global _ops, _lib
     if _ops is None:
         path = build.build()
+        unordered.install()  # submits run as their gradients appear (see unordered.py)
         _ops = tf.load_op_library(str(path))
         _lib = ctypes.CDLL(str(path))
         _lib.mlc_tf_set_live_teams.argtypes = [
@@ -89,6 +90,24 @@ def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
     return groups
 
 
+def _layout(tensors: list, idx: list[int]) -> list[int]:
+    """The order of a fused reduction's tensors: weights (2-D and more) in reverse list
+    order, then vectors (biases, normalization scales and offsets) in reverse list order.
+
+    Backprop produces the last layers' gradients first, so reverse order lets the first
+    segments start while it runs; but a segment is reduced only once every tensor before
+    it has arrived, and TensorFlow computes vector gradients (BiasAddGrad, a batch norm's
+    scale and offset) off backprop's critical path, often only once it has ended. A Dense
+    bias first in the layout held the whole reduction back until then (issue 14). The
+    vectors are a small share of the bytes and go last. Shapes alone decide, so every
+    rank makes the same layout.
+    """
+    weights, vectors = [], []
+    for t, i in zip(tensors, idx):
+        (vectors if t.shape.rank is not None and t.shape.rank <= 1 else weights).append(i)
+    return weights[::-1] + vectors[::-1]
+
+
 def _chain(team_handle: int):
     """Control dependencies that keep this team's groups in one order on every rank.
 
@@ -121,7 +140,7 @@ def gradients(
     # whose lists hold other dtypes fail at the first part instead of one op waiting.
     parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
     for part, idx in enumerate(groups.values()):
-        layout = idx[::-1]  # backprop produces the last gradients first: they lead
+        layout = _layout([dense[i] for i in idx], idx)
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
         if nranks == 1 and not pipelined:
@@ -162,8 +181,8 @@ def gradients(
                     )
                     for pos, t in enumerate(tensors)
                 ]
-            # All submits first, then the waits: tf.function runs stateful ops in
-            # program order, and a wait may only block after every submit has run.
+            # The waits are async (they block no thread) and keep program order;
+            # the submits do not (unordered.py): each runs once its gradient exists.
             outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
             # The group is open once its first member is submitted.
             _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = submits[0][0].op

@@ -1,6 +1,6 @@
 """ML_COMM_CHECK_FINITE=1 with TensorFlow: a NaN or Inf in one rank's gradient fails
 the step on every rank (tf.errors.InternalError naming the rank and the tensor's
-place in the fused reduction: gradients are laid out last first), both for the fused
+place in the fused reduction: weights first, last gradient first, then vectors), both for the fused
 op of eager mode and for the keyed groups of tf.function, whose reduction then waits
 for all of its gradients before it starts."""
 
@@ -40,14 +40,14 @@ def test_nan_in_one_rank_fails_everywhere(tf_session, mode):
     good = [make_input(tf_session.rank, s, np.float32, i) for i, s in enumerate(shapes)]
     bad = [g.copy() for g in good]
     if tf_session.rank == last:
-        bad[0][1, 2] = np.nan  # gradients[0]: last in the layout, member 2
+        bad[0][1, 2] = np.nan  # gradients[0]: the only weight (2-D), first in the layout
 
     def run(arrays):
         fn = lambda: mc.gradients([tf.constant(a) for a in arrays])  # noqa: E731
         return fn() if mode == "eager" else tf.function(fn)()
 
     e = c.raises(tf.errors.InternalError, run, bad, words=("NaN or Inf",))
-    c.true(f"rank {last} tensor 2" in str(e), str(e))
+    c.true(f"rank {last} tensor 0" in str(e), str(e))
     out = run(good)  # the team still works, and finite inputs pass
     for i, s in enumerate(shapes):
         want = expected_average(s, np.float32, tf_session.nranks, i)
