@@ -343,6 +343,7 @@ def main(argv=None) -> int:
         comm.Barrier()
     starts, ends = [], []
     cpu0, times0 = thread_cpu(), os.times()
+    team_cpu0 = mc.team_stats(0)["thread_cpu_seconds"] if mc is not None else 0.0
     t0 = time.monotonic()
     for _ in range(args.steps):
         starts.append(time.monotonic())
@@ -351,6 +352,7 @@ def main(argv=None) -> int:
     elapsed = ends[-1] - t0
     step_times = [e - s for s, e in zip(starts, ends)]
     cpu1, times1 = thread_cpu(), os.times()
+    team_cpu1 = mc.team_stats(0)["thread_cpu_seconds"] if mc is not None else 0.0
     # CPU per timed step, per kind of thread: with one core per node, every millisecond
     # that communication (ml_comm's threads, the kernel's TCP work in "sys") takes is a
     # millisecond that backprop does not get.
@@ -361,6 +363,8 @@ def main(argv=None) -> int:
     }
     cpu_ms["process_user"] = round(1e3 * (times1.user - times0.user) / args.steps, 2)
     cpu_ms["process_sys"] = round(1e3 * (times1.system - times0.system) / args.steps, 2)
+    if mc is not None:  # the team's threads by their own CPU clocks (ml_comm team_stats)
+        cpu_ms["ml_comm_threads"] = round(1e3 * (team_cpu1 - team_cpu0) / args.steps, 2)
 
     # Every rank must end with the same trainable weights (BatchNorm's moving statistics
     # are per rank, as in any data-parallel run). MWMS keeps them mirrored itself.

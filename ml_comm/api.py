@@ -291,7 +291,9 @@ def team_settings(team: int = 0) -> dict:
 
 
 def team_stats(team: int = 0) -> dict:
-    """Counters of a team: calls, bytes, busy_seconds, wait_seconds, exposed_seconds."""
+    """Counters of a team: calls, bytes, busy_seconds, wait_seconds, exposed_seconds, and
+    thread_cpu_seconds (CPU time the team's communication threads have used, waits
+    included; the difference over N steps / N is their CPU cost per step)."""
     s = _active()
     s.team(team)
     return s.stats(team)

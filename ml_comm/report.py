@@ -51,6 +51,7 @@ def stats_dict(s) -> dict:
         "busy_seconds": s.busy_seconds,
         "wait_seconds": s.wait_seconds,
         "exposed_seconds": s.exposed_seconds,
+        "thread_cpu_seconds": s.thread_cpu_seconds,
     }
 
 

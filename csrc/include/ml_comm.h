@@ -76,6 +76,9 @@ typedef struct mlc_team_stats {
     double wait_seconds;    /* time callers spent blocked in mlc_request_wait */
     double exposed_seconds; /* summed per request: from its last input to completion,
                              * what a framework op that needs the result waits at most */
+    double thread_cpu_seconds; /* CPU time the team's threads have used since they
+                                * started (each thread's own clock): what communication
+                                * takes from the cores, waiting included */
 } mlc_team_stats;
 
 /* Called from a communication thread (or a blocking caller) after every

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/mpi_error.h"
 #include "team.h"
@@ -304,6 +305,14 @@ void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&team->lock);
     *out = team->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
+    out->thread_cpu_seconds = 0;
+    for (int i = 0; i < team->nthreads; i++) {
+        clockid_t clock;
+        struct timespec used;
+        if (pthread_getcpuclockid(team->workers[i].thread, &clock) == 0 &&
+            clock_gettime(clock, &used) == 0)
+            out->thread_cpu_seconds += (double)used.tv_sec + used.tv_nsec * 1e-9;
+    }
 }
 
 

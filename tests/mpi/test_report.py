@@ -60,3 +60,22 @@ def test_quiet_by_default(capsys):
             mc.gradients([make_input(s.rank, (100,), np.float32, call)], 0)
     c.true(not report_lines(capsys.readouterr().out), "report lines without verbosity")
     c.finish()
+
+
+def test_thread_cpu_counts_work_and_not_idle():
+    """team_stats' thread_cpu_seconds (the team threads' own CPU clocks) grows with the
+    reductions they carry out, and by little while the team is idle between calls: an
+    idle team sleeps instead of polling."""
+    with ml_comm_session(NTHREAD_PER_TEAM, NTEAMS, MSGLEN) as session:
+        c = Checks()
+        before = mc.team_stats(0)["thread_cpu_seconds"]
+        big = np.ones(4 * MSGLEN, np.float32)  # past the caller's-thread sizes: the team's threads
+        for _ in range(8):
+            mc.gradients([big])
+        worked = mc.team_stats(0)["thread_cpu_seconds"]
+        if session.nranks > 1:
+            c.true(worked > before, f"thread_cpu_seconds {before} -> {worked} after 8 reductions")
+        time.sleep(1.0)
+        idle = mc.team_stats(0)["thread_cpu_seconds"] - worked
+        c.true(0 <= idle < 0.2, f"team threads used {idle:.3f} s of CPU in 1 s idle")
+        c.finish()
