@@ -46,6 +46,61 @@ static inline float from_fp16(uint16_t bits) {
     return (float)h;
 }
 
+/* dst = a + unpack(wire), in place (dst is a) or out of place (three buffers
+ * apart), so the compiler may assume no overlap in each loop. */
+#define WIRE_SUM(FROM)                                                              \
+    do {                                                                            \
+        const uint16_t *restrict w = wire;                                          \
+        float *restrict d = dst;                                                    \
+        if (dst == a) {                                                             \
+            for (int64_t i = 0; i < n; i++) d[i] += FROM(w[i]);                     \
+        } else {                                                                    \
+            const float *restrict x = a;                                            \
+            for (int64_t i = 0; i < n; i++) d[i] = x[i] + FROM(w[i]);               \
+        }                                                                           \
+    } while (0)
+
+/* float16 kernels twice: with F16C (one instruction per conversion, x86 since 2012)
+ * and portable (libgcc's software conversion, several times slower); both round to
+ * nearest even, so they give the same bits, and the caller picks one at run time. */
+#define FP16_KERNELS(SUFFIX, ATTR)                                                              \
+    ATTR static void fp16_pack_##SUFFIX(uint16_t *restrict w, const float *restrict s,           \
+                                        int64_t n) {                                            \
+        for (int64_t i = 0; i < n; i++) w[i] = to_fp16(s[i]);                                    \
+    }                                                                                           \
+    ATTR static int fp16_round_##SUFFIX(float *restrict d, uint16_t *restrict w, int64_t n) {    \
+        int special = 0;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                       \
+            w[i] = to_fp16(d[i]);                                                               \
+            d[i] = from_fp16(w[i]);                                                             \
+            special |= fp16_special(w[i]);                                                      \
+        }                                                                                       \
+        return special;                                                                         \
+    }                                                                                           \
+    ATTR static int fp16_unpack_##SUFFIX(float *restrict d, const uint16_t *restrict w,          \
+                                         int64_t n) {                                           \
+        int special = 0;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                       \
+            d[i] = from_fp16(w[i]);                                                             \
+            special |= fp16_special(w[i]);                                                      \
+        }                                                                                       \
+        return special;                                                                         \
+    }                                                                                           \
+    ATTR static void fp16_sum_##SUFFIX(float *dst, const float *a, const uint16_t *wire,         \
+                                       int64_t n) {                                             \
+        WIRE_SUM(from_fp16);                                                                    \
+    }
+
+#if defined(__x86_64__) || defined(__i386__)
+FP16_KERNELS(f16c, __attribute__((target("f16c"))))
+FP16_KERNELS(soft, )
+static int have_f16c(void) { return __builtin_cpu_supports("f16c"); }
+#define FP16(name) (have_f16c() ? fp16_##name##_f16c : fp16_##name##_soft)
+#else
+FP16_KERNELS(soft, )
+#define FP16(name) fp16_##name##_soft
+#endif
+
 int mlc_wire_size(int compression) { return compression == MLC_COMPRESSION_NONE ? 4 : 2; }
 
 const char *mlc_compression_name(int compression) {
@@ -63,7 +118,7 @@ void mlc_wire_pack(void *wire, const float *src, int64_t n, int compression) {
     if (compression == MLC_COMPRESSION_BF16)
         for (int64_t i = 0; i < n; i++) w[i] = to_bf16(s[i]);
     else
-        for (int64_t i = 0; i < n; i++) w[i] = to_fp16(s[i]);
+        FP16(pack)(w, s, n);
 }
 
 int mlc_wire_round(float *data, void *wire, int64_t n, int compression) {
@@ -77,11 +132,7 @@ int mlc_wire_round(float *data, void *wire, int64_t n, int compression) {
             special |= bf16_special(w[i]);
         }
     } else {
-        for (int64_t i = 0; i < n; i++) {
-            w[i] = to_fp16(d[i]);
-            d[i] = from_fp16(w[i]);
-            special |= fp16_special(w[i]);
-        }
+        special = FP16(round)(d, w, n);
     }
     return special;
 }
@@ -96,31 +147,15 @@ int mlc_wire_unpack(float *dst, const void *wire, int64_t n, int compression) {
             special |= bf16_special(w[i]);
         }
     } else {
-        for (int64_t i = 0; i < n; i++) {
-            d[i] = from_fp16(w[i]);
-            special |= fp16_special(w[i]);
-        }
+        special = FP16(unpack)(d, w, n);
     }
     return special;
 }
 
-/* dst = a + unpack(wire), in place (dst is a) or out of place (three buffers
- * apart), so the compiler may assume no overlap in each loop. */
-#define WIRE_SUM(FROM)                                                              \
-    do {                                                                            \
-        const uint16_t *restrict w = wire;                                          \
-        float *restrict d = dst;                                                    \
-        if (dst == a) {                                                             \
-            for (int64_t i = 0; i < n; i++) d[i] += FROM(w[i]);                     \
-        } else {                                                                    \
-            const float *restrict x = a;                                            \
-            for (int64_t i = 0; i < n; i++) d[i] = x[i] + FROM(w[i]);               \
-        }                                                                           \
-    } while (0)
 
 void mlc_wire_sum_to(float *dst, const float *a, const void *wire, int64_t n, int compression) {
     if (compression == MLC_COMPRESSION_BF16) WIRE_SUM(from_bf16);
-    else WIRE_SUM(from_fp16);
+    else FP16(sum)(dst, a, wire, n);
 }
 
 /* The last addition of an average and its division, block by block while the
