@@ -26,6 +26,8 @@ Before timing a size, one verification iteration per implementation fills elemen
 with (i % 13) + r, an integer-valued float whose sum is exact, and counts the elements that differ
 from the known result (#wrong; with --op average the result is a half-integer and one ulp is
 allowed, since x * (1/n) and x / n may round differently). Any #wrong > 0 makes the exit status 1.
+With --compression bf16 or fp16 these sums and averages (at most a few hundred, in halves) are
+16-bit values too, so the check stays exact.
 The timed iterations then run on zeros, so in-place sums cannot overflow however many iterations
 run. Iteration counts adapt to the size unless --iters is given: after the warmup, as many
 iterations as fit in --seconds-per-size, between --min-iters and --max-iters.
@@ -95,6 +97,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a("-t", "--threads", type=int, default=2, help="ml_comm threads per team (2)")
     a("--chunk-bytes", type=parse_bytes, default=None, help="ml_comm ring segment size")
     a("--alg", choices=sorted(ALGS), default="auto", help="ml_comm algorithm (auto)")
+    a(
+        "--compression",
+        choices=("none", "bf16", "fp16"),
+        default="none",
+        help="16-bit values on ml_comm's wire for float32 ring reductions (none); "
+        "MPI_Allreduce stays float32",
+    )
     a("--api", choices=product_paths.APIS, default="gradients", help="ml_comm call (gradients)")
     a("--tensors", type=int, default=1, help="tensors each size is split into (1)")
     a("--shapes", choices=("resnet50",), help="one row: this model's gradient list instead")
@@ -171,6 +180,7 @@ def header_fields(args, nranks: int) -> dict:
         "latency_bytes": settings["latency_bytes"],
         "inline_bytes": settings["inline_bytes"],
         "alg": args.alg,
+        "compression": settings["compression"],
         "op": args.op,
         "api": args.api,
         "tensors": "resnet50" if args.shapes else args.tensors,
@@ -191,7 +201,8 @@ def print_header(h: dict) -> None:
     print(
         f"# nranks {h['nranks']}, threads/team {h['threads_per_team']}, chunk {chunk}, "
         f"latency path below {latency}, caller's thread up to {human_bytes(h['inline_bytes'])}, "
-        f"alg {h['alg']}, api {h['api']}, tensors {h['tensors']}, dtype {h['dtype']}, "
+        f"alg {h['alg']}, compression {h.get('compression', 'none')}, api {h['api']}, "
+        f"tensors {h['tensors']}, dtype {h['dtype']}, "
         f"iters {h['iters']}, "
         f"warmup {h['warmup']}"
     )
@@ -343,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     init_kwargs = {"chunk_bytes": args.chunk_bytes} if args.chunk_bytes else {}
     mc.init(args.threads, 1, len(bench.buf), **init_kwargs, **bench.api.init_kwargs)
     forever = 1 << 30  # ksteps >= max_steps: always synchronous
-    mc.config_team(0, getattr(mc, ALGS[args.alg]), forever, forever)
+    alg = getattr(mc, ALGS[args.alg])
+    mc.config_team(0, alg, forever, forever, compression=args.compression)
 
     header = header_fields(args, nranks)
     if rank == 0:

@@ -65,6 +65,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--min-accuracy", type=float, default=0.9, help="fail below this test accuracy (0.9)"
     )
     p.add_argument("--verbosity", type=int, default=0, help="ml_comm report verbosity 0/1/2")
+    p.add_argument(
+        "--compression",
+        choices=("none", "bf16", "fp16"),
+        default=None,
+        help="16-bit values on the wire for the gradients' ring reductions (default: "
+        "ML_COMM_COMPRESSION, else none); this small model's gradients take the ring only "
+        "with ML_COMM_LATENCY_BYTES=0 ML_COMM_DIRECT_BYTES=0",
+    )
     return p.parse_args(argv)
 
 
@@ -113,14 +121,23 @@ def main(argv: list[str] | None = None) -> int:
 
     mc.init(args.threads, 1, n_params, "tensorflow")
     # ksteps >= max_steps: every step synchronous (gradients() returns this step's average).
-    mc.config_team(0, mc.ALG_AUTO, max_steps, max_steps, args.verbosity, steps_per_epoch)
+    mc.config_team(
+        0,
+        mc.ALG_AUTO,
+        max_steps,
+        max_steps,
+        args.verbosity,
+        steps_per_epoch,
+        compression=args.compression,
+    )
 
     if rank == 0:
         print(
             f"# digits MLP (TensorFlow {tf.__version__}, tf.function + GradientTape): "
             f"{nranks} rank(s), {n_params} parameters, {args.threads} ml_comm thread(s)/team, "
             f"{len(y_train)} train / {len(y_test)} test samples, batch {args.batch_size}/rank, "
-            f"{steps_per_epoch} steps/epoch, lr {args.lr}",
+            f"{steps_per_epoch} steps/epoch, lr {args.lr}, "
+            f"compression {mc.team_settings(0)['compression']}",
             flush=True,
         )
 

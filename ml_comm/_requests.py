@@ -8,7 +8,7 @@ import numpy as np
 from . import _dtypes, checks, stop
 from ._buffers import tensor_list
 from ._core import ffi, lib
-from ._status import ERR_LEN, check
+from ._status import ERR_LEN, check, text
 from .errors import MLCommError
 
 
@@ -45,15 +45,21 @@ def submit_average(
     return out[0], (tensors, keep)
 
 
-def average_blocking(handle, err, outputs: list[np.ndarray], inputs: list[np.ndarray]) -> None:
+def average_blocking(
+    handle, err, outputs: list[np.ndarray], inputs: list[np.ndarray], order=None
+) -> None:
     """One blocking average: a small one runs on this thread, with no hand-off to the
-    team's threads (about as long as the whole reduction below a few KiB)."""
+    team's threads (about as long as the whole reduction below a few KiB). order: the
+    gradient list index of each tensor, for the tensors an error names."""
     tensors, _keep = tensor_list(outputs, inputs)
     code = _dtypes.CODES[outputs[0].dtype]
     rc = lib.mlc_team_allreduce_part(
         handle, tensors, len(outputs), code, lib.MLC_OP_AVERAGE, 0, 1, 1 << code, err, ERR_LEN
     )
-    check(rc, "gradients", err)
+    if rc != lib.MLC_OK:
+        raise MLCommError(
+            "gradients failed: " + checks.name_tensors(text(err), rc, order, "gradients")
+        )
 
 
 def average_groups(handle, inputs, groups, outputs, err=None) -> None:
@@ -62,7 +68,9 @@ def average_groups(handle, inputs, groups, outputs, err=None) -> None:
     flight at once (and a NaN/Inf report names the gradients by their list index)."""
     if err is not None and len(groups) == 1:
         order = next(iter(groups.values()))[::-1]
-        average_blocking(handle, err, [outputs[i] for i in order], [inputs[i] for i in order])
+        average_blocking(
+            handle, err, [outputs[i] for i in order], [inputs[i] for i in order], order
+        )
         return
     requests = []
     orders = []

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import _faults, backend, broadcasts, launch, reductions, stop
+from . import compression as _compression
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from ._status import check
@@ -159,11 +160,26 @@ atexit.register(finalize)
 
 
 def config_team(
-    team: int, alg: int, ksteps: int, max_steps: int, verbosity: int = 0, perf_freq: int = 100
+    team: int,
+    alg: int,
+    ksteps: int,
+    max_steps: int,
+    verbosity: int = 0,
+    perf_freq: int = 100,
+    *,
+    compression: str | None = None,
 ) -> None:
-    """Choose the team's algorithm and reporting; see the README for every argument."""
+    """Choose the team's algorithm and reporting; see the README for every argument.
+
+    compression: "bf16" or "fp16" sends the team's float32 ring reductions as 16-bit
+    values (added in float32), "none" sends float32; None (the default) keeps the
+    team's setting (ML_COMM_COMPRESSION's at init). Every rank must choose the same.
+    """
     s = _active()
     handle = s.team(team)
+    wire = (
+        None if compression is None else _compression.code(compression, "config_team: compression")
+    )
     for name, value in (
         ("alg", alg),
         ("ksteps", ksteps),
@@ -192,6 +208,8 @@ def config_team(
     # A new schedule starts counting calls afresh.
     s.backend.restart(team)
     check(lib.mlc_team_set_algorithm(handle, int(alg)), "config_team")
+    if wire is not None:
+        check(lib.mlc_team_set_compression(handle, wire), "config_team")
     s.configs[team] = TeamConfig(
         int(alg), int(ksteps), int(max_steps), int(verbosity), int(perf_freq)
     )
@@ -282,12 +300,15 @@ def check_buffers_match(values, flag: int = 1) -> int:
 def team_settings(team: int = 0) -> dict:
     """A team's effective settings: nthreads, algorithm, chunk_bytes, fusion_bytes,
     latency_bytes (recursive doubling below), inline_bytes (caller's thread up to),
-    direct_bytes (up to: one exchange that also checks that the ranks agree)."""
+    direct_bytes (up to: one exchange that also checks that the ranks agree),
+    compression ("none", "bf16" or "fp16": what the ring's float32 messages carry)."""
     s = _active()
     out = ffi.new("mlc_team_settings *")
     lib.mlc_team_get_settings(s.team(team), out)
     names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
-    return {name: getattr(out, name) for name in (*names, "inline_bytes", "direct_bytes")}
+    settings = {name: getattr(out, name) for name in (*names, "inline_bytes", "direct_bytes")}
+    settings["compression"] = _compression.name(out.compression)
+    return settings
 
 
 def team_stats(team: int = 0) -> dict:

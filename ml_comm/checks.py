@@ -90,14 +90,21 @@ def apply(handle, team: int, settings: GuardSettings) -> None:
 
 def request_error(req, status: int, order: Sequence[int] | None = None, name: str = "") -> str:
     """The message of a failed request; with `order` (the caller's list index of each
-    tensor of the request) the tensors a NaN/Inf report names become `name[index]`."""
+    tensor of the request) the tensors a NaN/Inf or float16-overflow report names become
+    `name[index]`."""
     text = ffi.string(lib.mlc_request_message(req)).decode(errors="replace")
-    if status != lib.MLC_ERR_NONFINITE or order is None:
+    return name_tensors(text, status, order, name)
+
+
+def name_tensors(text: str, status: int, order: Sequence[int] | None, name: str) -> str:
+    """A core message with its "tensor T" (the request's layout) as `name[index]`."""
+    if not text or order is None or status not in (lib.MLC_ERR_NONFINITE, lib.MLC_ERR_OVERFLOW):
         return text or ffi.string(lib.mlc_status_name(status)).decode()
 
     def user_index(match: re.Match) -> str:
         position = int(match.group(2))
         index = order[position] if position < len(order) else position
-        return f"rank {match.group(1)} {name}[{index}]"
+        return f"{match.group(1)}{name}[{index}]"
 
-    return re.sub(r"rank (\d+) tensor (\d+)", user_index, text)
+    # NaN/Inf: "rank R tensor T", each rank's; float16 overflow: "the sum of tensor T".
+    return re.sub(r"(rank \d+ |the sum of )tensor (\d+)", user_index, text)

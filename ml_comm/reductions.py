@@ -75,7 +75,8 @@ def gradients(
         # The common call, with nothing to convert or group: a blocking call that runs
         # small lists on this thread; every microsecond of Python counts at 8 bytes.
         outputs = pool.arrays(grads)
-        average_blocking(handle, s.err, outputs[::-1], grads[::-1])
+        order = range(len(grads) - 1, -1, -1)  # list index of each tensor, for errors
+        average_blocking(handle, s.err, outputs[::-1], grads[::-1], order)
         return outputs  # synchronous: should_stop reads the team's mark
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).

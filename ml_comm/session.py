@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _barrier, _faults, backend, checks, settings_check, timeline
+from . import _barrier, _faults, backend, checks, compression, settings_check, timeline
 from ._core import ffi, lib
 from ._mpi import init_mpi
 from ._status import ERR_LEN, check, text
@@ -52,9 +52,12 @@ class Session:
         comm,
     ):
         self.guard = checks.from_env()  # a malformed variable raises before anything starts
+        self.compression = compression.from_env()
         self.mpi = init_mpi()
         # Before any team: ranks with other thread counts would hang creating one.
-        settings_check.verify(comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds)
+        settings_check.verify(
+            comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds, self.compression
+        )
         self.comm = comm
         self.err = ffi.new(f"char[{ERR_LEN}]")
         self.teams: list = []
@@ -75,6 +78,10 @@ class Session:
                 checks.apply(self.teams[-1], len(self.teams) - 1, self.guard)
                 for name, value in thresholds.items():
                     check(THRESHOLD_SETTERS[name](self.teams[-1], value), name)
+                check(
+                    lib.mlc_team_set_compression(self.teams[-1], self.compression),
+                    compression.VARIABLE,
+                )
             if timeline.enabled():
                 timeline.enable(self.teams)
             self.backend = backend.create(framework, self)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from . import compression
 from .errors import MLCommError
 
 # Environment variables that change what goes on the wire. An unset threshold is
@@ -30,11 +31,18 @@ PROTOCOL_VARIABLES = (
     "ML_COMM_LATENCY_BYTES",
     "ML_COMM_INLINE_BYTES",
     "ML_COMM_DIRECT_BYTES",
+    "ML_COMM_COMPRESSION",
 )
 
 
 def local_settings(
-    nthreads: int, nteams: int, msglen: int, chunk_bytes: int, guard, thresholds: Mapping
+    nthreads: int,
+    nteams: int,
+    msglen: int,
+    chunk_bytes: int,
+    guard,
+    thresholds: Mapping,
+    compression_code: int = 0,
 ) -> dict[str, str]:
     """This rank's effective values, as text (what the message shows)."""
     settings = {
@@ -47,6 +55,7 @@ def local_settings(
     }
     for name in ("ML_COMM_LATENCY_BYTES", "ML_COMM_INLINE_BYTES", "ML_COMM_DIRECT_BYTES"):
         settings[name] = str(thresholds[name]) if name in thresholds else "unset (default)"
+    settings["ML_COMM_COMPRESSION"] = compression.name(compression_code)
     return settings
 
 
@@ -77,11 +86,15 @@ def _ranks(ranks: list[int]) -> str:
     return f"{word} {', '.join(spans)}:"
 
 
-def verify(comm, nthreads, nteams, msglen, chunk_bytes, guard, thresholds) -> None:
+def verify(
+    comm, nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code=0
+) -> None:
     """Collective over comm (every rank calls init): raise on every rank if they differ."""
     if comm.Get_size() == 1:
         return
-    mine = local_settings(nthreads, nteams, msglen, chunk_bytes, guard, thresholds)
+    mine = local_settings(
+        nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
+    )
     lines = disagreements(comm.allgather(mine))
     if lines:
         raise MLCommError(

@@ -1,7 +1,9 @@
 /* Signatures: what one rank submitted for one request, in 96 bytes, and the
  * verdict on n of them with the message that names each rank's submission.
  * Compared: kind, dtype, op (allreduce), root (broadcast), ntensors, total,
- * layout_hash, part, nparts, call_dtypes. The first counts are kept for
+ * layout_hash, part, nparts, call_dtypes, compression (the team's 16-bit wire
+ * setting, whatever the request's dtype: ranks that differ would exchange blocks
+ * of different sizes on the ring). The first counts are kept for
  * messages; the stop flag rides along (exchange.c). Sent as bytes: the ranks of
  * one job share one architecture. */
 #include <stdio.h>
@@ -18,7 +20,8 @@ struct mlc_signature {
     int32_t nonfinite_count;  /* how many tensors hold NaN/Inf */
     int32_t direct;           /* the input (total elements) follows */
     int32_t call_dtypes;      /* bit d: the caller's call has a part of dtype d */
-    int32_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
+    int16_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
+    int16_t compression;      /* the team's MLC_COMPRESSION_* */
     int64_t total;
     uint64_t layout_hash;                 /* FNV-1a over every tensor's count */
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
@@ -38,7 +41,8 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     s->part = in->part;
     s->nparts = in->nparts > 0 ? in->nparts : 1;
     s->call_dtypes = in->call_dtypes;
-    s->stop = stop;
+    s->stop = (int16_t)stop;
+    s->compression = (int16_t)in->compression;
     s->total = in->total;
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < in->ntensors; i++) {
@@ -61,7 +65,8 @@ static const mlc_signature *sig(const char *slots, size_t slot_bytes, int r) {
 static int same(const mlc_signature *a, const mlc_signature *b) {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->ntensors == b->ntensors && a->total == b->total && a->layout_hash == b->layout_hash &&
-           a->part == b->part && a->nparts == b->nparts && a->call_dtypes == b->call_dtypes;
+           a->part == b->part && a->nparts == b->nparts && a->call_dtypes == b->call_dtypes &&
+           a->compression == b->compression;
 }
 
 typedef struct table {
@@ -106,6 +111,8 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     if (s->kind == MLC_KIND_BROADCAST) mlc_append(buf, len, off, " (broadcast from rank %d", s->root);
     else mlc_append(buf, len, off, " (%s", s->op == MLC_OP_SUM ? "sum" : "average");
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
+    if (s->compression != MLC_COMPRESSION_NONE) /* the team's setting, whatever the dtype */
+        mlc_append(buf, len, off, ", compression=%s", mlc_compression_name(s->compression));
     if (s->call_dtypes & ~(1 << s->dtype)) { /* a call of several dtypes: name them all */
         mlc_append(buf, len, off, "; the call's dtypes:");
         for (int d = 0, k = 0; d < MLC_NUM_DTYPES; d++)

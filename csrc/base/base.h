@@ -43,6 +43,21 @@ void mlc_reduce_sum_average_to(void *dst, const void *a, const void *b, int64_t 
                                int nranks);
 void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks);
 
+/* wire.c: float32 <-> the 16-bit values that travel under MLC_COMPRESSION_BF16/FP16
+ * (round to nearest even). wire_size: bytes per value on the wire (4: NONE). The
+ * functions that return int return 1 when some 16-bit value they wrote or read is
+ * NaN or +-Inf (how the ring sees a float16 overflow), else 0. */
+int mlc_wire_size(int compression);
+void mlc_wire_pack(void *wire, const float *src, int64_t n, int compression);
+/* wire = pack(data), then data = unpack(wire): the rounded value the rank sends and keeps. */
+int mlc_wire_round(float *data, void *wire, int64_t n, int compression);
+int mlc_wire_unpack(float *dst, const void *wire, int64_t n, int compression);
+/* dst = a + unpack(wire), in float32; dst may be a. */
+void mlc_wire_sum_to(float *dst, const float *a, const void *wire, int64_t n, int compression);
+/* dst = (a + unpack(wire)) / nranks, bit for bit as mlc_wire_sum_to then mlc_divide_by_ranks. */
+void mlc_wire_sum_average_to(float *dst, const float *a, const void *wire, int64_t n,
+                             int compression, int nranks);
+
 /* finite.c: 1 when some of the n elements is NaN or +-Inf (floating dtypes only). */
 int mlc_has_nonfinite(const void *buf, int64_t n, int dtype);
 

@@ -14,6 +14,7 @@ const char *mlc_status_name(int status) {
     case MLC_PENDING: return "pending";
     case MLC_ERR_MISMATCH: return "ranks disagree on the request";
     case MLC_ERR_NONFINITE: return "NaN or Inf in the input";
+    case MLC_ERR_OVERFLOW: return "float16 overflow on the wire";
     default: return "unknown status";
     }
 }

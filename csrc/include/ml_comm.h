@@ -48,7 +48,17 @@ enum mlc_status {
     MLC_ERR_STATE = 5,        /* object shut down or in use */
     MLC_PENDING = 6,          /* mlc_request_test: not finished yet */
     MLC_ERR_MISMATCH = 7,     /* ranks submitted different requests (message says what each did) */
-    MLC_ERR_NONFINITE = 8     /* NaN or Inf in a reduction's input (mlc_team_set_checks) */
+    MLC_ERR_NONFINITE = 8,    /* NaN or Inf in a reduction's input (mlc_team_set_checks) */
+    MLC_ERR_OVERFLOW = 9      /* float16 on the wire: a value or sum beyond its range (or NaN/Inf) */
+};
+
+/* 16-bit values on the wire (mlc_team_set_compression): float32 allreduces that take
+ * the ring at more than one rank send bfloat16 or float16 and add in float32. */
+enum mlc_compression {
+    MLC_COMPRESSION_NONE = 0,
+    MLC_COMPRESSION_BF16 = 1,
+    MLC_COMPRESSION_FP16 = 2,
+    MLC_NUM_COMPRESSIONS = 3
 };
 
 typedef struct mlc_context mlc_context;
@@ -119,6 +129,12 @@ int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes);
 /* Blocking calls up to this many bytes run on the caller's thread, skipping the
  * hand-off to the team's threads; larger ones use all threads. */
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes);
+/* MLC_COMPRESSION_*: float32 allreduces on the ring carry 16-bit values from the next
+ * request on (the plan decides per request); every rank must use the same value
+ * (the agreement check compares it). */
+int mlc_team_set_compression(mlc_team *team, int compression);
+/* "none", "bf16", "fp16" ("unknown" outside the enum). */
+const char *mlc_compression_name(int compression);
 typedef struct mlc_team_settings {
     int nthreads;
     int algorithm;
@@ -127,6 +143,7 @@ typedef struct mlc_team_settings {
     int64_t latency_bytes;
     int64_t inline_bytes;
     int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped for this rank count */
+    int compression;      /* MLC_COMPRESSION_* */
 } mlc_team_settings;
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
@@ -303,6 +320,7 @@ typedef struct mlc_plan_input {
     int algorithm;     /* the team's: MLC_ALG_* */
     int nthreads;
     int64_t chunk_bytes, window_segments, latency_bytes, inline_bytes, direct_bytes;
+    int compression;   /* the team's: MLC_COMPRESSION_* */
 } mlc_plan_input;
 typedef struct mlc_plan {
     int algorithm;     /* row of the algorithm table (never MLC_ALG_AUTO); broadcasts: -1 */
@@ -314,6 +332,7 @@ typedef struct mlc_plan {
     int64_t seg_elems; /* segment length in elements */
     int64_t nseg;      /* allreduce: segments over all tensors */
     int64_t window;    /* slots segment g cycles through: g mod window */
+    int compression;   /* what its messages carry: MLC_COMPRESSION_* (NONE: its own dtype) */
 } mlc_plan;
 void mlc_plan_make(const mlc_plan_input *in, mlc_plan *out);
 /* The algorithm table (csrc/algos/registry.c): how many rows, and a row's name. */

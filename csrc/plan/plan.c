@@ -15,7 +15,13 @@
  *              MLC_MIN_SEGMENT_BYTES; recursive doubling on the caller's thread
  *              takes the whole buffer as one segment;
  *   window     several tensors are packed segment by segment into fusion slots:
- *              the team's window, or one batch of the caller's buffer.
+ *              the team's window, or one batch of the caller's buffer;
+ *   wire       the team's compression (16-bit values on the wire) for float32
+ *              requests that take the ring at more than one rank; other dtypes
+ *              keep their own (float64 would lose more than the saving is worth,
+ *              integers must stay exact, 16-bit ones save nothing), and the
+ *              latency paths (direct, recursive doubling) stay float32: their
+ *              cost is message latency, not bytes.
  * Broadcast: on the caller's thread up to latency_bytes (whole tensors), else
  * segments of chunk_bytes per tensor spread over the team's threads. */
 #include <string.h>
@@ -64,6 +70,8 @@ void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
                                          MLC_MIN_SEGMENT_BYTES / es);
     }
     p->nseg = mlc_segment_count(in->total, p->seg_elems);
+    p->compression = in->dtype == MLC_FLOAT32 && p->algorithm == MLC_ALG_RING && in->nranks > 1
+                         ? in->compression : MLC_COMPRESSION_NONE;
     if (!p->fused) p->window = p->nseg;
     else p->window = p->on_caller ? (whole ? 1 : MLC_RING_BATCH) : in->window_segments;
 }

@@ -37,14 +37,59 @@ static void describe_request(const void *arg, char *buf, size_t len) {
     mlc_describe_input(&in, buf, len);
 }
 
+/* The position of the first NaN/Inf among count float32 values; -1: none. */
+static int64_t first_special(const float *values, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        uint32_t bits;
+        memcpy(&bits, &values[i], sizeof bits);
+        if ((bits & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return -1;
+}
+
+/* A batch failed with MLC_ERR_OVERFLOW (the ring left the same bits on every rank):
+ * note its first Inf/NaN in the request, if it comes before what other lanes noted. */
+static void note_overflow(const mlc_request *req, const mlc_segment *batch, const int64_t *starts, int nb) {
+    for (int i = 0; i < nb; i++) {
+        int64_t at = first_special((const float *)batch[i].data, batch[i].count);
+        if (at < 0) continue;
+        int64_t pos = starts[i] + at;
+        int t = mlc_tensor_at(req->starts, req->ntensors, pos);
+        mlc_request *r = (mlc_request *)req;
+        pthread_mutex_lock(&req->team->lock);
+        if (r->overflow_tensor < 0 || pos < req->starts[r->overflow_tensor] + r->overflow_element) {
+            r->overflow_tensor = t;
+            r->overflow_element = pos - req->starts[t];
+        }
+        pthread_mutex_unlock(&req->team->lock);
+        return;
+    }
+}
+
+void mlc_overflow_message(const mlc_request *req, char *buf, size_t len) {
+    mlc_sign_input in;
+    char desc[MLC_MSG_LEN / 2];
+    mlc_sign_input_of(req->team, req, &in);
+    mlc_describe_input(&in, desc, sizeof desc);
+    snprintf(buf, len,
+             "float16 overflow on the wire in team %d request %lld (%s): the sum of tensor %d "
+             "(element %lld) is beyond +-65504, float16's range, or an input held NaN/Inf; nothing "
+             "was returned. Use compression \"bf16\" (float32's range) or none, or scale the "
+             "values down",
+             req->team->agree.dog.team_id, (long long)req->seq, desc, req->overflow_tensor,
+             (long long)req->overflow_element);
+}
+
 /* Reduce a batch, unpack what was staged, and tell the group which tensors are done. */
 static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segment *batch,
                         const int64_t *starts, const int *staged, int nb) {
     const int es = mlc_dtype_size(req->dtype);
     const mlc_algo *algo = mlc_algo_find(req->plan.algorithm);
-    const mlc_algo_call call = {req->dtype, es, req->op, batch, nb, lane->scratch, lane->scratch_bytes};
+    const mlc_algo_call call = {req->dtype, es, req->op, batch, nb, lane->scratch, lane->scratch_bytes,
+                                req->plan.compression};
     double t0 = req->team->events ? mlc_now() : 0;
     int rc = algo ? algo->allreduce(lane->tp, &call) : MLC_ERR_ARG;
+    if (rc == MLC_ERR_OVERFLOW) note_overflow(req, batch, starts, nb);
     if (rc) return rc;
     int64_t bytes = 0;
     for (int i = 0; i < nb; i++) {
@@ -136,6 +181,8 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
         else rc = MLC_ERR_STATE; /* planned direct, but the exchange could not carry it */
         if (rc == MLC_ERR_STATE && req->plan.direct)
             snprintf(message, MLC_MSG_LEN, "the direct threshold changed while this request was queued");
+        /* On the team's threads the last lane to finish writes it (team.c): lanes race. */
+        if (rc == MLC_ERR_OVERFLOW && lane->thread < 0) mlc_overflow_message(req, message, MLC_MSG_LEN);
         mlc_tp_set_progress(lane->tp, NULL, NULL);
     }
     /* A group is finished (and freed) only once all its tensors arrived, even

@@ -55,7 +55,11 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
         .latency_bytes = team->latency_bytes,
         .inline_bytes = team->inline_bytes,
         .direct_bytes = team->agree.direct_bytes,
+        .compression = team->compression,
     };
+    req->compression = team->compression;
+    req->overflow_tensor = -1;
+    req->overflow_element = 0;
     mlc_plan_make(&in, &req->plan);
 }
 
@@ -105,7 +109,8 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .nparts = req->nparts, .is_group = req->group != NULL,
                            .call_dtypes = req->call_dtypes, .total = req->total,
                            .tensors = req->tensors, .starts = req->starts,
-                           .direct = req->plan.direct, .nonfinite_tensor = -1};
+                           .direct = req->plan.direct, .nonfinite_tensor = -1,
+                           .compression = req->compression};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))

@@ -92,6 +92,11 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
         memcpy(team->last_error, req->message, MLC_MSG_LEN);
     }
     int last = --req->workers_left == 0;
+    if (last && req->status == MLC_ERR_OVERFLOW) {
+        /* Each lane stopped at its own first overflow: name the first of all, as every rank does. */
+        mlc_overflow_message(req, req->message, MLC_MSG_LEN);
+        memcpy(team->last_error, req->message, MLC_MSG_LEN);
+    }
     if (last) {
         team->head = req->next; /* see the file comment: req is the head */
         if (!team->head) team->tail = NULL;
@@ -267,6 +272,12 @@ int mlc_team_set_algorithm(mlc_team *team, int algorithm) {
     return MLC_OK;
 }
 
+int mlc_team_set_compression(mlc_team *team, int compression) {
+    if (!team || compression < 0 || compression >= MLC_NUM_COMPRESSIONS) return MLC_ERR_ARG;
+    team->compression = compression;
+    return MLC_OK;
+}
+
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
     if (bytes < 0) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->caller_lock);
@@ -292,6 +303,7 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->latency_bytes = team->latency_bytes;
     out->inline_bytes = team->inline_bytes;
     out->direct_bytes = team->agree.direct_bytes;
+    out->compression = team->compression;
 }
 
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {

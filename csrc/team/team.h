@@ -35,6 +35,9 @@ struct mlc_request {
     int64_t total;       /* elements */
     int heap;            /* tensors/starts/the request itself were malloc'ed */
     mlc_plan plan;       /* made once, at submission (plan/plan.c) */
+    int compression;     /* the team's MLC_COMPRESSION_* at submission: signed for the check */
+    int overflow_tensor; /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN on the wire; -1 */
+    int64_t overflow_element; /* and the element in it */
     mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
     mlc_agreement agreement; /* the agreement check's state (agree/) */
 
@@ -71,6 +74,7 @@ struct mlc_team {
     int algorithm;
     int64_t latency_bytes; /* below: recursive doubling (under MLC_ALG_AUTO) */
     int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
+    int compression;       /* MLC_COMPRESSION_*: 16-bit values on the ring's wire (float32) */
 
     pthread_mutex_t lock; /* guards the queue, request state and stats */
     pthread_cond_t work_cv, done_cv;
@@ -126,6 +130,8 @@ void mlc_group_free(mlc_group *g);
 /* execute.c */
 int mlc_execute_part(mlc_worker *w, mlc_request *req);
 int mlc_execute_inline(mlc_team *team, mlc_request *req);
+/* The message of a request that failed with MLC_ERR_OVERFLOW: the same on every rank. */
+void mlc_overflow_message(const mlc_request *req, char *buf, size_t len);
 
 /* timeline.c */
 void mlc_timeline_record(mlc_team *team, int kind, int thread, int64_t request, int64_t detail,

@@ -49,6 +49,15 @@ FLAGS: dict[str, tuple[str, object, str, dict]] = {
         "with max_steps = --num_warmup_batches + --num_batches)",
         {},
     ),
+    "ml_comm_compression": (
+        "enum",
+        None,
+        "ps_ml_comm: bf16 or fp16 sends the float32 gradients' ring reductions as 16-bit "
+        "values, added in float32 (half the bytes on the wire, rounded results; fp16 fails "
+        "the step on every rank past +-65504); none: float32; unset: ML_COMM_COMPRESSION's "
+        "(ml_comm config_team compression)",
+        {"enum_values": ("none", "bf16", "fp16")},
+    ),
     "ml_comm_check_variables": (
         "boolean",
         False,

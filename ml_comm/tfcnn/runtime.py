@@ -28,6 +28,7 @@ class Job:
     perf_freq: int
     ksteps: int  # config_team's; ksteps >= max_steps: synchronous
     max_steps: int
+    compression: str | None = None  # config_team's; None: ML_COMM_COMPRESSION's
 
 
 _job: Job | None = None
@@ -55,6 +56,7 @@ def start(params) -> Job:
             perf_freq=params.ml_comm_perf_freq,
             ksteps=0 if params.ml_comm_ksteps is None else params.ml_comm_ksteps,
             max_steps=0 if params.ml_comm_ksteps is None else _steps(params),
+            compression=params.ml_comm_compression,
         )
     return _job
 
@@ -86,7 +88,15 @@ def ensure_teams(msglen: int) -> None:
     j = job()
     mc.init(j.threads, j.nteams, max(int(msglen), 1), "tensorflow")
     for team in range(j.nteams):
-        mc.config_team(team, mc.ALG_AUTO, j.ksteps, j.max_steps, j.verbosity, j.perf_freq)
+        mc.config_team(
+            team,
+            mc.ALG_AUTO,
+            j.ksteps,
+            j.max_steps,
+            j.verbosity,
+            j.perf_freq,
+            compression=j.compression,
+        )
     _teams_started = True
 
 

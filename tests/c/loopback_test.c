@@ -4,7 +4,13 @@
  * AddressSanitizer). Inputs are small integers, so every sum is exact and every
  * element's expected value is known; every rank must end with the same bits.
  * Every algorithm runs in place and out of place (input read, never written).
+ * The ring also runs with 16-bit values on the wire (float32, bf16 and fp16):
+ * exactly on small integers (an average's quotient rounded to 16 bits, as the
+ * allgather sends it), bit for bit across ranks on values that 16 bits cannot
+ * hold (each result must be a 16-bit value), and fp16 overflow failing on every
+ * rank.
  * Exit 0 when everything matched; the first failures are printed. */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,7 +28,7 @@ static atomic_long checks;
 
 static void fail(const char *what, int n, int rank, long long i, double got, double want) {
     if (atomic_fetch_add(&failures, 1) < 20)
-        fprintf(stderr, "%s: n=%d rank %d at %lld: got %g want %g\n", what, n, rank, i, got, want);
+        fprintf(stderr, "%s: n=%d rank %d at %lld: got %.9g want %.9g\n", what, n, rank, i, got, want);
 }
 
 static int value(int r, int64_t i) { return (int)((i * 7 + r * 3) % 11) - 5; }
@@ -73,6 +79,9 @@ static void run_job(int n, rank_fn fn, void *arg) {
 typedef struct {
     int algorithm, dtype, op, nseg, out_of_place;
     int64_t count;
+    int compression; /* MLC_COMPRESSION_*: the ring with 16-bit values on the wire */
+    int noise;       /* values 16 bits cannot hold: only ranks' bits and rounding checked */
+    float scale;     /* of every value; 0: 1 */
     char *results[MAX_RANKS]; /* each rank's output, compared bit for bit */
 } allreduce_case;
 
@@ -112,6 +121,17 @@ static double element(const void *buf, int dtype, int64_t i) {
     }
 }
 
+/* x rounded to 16 bits (nearest, ties to even), computed apart from csrc/base/wire.c:
+ * bf16 keeps 8 significant bits, fp16 11 (subnormals and range do not arise here). */
+static float round16(float x, int compression) {
+    if (compression == MLC_COMPRESSION_NONE || x == 0) return x;
+    int e;
+    double m = frexp(x, &e), bits = compression == MLC_COMPRESSION_BF16 ? 256 : 2048;
+    return (float)ldexp(nearbyint(m * bits) / bits, e);
+}
+
+static float noise(int r, int64_t i) { return (float)value(r, i) * 0.1037f + (float)i * 1e-3f; }
+
 static double expected(int dtype, int op, int n, int64_t i) {
     long long sum = 0;
     for (int r = 0; r < n; r++) sum += value(r, i);
@@ -128,6 +148,8 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
     const int64_t scratch_bytes = (int64_t)(j->n + 1) * (c->count + 1) * es + 64;
     char *scratch = malloc(scratch_bytes);
     fill(buf, c->dtype, c->count, rank);
+    for (int64_t i = 0; c->noise && i < c->count; i++) ((float *)buf)[i] = noise(rank, i);
+    for (int64_t i = 0; c->scale != 0 && i < c->count; i++) ((float *)buf)[i] *= c->scale;
     if (c->out_of_place) { /* the input elsewhere, the output full of garbage */
         input = buf;
         buf = malloc((c->count + 1) * es);
@@ -137,17 +159,28 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
     int64_t first = c->nseg == 2 ? c->count / 2 : c->count;
     segs[0] = (mlc_segment){buf, input, first, 0};
     segs[1] = (mlc_segment){buf + first * es, input ? input + first * es : NULL, c->count - first, 1};
-    const mlc_algo_call call = {c->dtype, es, c->op, segs, c->nseg, scratch, scratch_bytes};
+    const mlc_algo_call call = {c->dtype, es, c->op, segs, c->nseg, scratch, scratch_bytes,
+                                c->compression};
     int rc = mlc_algo_find(c->algorithm)->allreduce(tp, &call);
-    if (rc) fail(tp->message[0] ? tp->message : mlc_status_name(rc), j->n, rank, -1, rc, 0);
-    for (int64_t i = 0; i < c->count; i++) {
+    const int overflows = c->scale > 1 && c->compression == MLC_COMPRESSION_FP16 && j->n > 1 && c->count > 0;
+    if (overflows && rc != MLC_ERR_OVERFLOW) fail("fp16 overflow not reported", j->n, rank, -1, rc, MLC_ERR_OVERFLOW);
+    else if (!overflows && rc) fail(tp->message[0] ? tp->message : mlc_status_name(rc), j->n, rank, -1, rc, 0);
+    for (int64_t i = 0; (c->noise || c->scale != 0) && i < c->count; i++) {
+        float got = ((float *)buf)[i]; /* a 16-bit value, the one every rank holds */
+        if (j->n > 1 && !overflows && got != round16(got, c->compression)) {
+            fail("result is not a 16-bit value", j->n, rank, i, got, round16(got, c->compression));
+            break;
+        }
+    }
+    for (int64_t i = 0; !c->noise && c->scale == 0 && i < c->count; i++) {
         double want = expected(c->dtype, c->op, j->n, i), got = element(buf, c->dtype, i);
+        if (j->n > 1 && c->compression) want = round16((float)want, c->compression);
         if (got != want) {
             fail(mlc_algorithm_name(c->algorithm), j->n, rank, i, got, want);
             break;
         }
     }
-    for (int64_t i = 0; input && i < c->count; i++)
+    for (int64_t i = 0; input && !c->noise && c->scale == 0 && i < c->count; i++)
         if (element(input, c->dtype, i) != value(rank, i)) {
             fail("input changed", j->n, rank, i, element(input, c->dtype, i), value(rank, i));
             break;
@@ -155,6 +188,15 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
     c->results[rank] = buf;
     free(input);
     free(scratch);
+}
+
+static void run_case(int n, allreduce_case *c) {
+    run_job(n, allreduce_rank, c);
+    size_t bytes = (size_t)c->count * mlc_dtype_size(c->dtype);
+    for (int r = 1; r < n; r++)
+        if (bytes && memcmp(c->results[0], c->results[r], bytes)) fail("ranks' bits differ", n, r, -1, 0, 0);
+    for (int r = 0; r < n; r++) free(c->results[r]);
+    atomic_fetch_add(&checks, 1);
 }
 
 static void allreduce_cases(int n) {
@@ -167,15 +209,23 @@ static void allreduce_cases(int n) {
                     for (int variant = 0; variant < 4; variant++) {
                         int nseg = 1 + variant % 2, out_of_place = variant / 2;
                         if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
-                        allreduce_case c = {algorithms[a], dtype, op, nseg, out_of_place, counts[k], {0}};
-                        run_job(n, allreduce_rank, &c);
-                        size_t bytes = (size_t)c.count * mlc_dtype_size(dtype);
-                        for (int r = 1; r < n; r++)
-                            if (bytes && memcmp(c.results[0], c.results[r], bytes))
-                                fail("ranks' bits differ", n, r, -1, 0, 0);
-                        for (int r = 0; r < n; r++) free(c.results[r]);
-                        atomic_fetch_add(&checks, 1);
+                        allreduce_case c = {.algorithm = algorithms[a], .dtype = dtype, .op = op, .nseg = nseg,
+                                            .out_of_place = out_of_place, .count = counts[k]};
+                        run_case(n, &c);
                     }
+    /* The ring with 16-bit values on the wire: exact, noisy (bits alike, 16-bit
+     * results) and scaled up (fp16 overflows, bf16 does not). */
+    for (int comp = MLC_COMPRESSION_BF16; comp <= MLC_COMPRESSION_FP16; comp++)
+        for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
+            for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
+                for (int variant = 0; variant < 12; variant++) {
+                    int nseg = 1 + variant % 2, out_of_place = variant / 2 % 2, kind = variant / 4;
+                    allreduce_case c = {.algorithm = MLC_ALG_RING, .dtype = MLC_FLOAT32, .op = op,
+                                        .nseg = nseg, .out_of_place = out_of_place, .count = counts[k],
+                                        .compression = comp, .noise = kind == 1,
+                                        .scale = kind == 2 ? 20000.0f : 0.0f};
+                    run_case(n, &c);
+                }
 }
 
 /* ---- broadcast from every root ---- */
@@ -234,6 +284,32 @@ static void agree_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agree_destroy(&ag);
 }
 
+/* Rank 0 on a team with 16-bit values on the wire, the others without: every rank
+ * fails the request, naming rank 0's setting (ranks that differ would exchange
+ * blocks of different sizes on the ring). */
+static void agree_compression_rank(job *j, int rank, mlc_tp *tp) {
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
+    float data[4] = {0};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = {.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_AVERAGE,
+                         .ntensors = 1, .nparts = 1, .total = 4, .tensors = &t, .starts = starts,
+                         .nonfinite_tensor = -1,
+                         .compression = rank == 0 ? MLC_COMPRESSION_BF16 : MLC_COMPRESSION_NONE};
+    mlc_agreement a;
+    memset(&a, 0, sizeof a);
+    mlc_agree_register(&ag, &a, 1, &in);
+    char message[MLC_MSG_LEN];
+    int rc = mlc_agree_verdict(&ag, &a, message);
+    const char *want = "rank 0 submitted 1 tensor, 4 float32 elements (average, compression=bf16)";
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want) || !strstr(message, j->n == 2 ? "rank 1 " : "ranks 1-"))
+        fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
+    pthread_barrier_wait(&j->barrier);
+    mlc_agree_destroy(&ag);
+}
+
 /* A send that fails in the middle of an exchange: the verdict is the error, and
  * no receive of that exchange stays posted (the next exchange would reuse its
  * handles). Only rank 1 takes part; its second send fails. */
@@ -267,6 +343,7 @@ int main(int argc, char **argv) {
         allreduce_cases(n);
         for (int root = 0; root < n; root++) run_job(n, broadcast_rank, &root);
         run_job(n, agree_rank, NULL);
+        if (n > 1) run_job(n, agree_compression_rank, NULL);
     }
     run_job(3, failing_send_rank, NULL);
     int f = atomic_load(&failures);

@@ -1,12 +1,14 @@
 """The C core's algorithms and agreement exchange at 1-16 ranks without MPI.
 
 tests/c/loopback_test.c runs ranks as threads of one process over the loopback transport
-(csrc/transport/loopback.c): every algorithm of the table for every dtype, op, a range of
-counts (0, 1, n-1, n, n+1, odd, large) and one or two segments per call, compared exactly and
-bit for bit across ranks; broadcast from every root; the agreement exchange (agreement,
-mismatch naming the rank, direct allreduce) and an exchange whose send fails leaving no
-receive posted. Built with the system C compiler from the layers it uses, none of which
-includes MPI, and also under AddressSanitizer.
+(csrc/transport/loopback.c): every algorithm of the table for every dtype, op, a range of counts
+(0, 1, n-1, n, n+1, odd, large) and one or two segments per call, compared exactly and bit for bit
+across ranks; the ring with bf16 and fp16 on the wire (exact on small integers, 16-bit results
+alike on every rank on other values, fp16 overflow failing on every rank); broadcast from every
+root; the agreement exchange (agreement, mismatch naming the rank, direct allreduce, ranks whose
+compression differs) and an exchange whose send fails leaving no receive posted. Built with the
+system C compiler from the layers it uses, none of which includes MPI, and also under
+AddressSanitizer.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def build(out: Path, *flags: str) -> Path:
         pytest.skip("no C compiler")
     cmd = [cc, "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror", "-pthread",
            f"-I{CSRC}", f"-I{CSRC / 'include'}", *flags,
-           str(ROOT / "tests/c/loopback_test.c"), *sources(), "-o", str(out)]  # fmt: skip
+           str(ROOT / "tests/c/loopback_test.c"), *sources(), "-lm", "-o", str(out)]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out
 

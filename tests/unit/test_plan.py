@@ -99,3 +99,29 @@ def test_algorithm_table():
              lib.MLC_ALG_RECURSIVE_DOUBLING, lib.MLC_ALG_DIRECT)]  # fmt: skip
     assert [ffi.string(n).decode() for n in names] == ["ring", "recursive_doubling", "direct"]
     assert lib.mlc_algorithm_count() == 3
+
+
+@pytest.mark.parametrize("compression", [lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16])
+def test_sixteen_bits_on_the_wire_for_float32_on_the_ring_only(compression):
+    ring = MIB // 4  # above the latency threshold: the ring
+    assert plan(ring, compression=compression).compression == compression
+    assert plan(ring, compression=compression, blocking=0, ntensors=3).compression == compression
+    assert plan(10, is_group=1, blocking=0, compression=compression).compression == compression
+    assert plan(ring).compression == lib.MLC_COMPRESSION_NONE  # the team did not ask
+    # Other dtypes keep their own: float64's precision, exact integers, halves already.
+    for dtype in (lib.MLC_FLOAT64, lib.MLC_INT32, lib.MLC_INT64, lib.MLC_FLOAT16, lib.MLC_BFLOAT16):
+        assert plan(ring, dtype=dtype, compression=compression).compression == 0
+    # The latency paths (direct, recursive doubling) and a single rank send float32 or nothing.
+    assert plan(1024, compression=compression).compression == 0  # direct
+    assert plan(512 * KIB // 4 - 1, compression=compression).compression == 0  # rec. doubling
+    forced = plan(ring, algorithm=lib.MLC_ALG_RECURSIVE_DOUBLING, compression=compression)
+    assert forced.compression == 0
+    assert plan(ring, nranks=1, compression=compression).compression == 0
+    assert plan(ring, kind=lib.MLC_KIND_BROADCAST, compression=compression).compression == 0
+    # What is compressed does not change how the request is cut.
+    assert plan(ring, compression=compression).nseg == plan(ring).nseg
+
+
+def test_compression_names():
+    names = [ffi.string(lib.mlc_compression_name(c)).decode() for c in range(4)]
+    assert names == ["none", "bf16", "fp16", "unknown"]

@@ -116,14 +116,17 @@ def test_patched_table_parses_as_absl_flags():
             f"--variable_update={MODE}",
             "--number_ml_comm_threads=4",
             "--ml_comm_check_variables",
+            "--ml_comm_compression=bf16",
         ]
     )
     assert values.variable_update == MODE
     assert values.number_ml_comm_threads == 4
     assert values.ml_comm_teams == 1 and values.ml_comm_check_variables is True
+    assert values.ml_comm_compression == "bf16"
     for bad in (
         "--number_ml_comm_threads=0",
         "--ml_comm_verbosity=3",
+        "--ml_comm_compression=int8",
         "--variable_update=ps_mlcomm",
     ):
         values.unparse_flags()
