@@ -261,6 +261,8 @@ def cmd_test() -> int:
         print(f"test bed: {why_not}; its tests will skip", flush=True)
     if pytest_suite("testbed", ["tests/testbed"], skips) != 0:
         failures.append("testbed (srun on namespace nodes)")
+    if why_not and skips.get("testbed") and skips["testbed"].skipped:
+        skips["testbed"].reasons.insert(0, why_not)  # e.g. the apt-get that failed, first
     # Upstream tf_cnn_benchmarks with --variable_update=ps_ml_comm, from the checkout that
     # TF_CNN_BENCHMARKS_DIR names (else the tests skip and say why); upstream needs tf_keras.
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
