@@ -158,7 +158,15 @@ def default_warmup(nbytes: int) -> int:
     return 10 if nbytes <= 1 << 20 else 3 if nbytes <= 32 << 20 else 2
 
 
-def header_fields(args, nranks: int) -> dict:
+def placement(comm) -> list[str]:
+    """'host:cpus' of every rank, in rank order: which node and cores each rank ran on, so a
+    pinned run (taskset, --cpu-bind) says in its own header where its ranks were."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    mine = f"{socket.gethostname()}:{','.join(map(str, cpus)) or '?'}"
+    return comm.allgather(mine)
+
+
+def header_fields(args, nranks: int, ranks_on: list[str]) -> dict:
     from mpi4py import MPI
 
     info = mc.version_info()
@@ -189,6 +197,7 @@ def header_fields(args, nranks: int) -> dict:
         "warmup": args.warmup if args.warmup >= 0 else "auto",
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
+        "placement": ranks_on,
         "command": shlex.join([sys.executable, *sys.argv]),
     }
 
@@ -207,6 +216,8 @@ def print_header(h: dict) -> None:
         f"warmup {h['warmup']}"
     )
     print(f"# date {h['date']}, host {h['hostname']}")
+    if "placement" in h:
+        print(f"# ranks on (host:cpus): {' '.join(h['placement'])}")
     print(f"# command: {h['command']}")
     print("#")
     columns = (
@@ -357,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     alg = getattr(mc, ALGS[args.alg])
     mc.config_team(0, alg, forever, forever, compression=args.compression)
 
-    header = header_fields(args, nranks)
+    header = header_fields(args, nranks, placement(comm))
     if rank == 0:
         print_header(header)
     rows = []

@@ -3,6 +3,8 @@
 
     python3 tools/dev.py train   # 2-rank TensorFlow training through ml_comm (digits data)
     python3 tools/dev.py test    # everything: unit, faults, MPI at 1-4 ranks, 2-node test bed
+                                 # (as root it installs the test bed's Slurm and munge packages;
+                                 # the last line names every suite that skipped, and why)
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
     python3 tools/dev.py other-mpis  # NumPy-API MPI tests on Intel MPI, Open MPI (part of `test`)
@@ -16,9 +18,13 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from suite_summary import SuiteSkips, skips_from_junit, summary_line
+from testbed_packages import ensure_testbed_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -194,19 +200,37 @@ def cmd_train() -> int:
     return mpirun(2, [PY, "examples/tf2_digits.py"])
 
 
+def pytest_suite(
+    name: str,
+    args: list[str | Path],
+    skips: dict[str, SuiteSkips],
+    timeout: float = MPI_RUN_TIMEOUT_S,
+    env: dict | None = None,
+) -> int:
+    """pytest -q -rs ARGS (one process, no MPI launcher), its skips recorded under NAME from
+    a JUnit report, so the final line can say which tests skipped and why."""
+    with tempfile.TemporaryDirectory(prefix="ml_comm-junit-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        cmd = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junit-xml={junit}"]
+        rc = run([*cmd, *args], timeout=timeout, env=env)
+        if junit.exists():
+            skips[name] = skips_from_junit(junit.read_text())
+    return rc
+
+
 def cmd_test() -> int:
     ensure_venv()
-    failures = []
+    failures: list[str] = []
+    skips: dict[str, SuiteSkips] = {}
     lint = ["ml_comm", "tools", "tests", "examples", "benchmarks"]
     if run([PY, "-m", "ruff", "check", *lint]) or run(
         [PY, "-m", "ruff", "format", "--check", *lint]
     ):
         failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
-    if run([PY, "-m", "pytest", "-q", "tests/unit"], timeout=MPI_RUN_TIMEOUT_S) != 0:
+    if pytest_suite("unit", ["tests/unit"], skips) != 0:
         failures.append("unit")
     # Jobs in which a rank dies, raises or leaves early; each launches its own mpiexec.
-    faults = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/faults"]
-    if run(faults, timeout=MPI_RUN_TIMEOUT_S) != 0:
+    if pytest_suite("faults", ["tests/faults"], skips) != 0:
         failures.append("faults (dead, failing, stalled and disagreeing ranks)")
     if cmd_tsan() != 0:
         failures.append("C core under ThreadSanitizer")
@@ -230,30 +254,33 @@ def cmd_test() -> int:
             failures.append(f"mpi over a {kind} communicator n={n} (exit {rc})")
     # Intel MPI (MPICH ABI, no rebuild) and Open MPI (rebuilt), each in its own venv.
     failures += test_other_mpis()
-    # Two Slurm nodes in network namespaces (tools/testbed.sh); needs root and the
-    # Slurm/munge packages (.ci/run installs them), else the tests skip and say why.
-    testbed = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/testbed"]
-    if run(testbed, timeout=MPI_RUN_TIMEOUT_S) != 0:
-        failures.append("testbed (srun on two namespace nodes)")
+    # Slurm nodes in network namespaces (tools/testbed.sh): as root, the Debian packages
+    # they need are installed here when missing; else the tests skip and the last line says why.
+    why_not = ensure_testbed_packages()
+    if why_not:
+        print(f"test bed: {why_not}; its tests will skip", flush=True)
+    if pytest_suite("testbed", ["tests/testbed"], skips) != 0:
+        failures.append("testbed (srun on namespace nodes)")
+    if why_not and skips.get("testbed") and skips["testbed"].skipped:
+        skips["testbed"].reasons.insert(0, why_not)  # e.g. the apt-get that failed, first
     # Upstream tf_cnn_benchmarks with --variable_update=ps_ml_comm, from the checkout that
     # TF_CNN_BENCHMARKS_DIR names (else the tests skip and say why); upstream needs tf_keras.
-    tfcnn = [PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/tfcnn"]
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
-    if run(tfcnn, timeout=3 * MPI_RUN_TIMEOUT_S, env=env) != 0:
+    if pytest_suite("tfcnn", ["tests/tfcnn"], skips, 3 * MPI_RUN_TIMEOUT_S, env) != 0:
         failures.append("tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)")
-    if failures:
-        print("FAILED:", ", ".join(failures))
-        return 1
-    print(
-        "all test runs passed: ruff, unit, faults, tsan, mpi n="
-        + ",".join(map(str, TEST_RANKS))
-        + ", mpi over "
-        + ", ".join(f"{kind} n={n}" for kind, n in SUB_COMM_RUNS)
-        + ", intel-mpi and open-mpi n="
-        + ",".join(map(str, OTHER_MPI_RANKS))
-        + ", testbed, tfcnn"
-    )
-    return 0
+    ran = [
+        "ruff",
+        "unit",
+        "faults",
+        "tsan",
+        "mpi n=" + ",".join(map(str, TEST_RANKS)),
+        "mpi over " + ", ".join(f"{kind} n={n}" for kind, n in SUB_COMM_RUNS),
+        "intel-mpi and open-mpi n=" + ",".join(map(str, OTHER_MPI_RANKS)),
+        "testbed",
+        "tfcnn",
+    ]
+    print(summary_line(ran, failures, skips), flush=True)
+    return 1 if failures else 0
 
 
 def cmd_bench() -> int:

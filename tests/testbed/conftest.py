@@ -9,7 +9,6 @@ Once those are there, a test bed that fails to come up is an error, not a skip.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -24,9 +23,11 @@ NODES = 2
 # srun --time (minutes) and the subprocess timeout (seconds): a hung job never hangs CI.
 SRUN_TIME_MIN = 2
 SRUN_TIMEOUT_S = 150
-SLURM_TOOLS = ("slurmctld", "slurmd", "srun", "scancel", "munged", "mungekey")
-NET_TOOLS = ("ip", "tc", "nsenter", "unshare")
-APT_HINT = "apt-get install -y slurmd slurmctld slurm-client munge iproute2"
+# The packages and programs the test bed needs, listed once (tools/dev.py test installs them).
+sys.path.insert(0, str(ROOT / "tools"))
+from testbed_packages import PACKAGES, missing_tools  # noqa: E402
+
+APT_HINT = f"apt-get install -y {' '.join(PACKAGES)}; `python3 tools/dev.py test` does so as root"
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _skip_reason() -> str | None:
         return "the test bed needs Linux network namespaces"
     if os.geteuid() != 0:
         return "the test bed needs root (network namespaces, veths, Slurm daemons)"
-    missing = [t for t in (*NET_TOOLS, *SLURM_TOOLS) if shutil.which(t) is None]
+    missing = missing_tools()
     if missing:
         return f"test bed: {', '.join(missing)} not installed ({APT_HINT})"
     probe = subprocess.run(

@@ -1,0 +1,72 @@
+"""What `tools/dev.py test` prints last: one line with what failed, what passed and, for
+every suite whose tests skipped, which and why (read from pytest's JUnit XML).
+
+Pure functions only, so tests/unit/test_suite_summary.py checks them without running pytest.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SuiteSkips:
+    """How many of a suite's tests ran and which skipped, with pytest's reasons."""
+
+    total: int = 0
+    skipped: int = 0
+    reasons: list[str] = field(default_factory=list)  # distinct, in the order first seen
+
+    @property
+    def all_skipped(self) -> bool:
+        return self.total > 0 and self.skipped == self.total
+
+
+def _reason(message: str) -> str:
+    # pytest writes "('path', line, 'Skipped: why')" for a skip raised at setup; keep `why`.
+    text = message.strip()
+    marker = "Skipped: "
+    if marker in text:
+        text = text.split(marker, 1)[1].rstrip("')\"")
+    return " ".join(text.split())
+
+
+def skips_from_junit(xml_text: str) -> SuiteSkips:
+    """Count the test cases of a pytest --junit-xml report and collect the skip reasons."""
+    out = SuiteSkips()
+    for case in ET.fromstring(xml_text).iter("testcase"):
+        out.total += 1
+        skip = case.find("skipped")
+        if skip is None:
+            continue
+        out.skipped += 1
+        reason = _reason(skip.get("message") or skip.text or "no reason given")
+        if reason not in out.reasons:
+            out.reasons.append(reason)
+    return out
+
+
+def describe_skips(skips: dict[str, SuiteSkips]) -> str:
+    """'testbed (all 9 tests: needs root), tfcnn (2 of 5 tests: ...)'; '' when none skipped."""
+    parts = []
+    for suite, s in skips.items():
+        if s.skipped == 0:
+            continue
+        count = f"all {s.total} tests" if s.all_skipped else f"{s.skipped} of {s.total} tests"
+        parts.append(f"{suite} ({count}: {'; '.join(s.reasons)})")
+    return ", ".join(parts)
+
+
+def summary_line(ran: list[str], failures: list[str], skips: dict[str, SuiteSkips]) -> str:
+    """The final line: FAILED first when anything failed, then the skips with their reasons.
+
+    A suite whose every test skipped is not counted among the ones that passed.
+    """
+    skipped = describe_skips(skips)
+    if failures:
+        line = "FAILED: " + ", ".join(failures)
+    else:
+        passed = [r for r in ran if not (r in skips and skips[r].all_skipped)]
+        line = "all test runs passed: " + (", ".join(passed) or "none (every suite skipped)")
+    return line + (f"; SKIPPED: {skipped}" if skipped else "; nothing skipped")
