@@ -100,9 +100,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a(
         "--compression",
         choices=("none", "bf16", "fp16"),
-        default="none",
-        help="16-bit values on ml_comm's wire for float32 ring reductions (none); "
-        "MPI_Allreduce stays float32",
+        default=None,
+        help="16-bit values on ml_comm's wire for float32 ring reductions (default: "
+        "ML_COMM_COMPRESSION, else none); MPI_Allreduce stays float32",
     )
     a("--api", choices=product_paths.APIS, default="gradients", help="ml_comm call (gradients)")
     a("--tensors", type=int, default=1, help="tensors each size is split into (1)")
@@ -188,7 +188,7 @@ def header_fields(args, nranks: int, ranks_on: list[str]) -> dict:
         "latency_bytes": settings["latency_bytes"],
         "inline_bytes": settings["inline_bytes"],
         "alg": args.alg,
-        "compression": settings["compression"],
+        "compression": settings.get("compression", "none"),
         "op": args.op,
         "api": args.api,
         "tensors": "resnet50" if args.shapes else args.tensors,
@@ -366,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     mc.init(args.threads, 1, len(bench.buf), **init_kwargs, **bench.api.init_kwargs)
     forever = 1 << 30  # ksteps >= max_steps: always synchronous
     alg = getattr(mc, ALGS[args.alg])
-    mc.config_team(0, alg, forever, forever, compression=args.compression)
+    # Only when asked: a build from before compression (an A/B's baseline) lacks the keyword.
+    extra = {"compression": args.compression} if args.compression else {}
+    mc.config_team(0, alg, forever, forever, **extra)
 
     header = header_fields(args, nranks, placement(comm))
     if rank == 0:

@@ -197,9 +197,9 @@ def broadcast(values, team_handle: int, root: int):
     items = [values] if single else list(values)
     dense = {i: tf.convert_to_tensor(v) for i, v in enumerate(items)}
     result: list = [None] * len(items)
-    # A broadcast runs on its own (once, before training: SessionRunHook.
+    # In a v1 graph a broadcast runs on its own (once, before training: SessionRunHook.
     # after_create_session in the Cray listings), so it is not chained to the
-    # gradient groups, or running it would run a training step's ops too. Its
+    # gradient groups, or running them would run the broadcast too. Its
     # dtype groups are chained among themselves to keep one order on all ranks.
     previous: list = []
     for _dtype, idx in _by_dtype(dense).items():
@@ -210,6 +210,13 @@ def broadcast(values, team_handle: int, root: int):
         previous = [] if tf.executing_eagerly() else [outs[0].op]
         for i, out in zip(idx, outs):
             result[i] = out
+    graph = tf.compat.v1.get_default_graph()
+    if previous and graph.building_function:
+        # Inside tf.function both run on every call, so the gradient groups that follow
+        # may wait for the broadcast: their submits are not ordered by TensorFlow
+        # (unordered.py), and a rank that opened a group before the broadcast would
+        # meet the others' broadcast with it.
+        _last_anchor.setdefault(graph, {})[team_handle] = previous[0]
     return result[0] if single else result
 
 

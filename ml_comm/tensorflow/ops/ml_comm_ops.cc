@@ -1,7 +1,8 @@
 // TensorFlow ops over the ml_comm C core: asynchronous kernels, no thread blocks.
 //
 // ComputeAsync hands (pointer, count, dtype) to the core and returns; the core's
-// completion callback, on a communication thread, calls done(). The ops:
+// completion callback, on a communication thread, calls done() (a group of one
+// small tensor is reduced on the op's own thread, see GroupSubmitOp::RunsHere). The ops:
 //   MlCommGroupSubmit/Wait  one gradient of a keyed group: one pair per gradient,
 //                           so each is submitted as soon as backprop produced it
 //   MlCommAllreduceN        a whole list at once (eager mode, where ops run one by one)
@@ -142,6 +143,11 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     // inside a training step): no fresh allocation, and the core reduces in place.
     Tensor *output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output));
+    if (RunsHere(team, input)) {
+      Reduce(ctx, team, input, output);
+      token->scalar<int64_t>()() = 0;  // nothing in flight: Wait finishes at once
+      return;
+    }
     auto *completion = new Completion;
     completion->team = team;
     completion->input = input;
@@ -162,6 +168,33 @@ class GroupSubmitOp : public tensorflow::OpKernel {
   }
 
  private:
+  // A group of one tensor of at most kRunsHereBytes (and the team's inline_bytes)
+  // is reduced here, now: the hand-off to the team's threads and back costs more
+  // than the transfer at these sizes, and with one tensor there is nothing to
+  // overlap. Above 1 MiB the team's threads, several lanes at once, measured
+  // faster (benchmarks/RESULTS.md). Counts and settings decide, so every rank
+  // takes the same path.
+  static constexpr int64_t kRunsHereBytes = 1 << 20;
+  bool RunsHere(mlc_team *team, const Tensor &input) const {
+    if (counts_.size() != 1) return false;
+    mlc_team_settings settings;
+    mlc_team_get_settings(team, &settings);
+    const auto bytes = static_cast<int64_t>(input.TotalBytes());
+    return bytes <= kRunsHereBytes && bytes <= settings.inline_bytes;
+  }
+
+  void Reduce(OpKernelContext *ctx, mlc_team *team, const Tensor &input, Tensor *output) const {
+    const char *in = input.tensor_data().data();
+    char *out = const_cast<char *>(output->tensor_data().data());
+    mlc_tensor tensor = {out, in == out ? nullptr : in, input.NumElements()};
+    char err[256] = "";
+    int rc = mlc_team_allreduce_part(team, &tensor, 1, CoreDtype(input.dtype()),
+                                     average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part,
+                                     part_.nparts, part_.call_dtypes, err, sizeof err);
+    if (rc != MLC_OK)
+      ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", err));
+  }
+
   int64_t team_handle_ = 0, group_key_ = 0;
   int index_ = 0;
   std::vector<int64_t> counts_;
