@@ -117,7 +117,12 @@ def test_rabenseifner_between_the_latency_and_its_own_threshold():
     # It is cut and placed like the ring: caller's thread up to inline_bytes, then lanes.
     p = plan(MIB // 4, rabenseifner_bytes=RABENSEIFNER_BYTES)
     q = plan(MIB // 4, algorithm=lib.MLC_ALG_RING)
-    assert (p.on_caller, p.lanes, p.seg_elems, p.nseg) == (q.on_caller, q.lanes, q.seg_elems, q.nseg)
+    assert (p.on_caller, p.lanes, p.seg_elems, p.nseg) == (
+        q.on_caller,
+        q.lanes,
+        q.seg_elems,
+        q.nseg,
+    )
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 5, 6, 7, 12])
@@ -141,8 +146,13 @@ def test_rabenseifner_never_for_groups_compressed_values_or_a_chosen_algorithm()
         p = plan(MIB // 8, rabenseifner_bytes=RABENSEIFNER_BYTES, compression=compression,
                  dtype=lib.MLC_FLOAT64)  # fmt: skip
         assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, lib.MLC_COMPRESSION_NONE)
-    forced = plan(MIB // 4, algorithm=lib.MLC_ALG_RABENSEIFNER, compression=lib.MLC_COMPRESSION_BF16)
-    assert (forced.algorithm, forced.compression) == (lib.MLC_ALG_RABENSEIFNER, lib.MLC_COMPRESSION_NONE)
+    forced = plan(
+        MIB // 4, algorithm=lib.MLC_ALG_RABENSEIFNER, compression=lib.MLC_COMPRESSION_BF16
+    )
+    assert (forced.algorithm, forced.compression) == (
+        lib.MLC_ALG_RABENSEIFNER,
+        lib.MLC_COMPRESSION_NONE,
+    )
 
 
 @pytest.mark.parametrize("compression", [lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16])
