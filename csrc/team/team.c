@@ -22,7 +22,9 @@
 /* Defaults of the thresholds; README "Tuning" and benchmarks/RESULTS.md say why. */
 #define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
 #define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
-#define MLC_DEFAULT_RABENSEIFNER_BYTES (16 * 1024 * 1024)
+/* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB
+ * (benchmarks/RESULTS.md, "Rabenseifner"). */
+#define MLC_DEFAULT_RABENSEIFNER_BYTES (8 * 1024 * 1024)
 
 /* The caller's buffers: the latency path packs and receives whole buffers below
  * latency_bytes; the inline ring stages and receives a batch of segments. */
