@@ -55,7 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import product_paths  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64}
-ALGS = {"auto": "ALG_AUTO", "ring": "ALG_RING", "rd": "ALG_RECURSIVE_DOUBLING"}
+ALGS = {
+    "auto": "ALG_AUTO",
+    "ring": "ALG_RING",
+    "rd": "ALG_RECURSIVE_DOUBLING",
+    "rabenseifner": "ALG_RABENSEIFNER",
+}
 PATTERN_PERIOD = 13
 # Verification works in blocks this long (a multiple of the period: each block restarts it).
 BLOCK = PATTERN_PERIOD * (1 << 16)

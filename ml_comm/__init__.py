@@ -19,6 +19,7 @@ except ImportError as _exc:
 from ._mpi import init_mpi  # noqa: E402
 from .api import (  # noqa: E402
     ALG_AUTO,
+    ALG_RABENSEIFNER,
     ALG_RECURSIVE_DOUBLING,
     ALG_RING,
     allreduce_sum,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALG_AUTO",
+    "ALG_RABENSEIFNER",
     "ALG_RECURSIVE_DOUBLING",
     "ALG_RING",
     "MLCommError",

@@ -29,7 +29,13 @@ from .session import THRESHOLD_SETTERS, Session, TeamConfig
 ALG_AUTO = lib.MLC_ALG_AUTO
 ALG_RING = lib.MLC_ALG_RING
 ALG_RECURSIVE_DOUBLING = lib.MLC_ALG_RECURSIVE_DOUBLING
-ALGORITHMS = {ALG_AUTO: "auto", ALG_RING: "ring", ALG_RECURSIVE_DOUBLING: "recursive_doubling"}
+ALG_RABENSEIFNER = lib.MLC_ALG_RABENSEIFNER
+ALGORITHMS = {
+    ALG_AUTO: "auto",
+    ALG_RING: "ring",
+    ALG_RECURSIVE_DOUBLING: "recursive_doubling",
+    ALG_RABENSEIFNER: "rabenseifner",
+}
 FRAMEWORKS = backend.FRAMEWORKS
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -301,12 +307,16 @@ def team_settings(team: int = 0) -> dict:
     """A team's effective settings: nthreads, algorithm, chunk_bytes, fusion_bytes,
     latency_bytes (recursive doubling below), inline_bytes (caller's thread up to),
     direct_bytes (up to: one exchange that also checks that the ranks agree),
+    rabenseifner_bytes (Rabenseifner below, from latency_bytes, at power-of-two ranks >= 4),
     compression ("none", "bf16" or "fp16": what the ring's float32 messages carry)."""
     s = _active()
     out = ffi.new("mlc_team_settings *")
     lib.mlc_team_get_settings(s.team(team), out)
     names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
-    settings = {name: getattr(out, name) for name in (*names, "inline_bytes", "direct_bytes")}
+    settings = {
+        name: getattr(out, name)
+        for name in (*names, "inline_bytes", "direct_bytes", "rabenseifner_bytes")
+    }
     settings["compression"] = _compression.name(out.compression)
     return settings
 

@@ -26,6 +26,7 @@ THRESHOLD_SETTERS = {
     "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
     "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,
     "ML_COMM_DIRECT_BYTES": lib.mlc_team_set_direct_threshold,
+    "ML_COMM_RABENSEIFNER_BYTES": lib.mlc_team_set_rabenseifner_threshold,
 }
 
 

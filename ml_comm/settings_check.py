@@ -31,6 +31,7 @@ PROTOCOL_VARIABLES = (
     "ML_COMM_LATENCY_BYTES",
     "ML_COMM_INLINE_BYTES",
     "ML_COMM_DIRECT_BYTES",
+    "ML_COMM_RABENSEIFNER_BYTES",
     "ML_COMM_COMPRESSION",
 )
 
@@ -53,7 +54,8 @@ def local_settings(
         "ML_COMM_CHECK_LAYOUT": str(int(guard.layout)),
         "ML_COMM_CHECK_FINITE": str(int(guard.finite)),
     }
-    for name in ("ML_COMM_LATENCY_BYTES", "ML_COMM_INLINE_BYTES", "ML_COMM_DIRECT_BYTES"):
+    for name in ("ML_COMM_LATENCY_BYTES", "ML_COMM_INLINE_BYTES", "ML_COMM_DIRECT_BYTES",
+                 "ML_COMM_RABENSEIFNER_BYTES"):  # fmt: skip
         settings[name] = str(thresholds[name]) if name in thresholds else "unset (default)"
     settings["ML_COMM_COMPRESSION"] = compression.name(compression_code)
     return settings

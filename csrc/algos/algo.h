@@ -48,6 +48,7 @@ const mlc_algo *mlc_algo_find(int id); /* NULL: no such row */
 int mlc_allreduce_ring(mlc_tp *tp, const mlc_algo_call *call);
 int mlc_allreduce_recursive_doubling(mlc_tp *tp, const mlc_algo_call *call);
 int mlc_allreduce_direct(mlc_tp *tp, const mlc_algo_call *call);
+int mlc_allreduce_rabenseifner(mlc_tp *tp, const mlc_algo_call *call);
 /* The ring's two halves (reduce_scatter_ring.c, allgather_ring.c). */
 int mlc_reduce_scatter_ring(mlc_tp *tp, const mlc_algo_call *call);
 int mlc_allgather_ring(mlc_tp *tp, const mlc_algo_call *call);

@@ -9,6 +9,7 @@
 static const mlc_algo table[] = {
     {MLC_ALG_RING, "ring", mlc_allreduce_ring},
     {MLC_ALG_RECURSIVE_DOUBLING, "recursive_doubling", mlc_allreduce_recursive_doubling},
+    {MLC_ALG_RABENSEIFNER, "rabenseifner", mlc_allreduce_rabenseifner},
     {MLC_ALG_DIRECT, "direct", mlc_allreduce_direct},
 };
 

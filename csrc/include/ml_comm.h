@@ -26,11 +26,14 @@ enum mlc_reduce_op {
 
 /* Algorithm ids accepted by mlc_team_set_algorithm and config_team(alg=...). */
 enum mlc_algorithm {
-    MLC_ALG_AUTO = 0,               /* latency path below the threshold, ring above */
+    MLC_ALG_AUTO = 0,               /* latency path below the threshold, then Rabenseifner
+                                     * (power-of-two ranks >= 4, up to its threshold), ring above */
     MLC_ALG_RING = 1,               /* pipelined ring reduce-scatter + allgather */
     MLC_ALG_RECURSIVE_DOUBLING = 2, /* log2(n) exchanges of the whole buffer */
-    MLC_NUM_ALGORITHMS = 3,         /* the ids a team may be set to */
-    MLC_ALG_DIRECT = 3              /* every rank's input to every rank, inside the agreement
+    MLC_ALG_RABENSEIFNER = 3,       /* recursive-halving reduce-scatter + recursive-doubling
+                                     * allgather: the ring's bytes in 2 log2(n) steps */
+    MLC_NUM_ALGORITHMS = 4,         /* the ids a team may be set to */
+    MLC_ALG_DIRECT = 4              /* every rank's input to every rank, inside the agreement
                                      * exchange; only a plan chooses it (MLC_ALG_AUTO, small) */
 };
 
@@ -126,6 +129,10 @@ void mlc_team_destroy(mlc_team *team);
 int mlc_team_set_algorithm(mlc_team *team, int algorithm);
 /* Reductions with fewer bytes than this take the latency path under MLC_ALG_AUTO. */
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes);
+/* Under MLC_ALG_AUTO, reductions from the latency threshold up to (not including)
+ * this many bytes take Rabenseifner at power-of-two rank counts >= 4 when their
+ * values travel uncompressed; the ring above. 0: never. */
+int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes);
 /* Blocking calls up to this many bytes run on the caller's thread, skipping the
  * hand-off to the team's threads; larger ones use all threads. */
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes);
@@ -144,6 +151,7 @@ typedef struct mlc_team_settings {
     int64_t inline_bytes;
     int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped for this rank count */
     int compression;      /* MLC_COMPRESSION_* */
+    int64_t rabenseifner_bytes;
 } mlc_team_settings;
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
@@ -321,6 +329,7 @@ typedef struct mlc_plan_input {
     int nthreads;
     int64_t chunk_bytes, window_segments, latency_bytes, inline_bytes, direct_bytes;
     int compression;   /* the team's: MLC_COMPRESSION_* */
+    int64_t rabenseifner_bytes; /* under MLC_ALG_AUTO: Rabenseifner below, the ring from */
 } mlc_plan_input;
 typedef struct mlc_plan {
     int algorithm;     /* row of the algorithm table (never MLC_ALG_AUTO); broadcasts: -1 */

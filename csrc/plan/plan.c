@@ -5,7 +5,11 @@
  *              request is at most direct_bytes and not a keyed group: its data
  *              rides in the exchange (algos/allreduce_direct.c), nothing after;
  *   algorithm  the team's, or under MLC_ALG_AUTO recursive doubling below
- *              latency_bytes and the ring above (keyed groups: always the ring,
+ *              latency_bytes, Rabenseifner from there up to rabenseifner_bytes
+ *              when the rank count is a power of two >= 4 and the values travel
+ *              uncompressed (it has the ring's bytes in 2 log2(n) steps, not
+ *              2(n-1); at 2 ranks the two are the same; it declines 16-bit wire
+ *              values), and the ring above (keyed groups: always the ring,
  *              their tensors arrive segment by segment);
  *   thread     a blocking call runs on the caller's thread (one lane) up to
  *              latency_bytes for recursive doubling and up to inline_bytes for the
@@ -36,10 +40,21 @@ static void plan_broadcast(const mlc_plan_input *in, int64_t bytes, mlc_plan *p)
     p->seg_elems = p->on_caller ? 0 : in->chunk_bytes / es; /* 0: whole tensors */
 }
 
+static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+/* The ring would carry it as 16-bit values: Rabenseifner must not take it. */
+static int compressed(const mlc_plan_input *in) {
+    return in->dtype == MLC_FLOAT32 && in->compression != MLC_COMPRESSION_NONE;
+}
+
 static int choose_algorithm(const mlc_plan_input *in, int64_t bytes, int direct) {
     if (direct) return MLC_ALG_DIRECT;
     if (in->algorithm != MLC_ALG_AUTO) return in->algorithm;
-    return in->is_group || bytes >= in->latency_bytes ? MLC_ALG_RING : MLC_ALG_RECURSIVE_DOUBLING;
+    if (in->is_group) return MLC_ALG_RING;
+    if (bytes < in->latency_bytes) return MLC_ALG_RECURSIVE_DOUBLING;
+    if (bytes < in->rabenseifner_bytes && in->nranks >= 4 && power_of_two(in->nranks) && !compressed(in))
+        return MLC_ALG_RABENSEIFNER;
+    return MLC_ALG_RING;
 }
 
 void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {

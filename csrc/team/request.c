@@ -53,6 +53,7 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
         .chunk_bytes = team->chunk_bytes,
         .window_segments = team->window_segments,
         .latency_bytes = team->latency_bytes,
+        .rabenseifner_bytes = team->rabenseifner_bytes,
         .inline_bytes = team->inline_bytes,
         .direct_bytes = team->agree.direct_bytes,
         .compression = team->compression,

@@ -22,6 +22,9 @@
 /* Defaults of the thresholds; README "Tuning" and benchmarks/RESULTS.md say why. */
 #define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
 #define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
+/* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB
+ * (benchmarks/RESULTS.md, "Rabenseifner"). */
+#define MLC_DEFAULT_RABENSEIFNER_BYTES (8 * 1024 * 1024)
 
 /* The caller's buffers: the latency path packs and receives whole buffers below
  * latency_bytes; the inline ring stages and receives a batch of segments. */
@@ -178,6 +181,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     team->algorithm = MLC_ALG_AUTO;
     team->latency_bytes = MLC_DEFAULT_LATENCY_BYTES;
     team->inline_bytes = MLC_DEFAULT_INLINE_BYTES;
+    team->rabenseifner_bytes = MLC_DEFAULT_RABENSEIFNER_BYTES;
     pthread_mutex_init(&team->lock, NULL);
     pthread_mutex_init(&team->caller_lock, NULL);
     pthread_cond_init(&team->work_cv, NULL);
@@ -289,6 +293,12 @@ int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
     return rc;
 }
 
+int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes) {
+    if (bytes < 0) return MLC_ERR_ARG;
+    team->rabenseifner_bytes = bytes;
+    return MLC_OK;
+}
+
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
     if (bytes < 0) return MLC_ERR_ARG;
     team->inline_bytes = bytes;
@@ -304,6 +314,7 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->inline_bytes = team->inline_bytes;
     out->direct_bytes = team->agree.direct_bytes;
     out->compression = team->compression;
+    out->rabenseifner_bytes = team->rabenseifner_bytes;
 }
 
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {

@@ -73,6 +73,7 @@ struct mlc_team {
     char *fusion;
     int algorithm;
     int64_t latency_bytes; /* below: recursive doubling (under MLC_ALG_AUTO) */
+    int64_t rabenseifner_bytes; /* below (and from latency_bytes): Rabenseifner, see plan.c */
     int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
     int compression;       /* MLC_COMPRESSION_*: 16-bit values on the ring's wire (float32) */
 

@@ -3,7 +3,8 @@
  * MAX_RANKS ranks. Built and run by tests/unit/test_loopback.py (also under
  * AddressSanitizer). Inputs are small integers, so every sum is exact and every
  * element's expected value is known; every rank must end with the same bits.
- * Every algorithm runs in place and out of place (input read, never written).
+ * Every algorithm runs in place and out of place (input read, never written),
+ * and on noisy float32 values (inexact sums) whose bits must match on every rank.
  * The ring also runs with 16-bit values on the wire (float32, bf16 and fp16):
  * exactly on small integers (an average's quotient rounded to 16 bits, as the
  * allgather sends it), bit for bit across ranks on values that 16 bits cannot
@@ -200,9 +201,11 @@ static void run_case(int n, allreduce_case *c) {
 }
 
 static void allreduce_cases(int n) {
-    const int algorithms[] = {MLC_ALG_RING, MLC_ALG_RECURSIVE_DOUBLING, MLC_ALG_DIRECT};
+    const int algorithms[] = {MLC_ALG_RING, MLC_ALG_RECURSIVE_DOUBLING, MLC_ALG_RABENSEIFNER, MLC_ALG_DIRECT};
     const int64_t counts[] = {0, 1, n - 1, n, n + 1, 7, 1001};
-    for (unsigned a = 0; a < sizeof algorithms / sizeof *algorithms; a++)
+    const int nalg = sizeof algorithms / sizeof *algorithms;
+    if (nalg != mlc_algorithm_count()) fail("an algorithm of the table is not tested", n, -1, -1, nalg, mlc_algorithm_count());
+    for (int a = 0; a < nalg; a++)
         for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
             for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
                 for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
@@ -213,6 +216,15 @@ static void allreduce_cases(int n) {
                                             .out_of_place = out_of_place, .count = counts[k]};
                         run_case(n, &c);
                     }
+    /* Noisy float32 sums (not exact): every rank must hold the same bits. */
+    for (int a = 0; a < nalg; a++)
+        for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
+            for (int variant = 0; variant < 4; variant++) {
+                allreduce_case c = {.algorithm = algorithms[a], .dtype = MLC_FLOAT32, .op = op,
+                                    .nseg = 1 + variant % 2, .out_of_place = variant / 2, .count = 1001,
+                                    .noise = 1};
+                run_case(n, &c);
+            }
     /* The ring with 16-bit values on the wire: exact, noisy (bits alike, 16-bit
      * results) and scaled up (fp16 overflows, bf16 does not). */
     for (int comp = MLC_COMPRESSION_BF16; comp <= MLC_COMPRESSION_FP16; comp++)

@@ -41,7 +41,7 @@ UNSUPPORTED = [
     np.dtype("datetime64[s]"),
 ]
 SUPPORTED_LIST = "float32, float64, float16, bfloat16, int32, int64"
-ALGS = r"0 \(auto\), 1 \(ring\), 2 \(recursive_doubling\)"
+ALGS = r"0 \(auto\), 1 \(ring\), 2 \(recursive_doubling\), 3 \(rabenseifner\)"
 CONTIGUOUS_HINT = (
     r"is not contiguous; ml_comm reduces it in place as one block "
     r"\(pass numpy\.ascontiguousarray\(array\) and use the returned array\)"
@@ -341,7 +341,7 @@ def test_config_team_after_use_is_allowed(session):
     c = Checks()
     s = session
     try:
-        for alg in (mc.ALG_RING, mc.ALG_RECURSIVE_DOUBLING, mc.ALG_AUTO):
+        for alg in (mc.ALG_RING, mc.ALG_RECURSIVE_DOUBLING, mc.ALG_RABENSEIFNER, mc.ALG_AUTO):
             mc.config_team(1, alg, 0, 0)
             c.true(
                 mc.team_settings(1)["algorithm"] == alg,

@@ -124,7 +124,7 @@ def test_repeated_calls_same_bits(session):
 
 @pytest.mark.parametrize(
     "alg",
-    ["ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_AUTO"],
+    ["ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_RABENSEIFNER", "ALG_AUTO"],
 )
 def test_algorithms_exact(session, alg):
     """Each algorithm chosen through config_team gives the exact average."""
@@ -156,7 +156,7 @@ def test_algorithms_exact(session, alg):
 
 
 def test_algorithms_identical_bits(session):
-    """Ring and recursive doubling give bit-identical results for the same inputs,
+    """Ring, recursive doubling and Rabenseifner give bit-identical results for the same inputs,
     including for non-power-of-two rank counts."""
     c = Checks()
     specs = [
@@ -168,12 +168,12 @@ def test_algorithms_identical_bits(session):
     ]
     results = {}
     try:
-        for alg in ("ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_AUTO"):
+        for alg in ("ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_RABENSEIFNER", "ALG_AUTO"):
             mc.config_team(1, getattr(mc, alg), ALWAYS_SYNC, ALWAYS_SYNC)
             results[alg] = check_gradients(c, session, specs, team=1, tag=alg)
     finally:
         mc.config_team(1, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
-    for alg in ("ALG_RECURSIVE_DOUBLING", "ALG_AUTO"):
+    for alg in ("ALG_RECURSIVE_DOUBLING", "ALG_RABENSEIFNER", "ALG_AUTO"):
         for i, (a, b) in enumerate(zip(results["ALG_RING"], results[alg])):
             c.equal(b, a, f"{alg} vs ALG_RING, gradient {i}")
     c.finish()

@@ -13,7 +13,9 @@ KIB, MIB = 1024, 1024 * 1024
 TEAM = dict(
     algorithm=lib.MLC_ALG_AUTO, nthreads=2, chunk_bytes=256 * KIB, window_segments=16,
     latency_bytes=512 * KIB, inline_bytes=4 * MIB, direct_bytes=4 * KIB,
+    rabenseifner_bytes=0,  # never: the tests below see the ring's rule alone
 )  # fmt: skip
+RABENSEIFNER_BYTES = 8 * MIB
 
 
 def plan(total: int, **overrides):
@@ -98,7 +100,59 @@ def test_algorithm_table():
     names = [lib.mlc_algorithm_name(i) for i in (lib.MLC_ALG_RING,
              lib.MLC_ALG_RECURSIVE_DOUBLING, lib.MLC_ALG_DIRECT)]  # fmt: skip
     assert [ffi.string(n).decode() for n in names] == ["ring", "recursive_doubling", "direct"]
-    assert lib.mlc_algorithm_count() == 3
+    assert lib.mlc_algorithm_count() == 4
+    assert ffi.string(lib.mlc_algorithm_name(lib.MLC_ALG_RABENSEIFNER)).decode() == "rabenseifner"
+
+
+def rab(total: int, **overrides):
+    return plan(total, **{"rabenseifner_bytes": RABENSEIFNER_BYTES, **overrides}).algorithm
+
+
+def test_rabenseifner_between_the_latency_and_its_own_threshold():
+    assert rab(512 * KIB // 4 - 1) == lib.MLC_ALG_RECURSIVE_DOUBLING
+    assert rab(512 * KIB // 4) == lib.MLC_ALG_RABENSEIFNER
+    assert rab(RABENSEIFNER_BYTES // 4 - 1) == lib.MLC_ALG_RABENSEIFNER
+    assert rab(RABENSEIFNER_BYTES // 4) == lib.MLC_ALG_RING
+    assert rab(RABENSEIFNER_BYTES // 8, dtype=lib.MLC_FLOAT64) == lib.MLC_ALG_RING  # bytes count
+    # It is cut and placed like the ring: caller's thread up to inline_bytes, then lanes.
+    p = plan(MIB // 4, rabenseifner_bytes=RABENSEIFNER_BYTES)
+    q = plan(MIB // 4, algorithm=lib.MLC_ALG_RING)
+    assert (p.on_caller, p.lanes, p.seg_elems, p.nseg) == (
+        q.on_caller,
+        q.lanes,
+        q.seg_elems,
+        q.nseg,
+    )
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 5, 6, 7, 12])
+def test_rabenseifner_only_at_power_of_two_rank_counts_from_four(nranks):
+    assert rab(MIB // 4, nranks=nranks) == lib.MLC_ALG_RING
+
+
+@pytest.mark.parametrize("nranks", [4, 8, 16, 64])
+def test_rabenseifner_at_power_of_two_rank_counts(nranks):
+    assert rab(MIB // 4, nranks=nranks) == lib.MLC_ALG_RABENSEIFNER
+
+
+def test_rabenseifner_never_for_groups_compressed_values_or_a_chosen_algorithm():
+    assert rab(MIB // 4, is_group=1, blocking=0) == lib.MLC_ALG_RING
+    assert rab(MIB // 4, algorithm=lib.MLC_ALG_RING) == lib.MLC_ALG_RING
+    assert rab(MIB // 4, rabenseifner_bytes=0) == lib.MLC_ALG_RING
+    for compression in (lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16):
+        p = plan(MIB // 4, rabenseifner_bytes=RABENSEIFNER_BYTES, compression=compression)
+        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RING, compression)
+        # Only float32 is compressed: other dtypes keep Rabenseifner, uncompressed.
+        p = plan(MIB // 8, rabenseifner_bytes=RABENSEIFNER_BYTES, compression=compression,
+                 dtype=lib.MLC_FLOAT64)  # fmt: skip
+        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, lib.MLC_COMPRESSION_NONE)
+    forced = plan(
+        MIB // 4, algorithm=lib.MLC_ALG_RABENSEIFNER, compression=lib.MLC_COMPRESSION_BF16
+    )
+    assert (forced.algorithm, forced.compression) == (
+        lib.MLC_ALG_RABENSEIFNER,
+        lib.MLC_COMPRESSION_NONE,
+    )
 
 
 @pytest.mark.parametrize("compression", [lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16])
