@@ -19,26 +19,35 @@ class NumpyBackend:
         self.pipelines: dict[int, dict] = {}
         # Results' memory, per team (teams run concurrently): team -> OutputPool
         self.pools: dict[int, OutputPool] = {}
+        # Teams whose one-array calls may take reductions.average_one: synchronous, no
+        # finite check. team -> (core handle, pool); config_team's restart drops it.
+        self.plain: dict[int, tuple] = {}
 
     def gradients(self, grads, team: int, out=None) -> list:
-        pool = self.pools.get(team)
-        if pool is not None and out is None and type(grads) is list and len(grads) == 1:
-            result = reductions.average_one(self.session, pool, grads[0], team)
+        plain = self.plain.get(team)
+        if plain is not None and out is None and type(grads) is list and len(grads) == 1:
+            result = reductions.average_one(self.session.err, *plain, grads[0])
             if result is not None:
                 return [result]
-        self.session.team(team)  # a bad team id fails before the pipelines are touched
+        s = self.session
+        handle = s.team(team)  # a bad team id fails before the pipelines are touched
         stages = self.pipelines.setdefault(team, {})
         pool = self.pools.setdefault(team, OutputPool())
-        return reductions.gradients(self.session, stages, pool, grads, team, out)
+        config = s.configs[team]
+        if not s.guard.finite and not pipeline.is_pipelined(config.ksteps, config.max_steps):
+            self.plain[team] = (handle, pool)
+        return reductions.gradients(s, stages, pool, grads, team, out)
 
     def broadcast(self, values, root: int):
         return broadcasts.broadcast(self.session, values, root)
 
     def restart(self, team: int) -> None:
+        self.plain.pop(team, None)
         # A reduction in flight finishes (under the old settings) and its result is dropped.
         pipeline.drain_all(self.pipelines.pop(team, {}), wait_one)
 
     def close(self) -> None:
+        self.plain = {}
         for stages in self.pipelines.values():
             pipeline.drain_all(stages, wait_one)
         self.pipelines = {}

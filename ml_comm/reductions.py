@@ -31,25 +31,24 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     return arr
 
 
-def average_one(s: Session, pool: OutputPool, grad, team: int) -> np.ndarray | None:
-    """gradients([grad]) on a synchronous team without the finite check, when grad is a
-    C-contiguous array of a dtype the core reduces: one call into the core, with the
-    signature of the general path's one-dtype request (ranks may take either path).
-    None when the call is not that one. At 8 bytes the whole reduction takes a few
-    microseconds, so every Python step here counts."""
+def average_one(err, handle, pool: OutputPool, grad) -> np.ndarray | None:
+    """gradients([grad]) on a synchronous team without the finite check (the caller
+    knows the team is one), when grad is a C-contiguous array of a dtype the core
+    reduces: one call into the core, with the signature of the general path's one-dtype
+    request (ranks may take either path). None when the call is not that one. At 8
+    bytes the whole reduction takes a few microseconds, so every Python step counts."""
     if type(grad) is not np.ndarray or not grad.flags.c_contiguous:
         return None
     code = _dtypes.CODES.get(grad.dtype)
-    config = s.configs[team]
-    if code is None or s.guard.finite or pipeline.is_pipelined(config.ksteps, config.max_steps):
+    if code is None:
         return None
     result = pool.array_like(grad)
     rc = lib.mlc_team_allreduce_into(
-        s.team(team), ffi.from_buffer(grad), ffi.from_buffer(result), grad.size, code,
-        lib.MLC_OP_AVERAGE, 1 << code, s.err, ERR_LEN,
+        handle, ffi.from_buffer(grad), ffi.from_buffer(result), grad.size, code,
+        lib.MLC_OP_AVERAGE, 1 << code, err, ERR_LEN,
     )  # fmt: skip
     if rc:
-        check(rc, "gradients", s.err)
+        check(rc, "gradients", err)
     return result
 
 

@@ -4,8 +4,9 @@ reused by the caller while their reduction is in flight."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from mpi_helpers import Checks
+from mpi_helpers import Checks, expected_average, make_input
 from pipeline_cases import CASE_IDS, CASES, SPECS, call_inputs, expected
 
 import ml_comm as mc
@@ -60,4 +61,18 @@ def test_config_team_starts_the_schedule_again(session, team1):
     for i, (got, want) in enumerate(zip(again, expected(session.nranks, (5,)))):
         c.equal(got, want, f"gradient {i}: first call after config_team is synchronous again")
     c.true(len(again) == len(SPECS), "one result per gradient")
+    c.finish()
+
+
+def test_one_array_calls_follow_config_team(session, team1):
+    """A one-array call on a synchronous team takes a shortcut into the core; once
+    config_team makes the team pipelined, such calls must follow the schedule."""
+    c = Checks()
+    shape, dt = (5,), np.float32
+    mc.gradients([make_input(session.rank, shape, dt, seed=9)], team1)  # synchronous
+    mc.config_team(team1, 0, 0, 6)  # pipelined from the start
+    first = mc.gradients([make_input(session.rank, shape, dt, seed=0)], team1)
+    second = mc.gradients([make_input(session.rank, shape, dt, seed=1)], team1)
+    c.equal(first[0], np.zeros(shape, dt), "first pipelined call (nothing reduced before)")
+    c.equal(second[0], expected_average(shape, dt, session.nranks, seed=0), "second call")
     c.finish()
