@@ -111,6 +111,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     a("--api", choices=product_paths.APIS, default="gradients", help="ml_comm call (gradients)")
     a("--tensors", type=int, default=1, help="tensors each size is split into (1)")
+    a(
+        "--tf-floor",
+        action="store_true",
+        help="tf/tf-forwarded: also time the same tf.function without ml_comm (tf_floor columns:"
+        " its time, and t_MPI over it, the ratio an op that cost nothing would reach)",
+    )
     a("--shapes", choices=("resnet50",), help="one row: this model's gradient list instead")
     a("-d", "--dtype", choices=sorted(DTYPES), default="float32", help="element type (float32)")
     a("--json", metavar="PATH", help="write the header and per-size rows as JSON")
@@ -125,6 +131,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--api {args.api} averages: it needs a floating-point --dtype")
     if args.tensors < 1:
         p.error("--tensors must be at least 1")
+    if args.tf_floor and not args.api.startswith("tf"):
+        p.error("--tf-floor goes with --api tf or tf-forwarded")
     args.op = "average" if averages else "sum"
     return args
 
@@ -249,6 +257,11 @@ def format_row(r: dict) -> str:
         + part("mlcomm")
         + part("mpi")
         + f" {r['ratio']:6.2f} {r['iters']:6d}"
+        + (
+            f"  floor {r['tf_floor_time_us']:.1f} us {r['tf_floor_ratio']:.2f}"
+            if "tf_floor_ratio" in r
+            else ""
+        )
     )
 
 
@@ -280,6 +293,9 @@ class Bench:
     def run_mlcomm(self, b: np.ndarray) -> None:
         self.api.run()
 
+    def run_floor(self, b: np.ndarray) -> None:
+        self.api.floor()
+
     def run_mpi(self, b: np.ndarray) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, b, op=self.MPI.SUM)
         if self.scale is not None:
@@ -301,12 +317,15 @@ class Bench:
 
     def timed(self, b: np.ndarray, n: int, first: int) -> tuple[np.ndarray, float]:
         """n interleaved iterations -> (slowest rank's times [impl, iter] in s, wall s)."""
-        fns = (self.run_mlcomm, self.run_mpi)
-        times = np.zeros((2, n))
+        fns = [self.run_mlcomm, self.run_mpi]
+        if self.args.tf_floor:
+            fns.append(self.run_floor)
+        times = np.zeros((len(fns), n))
         clock, barrier = time.perf_counter, self.comm.Barrier
         wall = clock()
+        order = list(range(len(fns)))
         for it in range(n):
-            for k in (0, 1) if (first + it) % 2 == 0 else (1, 0):
+            for k in order if (first + it) % 2 == 0 else order[::-1]:
                 barrier()
                 t0 = clock()
                 fns[k](b)
@@ -331,7 +350,7 @@ class Bench:
             iters = int(args.seconds_per_size / per_iter) if per_iter > 0 else args.max_iters
             iters = max(args.min_iters, min(args.max_iters, iters))
         times, _ = self.timed(b, iters, warmup)
-        t_ml, t_mpi = (float(np.median(t)) for t in times)
+        t_ml, t_mpi = (float(np.median(t)) for t in times[:2])
         row = {"bytes": nbytes, "count": count, "dtype": args.dtype, "iters": iters}
         row["warmup"] = warmup
         bus = 2 * (self.nranks - 1) / self.nranks
@@ -347,6 +366,10 @@ class Bench:
             row[f"{name}_busbw"] = algbw * bus
             row[f"{name}_wrong"] = int(wrong)
         row["ratio"] = t_mpi / t_ml if t_ml > 0 else float("nan")
+        if len(times) > 2:
+            t_floor = float(np.median(times[2]))
+            row["tf_floor_time_us"] = t_floor * 1e6
+            row["tf_floor_ratio"] = t_mpi / t_floor if t_floor > 0 else float("nan")
         return row
 
 

@@ -67,8 +67,10 @@ class TensorFlow:
         self.scale = 2 if forwarded else 1
         if forwarded:
             self.fn = tf.function(lambda xs: mc.gradients([x * 2 for x in xs]))
+            self.floor_fn = tf.function(lambda xs: [x * 2 for x in xs])
         else:
             self.fn = tf.function(lambda xs: mc.gradients(list(xs)))
+            self.floor_fn = tf.function(lambda xs: [tf.identity(x) for x in xs])
 
     def bind(self, buf, views):
         # The caller's tensors, made once per size (their cost is not timed).
@@ -77,6 +79,10 @@ class TensorFlow:
 
     def run(self) -> None:
         self.last = self.fn(self.inputs)
+
+    def floor(self) -> None:
+        """The same function without ml_comm: what calling it costs TensorFlow alone."""
+        self.floor_last = self.floor_fn(self.inputs)
 
     def result(self) -> np.ndarray:
         return np.concatenate([np.asarray(r).ravel() for r in self.last])

@@ -14,11 +14,13 @@ different batch per rank, no input pipeline), the loss, the optimizer (Keras SGD
 momentum) and the step code (tf.function: forward, GradientTape, aggregate, apply). Only the
 aggregation differs:
 
-  local        none: the serial baseline (one process, no MPI, no strategy)
+  local        none: the serial baseline (one process, no MPI, no strategy); on n tasks,
+               n such trainings at once, each alone (the machine's own scaling ceiling)
   mlcomm-sync  mc.gradients in the step: one op pair per gradient, submitted as backprop
                produces it, so the reduction overlaps the rest of backprop
   mlcomm-pipe  the same after config_team(0, alg=0, ksteps=0, max_steps=warmup+steps):
                pipelined from the first step (a step applies the previous step's average)
+  mlcomm-bf16  mlcomm-sync with ML_COMM_COMPRESSION=bf16: 16-bit values on the wire
   naive        after backprop, all gradients concatenated into one buffer and reduced by one
                blocking mpi4py Allreduce (tf.numpy_function), then split again
   mwms         tf.distribute.MultiWorkerMirroredStrategy over the cluster that
@@ -56,7 +58,7 @@ import sys
 import time
 import warnings
 
-MODES = ("local", "mlcomm-sync", "mlcomm-pipe", "naive", "mwms")
+MODES = ("local", "mlcomm-sync", "mlcomm-pipe", "mlcomm-bf16", "naive", "mwms")
 NUM_CLASSES = 10
 
 
@@ -195,6 +197,12 @@ def step_overlap(events: list[dict], lib, starts, ends, t0: float, stamps=()) ->
     }
 
 
+def _team_cpu(mc) -> float:
+    """CPU seconds of team 0's threads (0 without ml_comm, or a build older than the counter,
+    which A/B runs against earlier trees meet)."""
+    return mc.team_stats(0).get("thread_cpu_seconds", 0.0) if mc is not None else 0.0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     cores = pin(args.cores_per_node)
@@ -212,16 +220,19 @@ def main(argv=None) -> int:
 
         comm = MPI.COMM_WORLD
         rank, nranks = comm.Get_rank(), comm.Get_size()
-    elif mode in ("mlcomm-sync", "mlcomm-pipe"):
+    elif mode.startswith("mlcomm"):
+        if mode == "mlcomm-bf16":
+            os.environ["ML_COMM_COMPRESSION"] = "bf16"  # read by mc.init, as a user sets it
         import ml_comm as mc
 
         mc.init_mpi()
         rank, nranks = mc.get_rank(), mc.get_nranks()
     elif mode == "local":
-        if os.environ.get("SLURM_STEP_NUM_TASKS", "1") != "1":
-            print("train_scaling.py: --mode local runs on one task only", file=sys.stderr)
-            return 2
-        rank, nranks = 0, 1
+        # On several tasks each trains alone, all at once, with no communication: what
+        # running n nodes side by side on one machine costs a step (shared memory, caches,
+        # host), the ceiling of every mode's scaling efficiency there.
+        rank = int(os.environ.get("SLURM_PROCID", "0"))
+        nranks = int(os.environ.get("SLURM_STEP_NUM_TASKS", "1"))
 
     import numpy as np
     import tensorflow as tf
@@ -302,7 +313,7 @@ def main(argv=None) -> int:
                 token = tf.numpy_function(stamp, [], tf.int32, stateful=True)
             with tf.control_dependencies([token]):
                 grads = [tf.identity(g) for g in grads]
-        if mode in ("mlcomm-sync", "mlcomm-pipe"):
+        if mode.startswith("mlcomm"):
             return mc.gradients(grads, 0)
         if mode == "naive":
             flat = tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
@@ -343,7 +354,7 @@ def main(argv=None) -> int:
         comm.Barrier()
     starts, ends = [], []
     cpu0, times0 = thread_cpu(), os.times()
-    team_cpu0 = mc.team_stats(0)["thread_cpu_seconds"] if mc is not None else 0.0
+    team_cpu0 = _team_cpu(mc)
     t0 = time.monotonic()
     for _ in range(args.steps):
         starts.append(time.monotonic())
@@ -352,7 +363,7 @@ def main(argv=None) -> int:
     elapsed = ends[-1] - t0
     step_times = [e - s for s, e in zip(starts, ends)]
     cpu1, times1 = thread_cpu(), os.times()
-    team_cpu1 = mc.team_stats(0)["thread_cpu_seconds"] if mc is not None else 0.0
+    team_cpu1 = _team_cpu(mc)
     # CPU per timed step, per kind of thread: with one core per node, every millisecond
     # that communication (ml_comm's threads, the kernel's TCP work in "sys") takes is a
     # millisecond that backprop does not get.

@@ -31,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -38,11 +39,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "tools" / "testbed.sh"
 WORKER = ROOT / "benchmarks" / "train_scaling.py"
-MODES = ("local", "mlcomm-sync", "mlcomm-pipe", "naive", "mwms")
+MODES = ("local", "mlcomm-sync", "mlcomm-pipe", "mlcomm-bf16", "naive", "mwms")
 LABELS = {
     "local": "local (no comm)",
     "mlcomm-sync": "ml_comm sync",
     "mlcomm-pipe": "ml_comm pipelined",
+    "mlcomm-bf16": "ml_comm sync, bf16 wire",
     "naive": "naive mpi4py Allreduce",
     "mwms": "TF MultiWorkerMirrored",
 }
@@ -243,7 +245,10 @@ def summarize(runs: list[dict], modes, nodes: int, rate_bps: float | None) -> di
     def tput(mode, n):
         return {r["rep"]: r["images_per_s"] for r in ok if r["mode"] == mode and r["nodes"] == n}
 
-    local = tput("local", 1)
+    local, local_many = tput("local", 1), tput("local", nodes)
+    # n independent trainings at once against one alone: what sharing the machine costs,
+    # with no communication at all (the most any mode can reach here).
+    ceiling = {k: local_many[k] / (nodes * local[k]) for k in local_many if k in local}
     out = {}
     for mode in modes:
         one, many = tput(mode, 1), tput(mode, nodes)
@@ -251,11 +256,13 @@ def summarize(runs: list[dict], modes, nodes: int, rate_bps: float | None) -> di
             "images_per_s_1": _stats(list(one.values())),
             f"images_per_s_{nodes}": _stats(list(many.values())),
         }
+        pairs = {k: many[k] / (nodes * one[k]) for k in many if k in one}
+        entry["efficiency"] = _stats(list(pairs.values()))
         if mode != "local":
-            pairs = [many[k] / (nodes * one[k]) for k in many if k in one]
             vs_local = [many[k] / (nodes * local[k]) for k in many if k in local]
-            entry["efficiency"] = _stats(pairs)
             entry["efficiency_vs_local"] = _stats(vs_local)
+            of_ceiling = [pairs[k] / ceiling[k] for k in pairs if k in ceiling]
+            entry["efficiency_of_ceiling"] = _stats(of_ceiling)
         rows = [r for r in ok if r["mode"] == mode and r["nodes"] == nodes]
         if rows and rows[0]["ranks"][0].get("pipelined") is not None:
             entry["pipelined"] = all(x["pipelined"] for r in rows for x in r["ranks"])
@@ -282,17 +289,16 @@ def summarize(runs: list[dict], modes, nodes: int, rate_bps: float | None) -> di
             )
             if cpu:
                 entry[f"cpu_ms_per_step_{n}"] = cpu
-        if mode != "local":
-            ones = [r for r in ok if r["mode"] == mode and r["nodes"] == 1]
-            if ones:
-                entry["step_median_ms_1"] = _stats([r["step_median_ms"] for r in ones])
+        ones = [r for r in ok if r["mode"] == mode and r["nodes"] == 1]
+        if ones:
+            entry["step_median_ms_1"] = _stats([r["step_median_ms"] for r in ones])
         out[mode] = entry
     # The wire time of a step (bytes each node sent per step / link rate) against the extra
     # time a step takes on n nodes: how much of the communication the step did not pay for,
     # whatever hid it (overlap with backprop, pipelining), CPU contention included.
     for entry in out.values():
         many, one = entry.get("step_median_ms", {}), entry.get("step_median_ms_1", {})
-        if rate_bps and many and one and entry.get("veth_mb_out_per_step"):
+        if rate_bps and many and one and entry.get("veth_mb_out_per_step", 0) > 0.1:
             wire_ms = 1e3 * entry["veth_mb_out_per_step"] * 1e6 / rate_bps
             exposed_ms = many["median"] - one["median"]
             entry["wire_ms_per_step"] = wire_ms
@@ -343,36 +349,38 @@ def write_plot(summary: dict, nodes: int, out: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    modes = [m for m in summary if m != "local" and summary[m].get("efficiency")]
+    modes = [m for m in summary if summary[m].get("efficiency")]
     fig, (ax_eff, ax_tp) = plt.subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [3, 2]})
     width = 0.38
     for k, (key, label, color) in enumerate(
         (
             ("efficiency", "vs the mode's own 1-node run", "tab:blue"),
-            ("efficiency_vs_local", "vs the local (serial) 1-node run", "tab:gray"),
+            ("efficiency_of_ceiling", "as a share of local's (the machine's ceiling)", "tab:gray"),
         )
     ):
-        if not all(summary[m].get(key) for m in modes):
-            continue  # e.g. no `local` run to compare with
-        med = [100 * summary[m][key]["median"] for m in modes]
-        lo = [100 * (summary[m][key]["median"] - summary[m][key]["min"]) for m in modes]
-        hi = [100 * (summary[m][key]["max"] - summary[m][key]["median"]) for m in modes]
-        xs = [i + (k - 0.5) * width for i in range(len(modes))]
+        have = [i for i, m in enumerate(modes) if summary[m].get(key)]
+        stats = [summary[modes[i]][key] for i in have]
+        med = [100 * e["median"] for e in stats]
+        lo = [100 * (e["median"] - e["min"]) for e in stats]
+        hi = [100 * (e["max"] - e["median"]) for e in stats]
+        xs = [i + (k - 0.5) * width for i in have]
         bars = ax_eff.bar(xs, med, width, yerr=[lo, hi], capsize=3, color=color, label=label)
         ax_eff.bar_label(bars, fmt="%.0f%%", fontsize=8, padding=2)
     ax_eff.axhline(90, color="tab:red", ls="--", lw=1, label="90 % target")
     ax_eff.set_xticks(range(len(modes)))
     names = []
     for m in modes:
-        name = LABELS.get(m, m)
+        name = textwrap.fill(LABELS.get(m, m), 14)
         if summary[m].get("pipelined") is False and m == "mlcomm-pipe":
             name += "\n(ran synchronously)"
+        if m == "local":
+            name += "\nn at once:\nthe ceiling"
         if "hidden_fraction" in summary[m]:
             name += f"\n{100 * summary[m]['hidden_fraction']:.0f}% comm hidden"
         names.append(name)
-    ax_eff.set_xticklabels(names, fontsize=8)
+    ax_eff.set_xticklabels(names, fontsize=7)
     ax_eff.set_ylabel(f"scaling efficiency at {nodes} nodes (%)")
-    keys = ("efficiency", "efficiency_vs_local")
+    keys = ("efficiency", "efficiency_of_ceiling")
     tops = [100 * summary[m][k]["max"] for m in modes for k in keys if summary[m].get(k)]
     ax_eff.set_ylim(0, max([115.0, *(1.1 * t for t in tops)]))
     ax_eff.legend(fontsize=8, loc="lower left")
@@ -398,7 +406,8 @@ def write_plot(summary: dict, nodes: int, out: Path, title: str) -> None:
 def print_table(summary: dict, nodes: int) -> None:
     print(
         f"{'mode':14s} {'img/s 1':>8s} {f'img/s {nodes}':>8s} {'eff':>6s} {'range':>13s} "
-        f"{'vs local':>8s} {'hidden':>7s} {'tail ms':>8s} {'MB/step':>8s} {'eff.hidden':>10s}"
+        f"{'vs local':>8s} {'hidden':>7s} {'tail ms':>8s} {'MB/step':>8s} {'eff.hidden':>10s} "
+        f"{'of ceiling':>10s}"
     )
     for mode, e in summary.items():
         one = e.get("images_per_s_1", {}).get("median", float("nan"))
@@ -416,10 +425,12 @@ def print_table(summary: dict, nodes: int) -> None:
         cells.append(f"{tail:.0f}" if tail is not None else "")
         eh = e.get("effective_hidden_fraction")
         cells.append(f"{100 * eh:.0f}%" if eh is not None else "")
+        ceiling = e.get("efficiency_of_ceiling", {}).get("median")
+        cells.append(f"{100 * ceiling:.1f}%" if ceiling else "")
         print(
             f"{mode:14s} {one:8.2f} {many:8.2f} {cells[0]:>6s} {cells[1]:>13s} {cells[2]:>8s} "
             f"{cells[3]:>7s} {cells[4]:>8s} {e.get('veth_mb_out_per_step', float('nan')):8.1f} "
-            f"{cells[5]:>10s}"
+            f"{cells[5]:>10s} {cells[6]:>10s}"
         )
 
 
@@ -462,8 +473,17 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="ml_comm threads per team")
     ap.add_argument("--run-timeout", type=float, default=240.0, help="seconds per srun")
     ap.add_argument("--out", default="benchmarks/results/train_scaling_2gbit", help="OUT.json/.png")
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: summarize the runs of these earlier OUT.json files into --out (a "
+        "mode's runs in a later file replace an earlier file's, e.g. a separate --modes local)",
+    )
     ap.add_argument("worker_args", nargs="*", help="after --: more train_scaling.py arguments")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine([Path(f) for f in args.combine], Path(args.out))
     modes = [m for m in args.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
     if bad:
@@ -504,7 +524,7 @@ def main(argv=None) -> int:
     for rep in range(args.reps):
         order = modes if rep % 2 == 0 else modes[::-1]
         for mode in order:
-            counts = (1,) if mode == "local" else (1, args.nodes)
+            counts = (1, args.nodes)
             if rep % 2:
                 counts = counts[::-1]
             for n in counts:
@@ -553,6 +573,34 @@ def main(argv=None) -> int:
     failed = {(r["mode"], r["nodes"], r["rep"]) for r in runs if not r["ok"]}
     failed -= {(r["mode"], r["nodes"], r["rep"]) for r in runs if r["ok"]}
     return 1 if failed else 0
+
+
+def combine(files: list[Path], out: Path) -> int:
+    """One summary, table and plot from the runs of several driver outputs of one setting."""
+    loaded = [json.loads(f.read_text()) for f in files]
+    by_mode: dict[str, list[dict]] = {}
+    for data in loaded:
+        for mode in {r["mode"] for r in data["runs"]}:
+            by_mode[mode] = [r for r in data["runs"] if r["mode"] == mode]
+    runs = [r for mode in MODES for r in by_mode.get(mode, [])]
+    first = loaded[0]["header"]
+    nodes, rate = first["nodes"], first["rate"]
+    if any((d["header"]["nodes"], d["header"]["rate"]) != (nodes, rate) for d in loaded):
+        raise SystemExit("--combine: the files were run with different --nodes or --rate")
+    modes = [m for m in MODES if m in by_mode]
+    summary = summarize(runs, modes, nodes, rate_bytes(rate))
+    header = {"combined_from": {str(f): d["header"] for f, d in zip(files, loaded)}}
+    _dump(out, header, runs, summary)
+    settings = first["settings"]
+    title = (
+        f"ResNet-10 (w{settings['width']}), batch {settings['batch']}/node, "
+        f"{settings['cores_per_node']} core/node; test bed {nodes} nodes, link {rate}; "
+        f"combined from {len(files)} runs of the driver, {first['date'][:10]}"
+    )
+    write_plot(summary, nodes, out.with_suffix(".png"), title)
+    print_table(summary, nodes)
+    print_notes(summary, nodes)
+    return 0
 
 
 def _dump(out: Path, header: dict, runs: list[dict], summary: dict | None) -> None:
