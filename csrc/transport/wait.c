@@ -3,7 +3,9 @@
  * Waits poll instead of blocking inside the implementation: a blocked MPI call
  * spins, and with more communication threads than cores (several ranks per node,
  * or compute threads beside them) spinning threads starve the very peers they
- * wait for. A wait polls with sched_yield for MLC_SPIN_SECONDS (most messages
+ * wait for. A wait first polls MLC_BUSY_POLLS times back to back (a few
+ * microseconds: a small message's whole latency, which a system call per poll
+ * would lengthen), then with sched_yield for MLC_SPIN_SECONDS (most messages
  * land by then, and a yield costs nothing when no other thread is runnable), then
  * sleeps between polls, each sleep a tenth of the time waited so far, at most
  * MLC_MAX_SLEEP_SECONDS: a late peer then costs a few wake-ups per millisecond
@@ -30,14 +32,27 @@ int mlc_tp_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_
     return tp->ops->irecv(tp, buf, bytes, src, tag, req);
 }
 
+#define MLC_BUSY_POLLS 64
 #define MLC_SPIN_SECONDS 100e-6
 #define MLC_MAX_SLEEP_SECONDS 1e-3
 /* Clock reads are not free: the spin looks at the clock every this many polls. */
 #define MLC_POLLS_PER_CLOCK 16
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Between two polls of a wait that began at *start (0: not yet read). */
 static void poll_once(mlc_tp *tp, int64_t poll, double *start) {
     if (tp->progress) tp->progress(tp->progress_arg, tp, poll);
+    if (poll < MLC_BUSY_POLLS) {
+        cpu_relax();
+        return;
+    }
     if (poll % MLC_POLLS_PER_CLOCK) {
         sched_yield();
         return;
