@@ -1,7 +1,8 @@
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+import numpy
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
@@ -69,7 +70,16 @@ def is_run_path(word: str) -> bool:
 
 
 # The C core is an out-of-line cffi module; all build details live in the builder.
+# _small_gradients is NumPy glue for the latency-bound one-array call (its file says why);
+# it needs no MPI, only NumPy's headers and ml_comm.h.
+SMALL_GRADIENTS = Extension(
+    "ml_comm._small_gradients",
+    sources=["ml_comm/_small_gradients.c"],
+    include_dirs=[numpy.get_include(), "csrc/include"],
+)
+
 setup(
     cffi_modules=["ml_comm/_build_ffi.py:ffibuilder"],
+    ext_modules=[SMALL_GRADIENTS],
     cmdclass={"build_py": BuildPyWithHeader, "build_ext": BuildExtWithoutHostRunPath},
 )

@@ -3,9 +3,11 @@ return NumPy arrays; pipelined teams keep their state here (see backend.py)."""
 
 from __future__ import annotations
 
-from . import broadcasts, pipeline, reductions
-from ._pool import OutputPool
+from . import _dtypes, _small_gradients, broadcasts, pipeline, reductions
+from ._core import ffi, lib
+from ._pool import MIN_BYTES, OutputPool
 from ._requests import wait_one
+from ._status import ERR_LEN, check
 from .session import Session
 
 
@@ -19,14 +21,20 @@ class NumpyBackend:
         self.pipelines: dict[int, dict] = {}
         # Results' memory, per team (teams run concurrently): team -> OutputPool
         self.pools: dict[int, OutputPool] = {}
-        # Teams whose one-array calls may take reductions.average_one: synchronous, no
-        # finite check. team -> (core handle, pool); config_team's restart drops it.
+        # Teams whose one-array calls may take the short paths (_small_gradients.c below
+        # the pool's size, else reductions.average_one): synchronous, no finite check.
+        # team -> (core handle, pool, small binding); config_team's restart drops it.
         self.plain: dict[int, tuple] = {}
 
     def gradients(self, grads, team: int, out=None) -> list:
         plain = self.plain.get(team)
         if plain is not None and out is None and type(grads) is list and len(grads) == 1:
-            result = reductions.average_one(self.session.err, *plain, grads[0])
+            handle, pool, small = plain
+            result = _small_gradients.average(small, grads[0])
+            if result is None:  # not a small plain array
+                result = reductions.average_one(self.session.err, handle, pool, grads[0])
+            elif type(result) is int:  # the core's status
+                check(result, "gradients", self.session.err)
             if result is not None:
                 return [result]
         s = self.session
@@ -35,7 +43,7 @@ class NumpyBackend:
         pool = self.pools.setdefault(team, OutputPool())
         config = s.configs[team]
         if not s.guard.finite and not pipeline.is_pipelined(config.ksteps, config.max_steps):
-            self.plain[team] = (handle, pool)
+            self.plain[team] = (handle, pool, small_binding(handle, s.err))
         return reductions.gradients(s, stages, pool, grads, team, out)
 
     def broadcast(self, values, root: int):
@@ -51,3 +59,16 @@ class NumpyBackend:
         for stages in self.pipelines.values():
             pipeline.drain_all(stages, wait_one)
         self.pipelines = {}
+
+
+def small_binding(handle, err):
+    """_small_gradients' binding of one team: the arrays below the pool's size (larger
+    results come from the pool), in every dtype the core reduces."""
+    return _small_gradients.bind(
+        int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_allreduce_into"))),
+        int(ffi.cast("uintptr_t", handle)),
+        int(ffi.cast("uintptr_t", err)),
+        ERR_LEN,
+        MIN_BYTES,
+        [(dtype.num, code) for dtype, code in _dtypes.CODES.items()],
+    )

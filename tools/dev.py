@@ -38,7 +38,12 @@ TEST_RANKS = (1, 2, 3, 4)
 SUB_COMM_RUNS = (("split", 4), ("dup", 3))
 TF_KERAS = "tf_keras==2.21.0"  # must match TensorFlow's major.minor
 MPICH_WHEEL = "mpich==5.0.2"  # the `mpich` extra's pin (pyproject.toml)
-BUILD_REQUIREMENTS = ["setuptools>=77", "wheel", "cffi>=1.17"]  # pyproject.toml's, less MPI
+BUILD_REQUIREMENTS = [
+    "setuptools>=77",
+    "wheel",
+    "cffi>=1.17",
+    "numpy>=1.26",
+]  # pyproject.toml's, less MPI
 
 
 def run(
@@ -61,6 +66,7 @@ def source_fingerprint() -> str:
     files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
     files += sorted((ROOT / "csrc").rglob("*.[ch]"))
     files += [ROOT / "ml_comm" / "_build_ffi.py", ROOT / "ml_comm" / "mpi_compiler.py"]
+    files += sorted((ROOT / "ml_comm").glob("*.c"))
     files += [ROOT / "ml_comm" / "tfcnn" / "startup.py"]  # copied into site-packages
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())

@@ -7,6 +7,7 @@ import pytest
 from mpi_helpers import DTYPE_IDS, DTYPES, MSGLEN, SIZE_SPECS, Checks, expected_average, make_input
 
 import ml_comm as mc
+from ml_comm import _small_gradients, api
 
 pytestmark = pytest.mark.mpi
 
@@ -277,4 +278,67 @@ def test_one_array_meets_the_list_path(session, dtype):
     out = mc.gradients([g])
     c.equal(out[0], expected_average((count,), dtype, session.nranks, 7), "one array")
     c.same_on_all_ranks(out, "one array")
+    c.finish()
+
+
+def unaligned(a: np.ndarray) -> np.ndarray:
+    """A copy of `a` whose data starts one byte past an aligned address."""
+    raw = np.zeros(a.nbytes + 1, np.uint8)
+    out = np.frombuffer(raw.data, a.dtype, a.size, offset=1).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+class Subclass(np.ndarray):
+    pass
+
+
+SMALL_FORMS = {
+    "plain": lambda g: g,
+    "unaligned": unaligned,
+    "subclass": lambda g: g.view(Subclass),
+    "strided": lambda g: np.stack([g, g], axis=-1)[..., 0],
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_small_one_array_forms_meet(session, dtype):
+    """A small one-array call runs in C (ml_comm/_small_gradients.c) only for a plain,
+    aligned, C-contiguous array; the other forms take the Python paths. Each rank passes
+    another form, in turn: the requests agree and the results are exact everywhere."""
+    c = Checks()
+    forms = list(SMALL_FORMS)
+    for shift in range(len(forms)):
+        form = forms[(session.rank + shift) % len(forms)]
+        for shape in [(), (5,), (2, 3)]:
+            g = SMALL_FORMS[form](make_input(session.rank, shape, dtype, shift))
+            before = g.copy()
+            out = mc.gradients([g])
+            want = expected_average(shape, dtype, session.nranks, shift)
+            c.equal(out[0], want, f"{form} {shape}")
+            c.true(type(out[0]) is np.ndarray, f"{form}: result is {type(out[0]).__name__}")
+            c.equal(g, before, f"{form} {shape}: the input was modified")
+            c.same_on_all_ranks(out, f"{form} {shape}")
+    c.finish()
+
+
+def test_small_path_takes_only_what_it_can_read(session):
+    """The C path answers plain small arrays and hands everything else back (None)."""
+    c = Checks()
+    mc.gradients([np.zeros(3, np.float32)])  # binds the team's short paths
+    _, _, small = api._active().backend.plain[0]
+    g = make_input(session.rank, (7,), np.float32, 1)
+    out = _small_gradients.average(small, g)
+    c.equal(out, expected_average((7,), np.float32, session.nranks, 1), "plain float32")
+    declined = {
+        "unaligned": unaligned(g),
+        "subclass": g.view(Subclass),
+        "strided": np.stack([g, g], axis=-1)[..., 0],
+        "byte-swapped": g.astype(">f4"),
+        "object dtype": np.array([1, 2], object),
+        "list": [1.0, 2.0],
+        "at the pool's size": np.zeros(64 * 1024, np.float32),
+    }
+    for what, value in declined.items():
+        c.true(_small_gradients.average(small, value) is None, f"{what} was not declined")
     c.finish()

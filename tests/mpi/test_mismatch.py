@@ -71,6 +71,24 @@ def test_length(pair, count):
     c.finish()
 
 
+# 10 elements: ml_comm/_small_gradients.c; 70000: the pool's path (reductions.average_one).
+@pytest.mark.parametrize("count", [10, 70000])
+def test_length_of_one_gradient(pair, count):
+    """gradients([g]) takes a short path of its own: a mismatch there is named too."""
+    c = Checks()
+    last = pair.nranks - 1
+    others = list(range(last))
+    g = np.ones(count + (pair.rank == last), np.float32)
+    expect_mismatch(
+        c,
+        lambda: mc.gradients([g]),
+        f"{ranks_text(others)} submitted 1 tensor, {count} float32 elements (average)",
+        f"rank {last} submitted 1 tensor, {count + 1} float32 elements (average)",
+    )
+    still_works(c, pair)
+    c.finish()
+
+
 def test_empty_against_nonempty(pair):
     c = Checks()
     a = np.ones(0 if pair.rank == 0 else 5, np.float32)
