@@ -70,16 +70,16 @@ def is_run_path(word: str) -> bool:
 
 
 # The C core is an out-of-line cffi module; all build details live in the builder.
-# _small_gradients is NumPy glue for the latency-bound one-array call (its file says why);
+# _numpy_glue: the results' pool and the one-array gradients call in C (its file says why);
 # it needs no MPI, only NumPy's headers and ml_comm.h.
-SMALL_GRADIENTS = Extension(
-    "ml_comm._small_gradients",
-    sources=["ml_comm/_small_gradients.c"],
+NUMPY_GLUE = Extension(
+    "ml_comm._numpy_glue",
+    sources=["ml_comm/_numpy_glue.c"],
     include_dirs=[numpy.get_include(), "csrc/include"],
 )
 
 setup(
     cffi_modules=["ml_comm/_build_ffi.py:ffibuilder"],
-    ext_modules=[SMALL_GRADIENTS],
+    ext_modules=[NUMPY_GLUE],
     cmdclass={"build_py": BuildPyWithHeader, "build_ext": BuildExtWithoutHostRunPath},
 )

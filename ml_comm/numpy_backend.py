@@ -3,7 +3,7 @@ return NumPy arrays; pipelined teams keep their state here (see backend.py)."""
 
 from __future__ import annotations
 
-from . import _dtypes, _small_gradients, broadcasts, pipeline, reductions
+from . import _dtypes, _numpy_glue, broadcasts, pipeline, reductions
 from ._core import ffi, lib
 from ._pool import MIN_BYTES, OutputPool
 from ._requests import wait_one
@@ -21,19 +21,17 @@ class NumpyBackend:
         self.pipelines: dict[int, dict] = {}
         # Results' memory, per team (teams run concurrently): team -> OutputPool
         self.pools: dict[int, OutputPool] = {}
-        # Teams whose one-array calls may take the short paths (_small_gradients.c below
-        # the pool's size, else reductions.average_one): synchronous, no finite check.
-        # team -> (core handle, pool, small binding); config_team's restart drops it.
-        self.plain: dict[int, tuple] = {}
+        # Teams whose one-array calls may take _numpy_glue.average (one C call):
+        # synchronous, no finite check. team -> its binding; config_team's restart drops it.
+        self.plain: dict[int, object] = {}
 
     def gradients(self, grads, team: int, out=None) -> list:
         plain = self.plain.get(team)
         if plain is not None and out is None and type(grads) is list and len(grads) == 1:
-            handle, pool, small = plain
-            result = _small_gradients.average(small, grads[0])
-            if result is None:  # not a small plain array
-                result = reductions.average_one(self.session.err, handle, pool, grads[0])
-            elif type(result) is int:  # the core's status
+            # With the signature of the general path's one-dtype request: ranks may take
+            # either path. At 8 bytes the whole reduction takes a few microseconds.
+            result = _numpy_glue.average(plain, grads[0])
+            if type(result) is int:  # the core's status
                 check(result, "gradients", self.session.err)
             if result is not None:
                 return [result]
@@ -43,7 +41,7 @@ class NumpyBackend:
         pool = self.pools.setdefault(team, OutputPool())
         config = s.configs[team]
         if not s.guard.finite and not pipeline.is_pipelined(config.ksteps, config.max_steps):
-            self.plain[team] = (handle, pool, small_binding(handle, s.err))
+            self.plain[team] = bind_team(handle, pool, s.err)
         return reductions.gradients(s, stages, pool, grads, team, out)
 
     def broadcast(self, values, root: int):
@@ -61,14 +59,15 @@ class NumpyBackend:
         self.pipelines = {}
 
 
-def small_binding(handle, err):
-    """_small_gradients' binding of one team: the arrays below the pool's size (larger
-    results come from the pool), in every dtype the core reduces."""
-    return _small_gradients.bind(
+def bind_team(handle, pool: OutputPool, err):
+    """_numpy_glue's binding of one team: results from the team's pool from MIN_BYTES
+    (fresh arrays below), for every dtype the core reduces."""
+    return _numpy_glue.bind(
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_allreduce_into"))),
         int(ffi.cast("uintptr_t", handle)),
         int(ffi.cast("uintptr_t", err)),
         ERR_LEN,
+        pool.handle,
         MIN_BYTES,
         [(dtype.num, code) for dtype, code in _dtypes.CODES.items()],
     )

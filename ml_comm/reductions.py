@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _dtypes, pipeline, stop
 from ._buffers import as_array, buffer, group_by_dtype, in_place_array
-from ._core import ffi, lib
+from ._core import lib
 from ._pool import OutputPool
 from ._requests import average_blocking, average_groups, average_now, submit_average, wait_one
 from ._status import ERR_LEN, check
@@ -29,27 +29,6 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     if rc:
         check(rc, what, s.err)
     return arr
-
-
-def average_one(err, handle, pool: OutputPool, grad) -> np.ndarray | None:
-    """gradients([grad]) on a synchronous team without the finite check (the caller
-    knows the team is one), when grad is a C-contiguous array of a dtype the core
-    reduces: one call into the core, with the signature of the general path's one-dtype
-    request (ranks may take either path). None when the call is not that one. At 8
-    bytes the whole reduction takes a few microseconds, so every Python step counts."""
-    if type(grad) is not np.ndarray or not grad.flags.c_contiguous:
-        return None
-    code = _dtypes.CODES.get(grad.dtype)
-    if code is None:
-        return None
-    result = pool.array_like(grad)
-    rc = lib.mlc_team_allreduce_into(
-        handle, ffi.from_buffer(grad), ffi.from_buffer(result), grad.size, code,
-        lib.MLC_OP_AVERAGE, 1 << code, err, ERR_LEN,
-    )  # fmt: skip
-    if rc:
-        check(rc, "gradients", err)
-    return result
 
 
 def gradients(

@@ -7,7 +7,7 @@ import pytest
 from mpi_helpers import DTYPE_IDS, DTYPES, MSGLEN, SIZE_SPECS, Checks, expected_average, make_input
 
 import ml_comm as mc
-from ml_comm import _small_gradients, api
+from ml_comm import _numpy_glue, _pool, api
 
 pytestmark = pytest.mark.mpi
 
@@ -302,15 +302,17 @@ SMALL_FORMS = {
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_small_one_array_forms_meet(session, dtype):
-    """A small one-array call runs in C (ml_comm/_small_gradients.c) only for a plain,
-    aligned, C-contiguous array; the other forms take the Python paths. Each rank passes
-    another form, in turn: the requests agree and the results are exact everywhere."""
+def test_one_array_forms_meet(session, dtype):
+    """A one-array call runs in C (ml_comm/_numpy_glue.c) only for a plain, aligned,
+    C-contiguous array; the other forms take the general path. Each rank passes
+    another form, in turn: the requests agree and the results are exact everywhere,
+    small ones (fresh arrays) and large ones (from the pool)."""
     c = Checks()
     forms = list(SMALL_FORMS)
+    large = (_pool.MIN_BYTES // np.dtype(dtype).itemsize + 3,)
     for shift in range(len(forms)):
         form = forms[(session.rank + shift) % len(forms)]
-        for shape in [(), (5,), (2, 3)]:
+        for shape in [(), (5,), (2, 3), large]:
             g = SMALL_FORMS[form](make_input(session.rank, shape, dtype, shift))
             before = g.copy()
             out = mc.gradients([g])
@@ -322,14 +324,25 @@ def test_small_one_array_forms_meet(session, dtype):
     c.finish()
 
 
-def test_small_path_takes_only_what_it_can_read(session):
-    """The C path answers plain small arrays and hands everything else back (None)."""
+def test_c_path_takes_only_what_it_can_read(session):
+    """The C path answers plain arrays, small and large, and hands everything else back
+    (None); its large results come from the team's pool and go back to it."""
     c = Checks()
-    mc.gradients([np.zeros(3, np.float32)])  # binds the team's short paths
-    _, _, small = api._active().backend.plain[0]
+    mc.gradients([np.zeros(3, np.float32)])  # binds the team's short path
+    backend = api._active().backend
+    binding, pool = backend.plain[0], backend.pools[0]
     g = make_input(session.rank, (7,), np.float32, 1)
-    out = _small_gradients.average(small, g)
+    out = _numpy_glue.average(binding, g)
     c.equal(out, expected_average((7,), np.float32, session.nranks, 1), "plain float32")
+    big = make_input(session.rank, (_pool.MIN_BYTES,), np.float32, 2)
+    out = _numpy_glue.average(binding, big)
+    c.equal(out, expected_average(big.shape, np.float32, session.nranks, 2), "from the pool")
+    free = pool.free_blocks()
+    view = out[10:20]
+    del out
+    c.true(pool.free_blocks() == free, "a view's block went back while the view lives")
+    del view
+    c.true(pool.free_blocks() == min(free + 1, _pool.KEEP), "the block did not go back")
     declined = {
         "unaligned": unaligned(g),
         "subclass": g.view(Subclass),
@@ -337,8 +350,7 @@ def test_small_path_takes_only_what_it_can_read(session):
         "byte-swapped": g.astype(">f4"),
         "object dtype": np.array([1, 2], object),
         "list": [1.0, 2.0],
-        "at the pool's size": np.zeros(64 * 1024, np.float32),
     }
     for what, value in declined.items():
-        c.true(_small_gradients.average(small, value) is None, f"{what} was not declined")
+        c.true(_numpy_glue.average(binding, value) is None, f"{what} was not declined")
     c.finish()

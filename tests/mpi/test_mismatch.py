@@ -71,7 +71,7 @@ def test_length(pair, count):
     c.finish()
 
 
-# 10 elements: ml_comm/_small_gradients.c; 70000: the pool's path (reductions.average_one).
+# 10 elements: a fresh result; 70000: a result from the pool (ml_comm/_numpy_glue.c).
 @pytest.mark.parametrize("count", [10, 70000])
 def test_length_of_one_gradient(pair, count):
     """gradients([g]) takes a short path of its own: a mismatch there is named too."""
