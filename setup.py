@@ -1,7 +1,6 @@
 import shutil
 from pathlib import Path
 
-import numpy
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
@@ -58,11 +57,27 @@ class BuildExtWithoutHostRunPath(build_ext):
         self.force = True
 
     def build_extensions(self):
+        add_numpy_headers(self.extensions)
         for attr in ("linker_so", "linker_so_cxx"):
             words = getattr(self.compiler, attr, None)
             if words:
                 setattr(self.compiler, attr, [w for w in words if not is_run_path(w)])
         super().build_extensions()
+
+
+def add_numpy_headers(extensions) -> None:
+    """NumPy's include folder, looked up when building (pyproject.toml requires numpy; a
+    build without isolation needs it installed first)."""
+    try:
+        import numpy
+    except ImportError as exc:
+        raise SystemExit(
+            "building ml_comm needs NumPy's headers: pip install numpy first "
+            "(--no-build-isolation uses the environment's packages)"
+        ) from exc
+    for ext in extensions:
+        if ext.name == NUMPY_GLUE.name:
+            ext.include_dirs.append(numpy.get_include())
 
 
 def is_run_path(word: str) -> bool:
@@ -75,7 +90,7 @@ def is_run_path(word: str) -> bool:
 NUMPY_GLUE = Extension(
     "ml_comm._numpy_glue",
     sources=["ml_comm/_numpy_glue.c"],
-    include_dirs=[numpy.get_include(), "csrc/include"],
+    include_dirs=["csrc/include"],  # and NumPy's (add_numpy_headers)
 )
 
 setup(
