@@ -298,6 +298,12 @@ int64_t mlc_segment_count(int64_t total, int64_t seg_elems);
  * a full ring batch, but never below min_elems. */
 int64_t mlc_segment_elems(int64_t total, int64_t chunk_elems, int nthreads, int batch, int64_t min_elems);
 int mlc_segment_owner(int64_t g, int64_t window_segments, int nthreads);
+/* Where each tensor starts in a fused request's segment layout: in list order, a
+ * tensor of at least seg_elems elements on the next segment boundary (the gap
+ * before it belongs to no tensor), smaller ones right after the one before.
+ * starts has ntensors + 1 entries; returns the layout's length, gaps included. */
+int64_t mlc_segment_aligned_starts(const mlc_tensor *tensors, int ntensors, int64_t seg_elems,
+                                   int64_t *starts);
 /* Recursive doubling with a fold for non-powers of two. */
 int mlc_rd_pow2_floor(int size);
 int mlc_rd_fold_partner(int rank, int size); /* -1: rank takes no part in the fold */
@@ -341,6 +347,7 @@ typedef struct mlc_plan {
     int64_t seg_elems; /* segment length in elements */
     int64_t nseg;      /* allreduce: segments over all tensors */
     int64_t window;    /* slots segment g cycles through: g mod window */
+    int aligned;       /* tensors of a segment or more start on segment boundaries */
     int compression;   /* what its messages carry: MLC_COMPRESSION_* (NONE: its own dtype) */
 } mlc_plan;
 void mlc_plan_make(const mlc_plan_input *in, mlc_plan *out);

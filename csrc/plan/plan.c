@@ -20,6 +20,9 @@
  *              takes the whole buffer as one segment;
  *   window     several tensors are packed segment by segment into fusion slots:
  *              the team's window, or one batch of the caller's buffer;
+ *   aligned    several tensors over several segments: each tensor of a segment
+ *              or more starts on a segment boundary (mlc_segment_aligned_starts),
+ *              so that none of its segments is packed;
  *   wire       the team's compression (16-bit values on the wire) for float32
  *              requests that take the ring at more than one rank; other dtypes
  *              keep their own (float64 would lose more than the saving is worth,
@@ -84,7 +87,8 @@ void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
         p->seg_elems = mlc_segment_elems(in->total, in->chunk_bytes / es, p->lanes, MLC_RING_BATCH,
                                          MLC_MIN_SEGMENT_BYTES / es);
     }
-    p->nseg = mlc_segment_count(in->total, p->seg_elems);
+    p->nseg = mlc_segment_count(in->total, p->seg_elems); /* aligned: the request recounts */
+    p->aligned = p->fused && p->nseg > 1;
     p->compression = in->dtype == MLC_FLOAT32 && p->algorithm == MLC_ALG_RING && in->nranks > 1
                          ? in->compression : MLC_COMPRESSION_NONE;
     if (!p->fused) p->window = p->nseg;

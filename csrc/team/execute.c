@@ -1,17 +1,19 @@
 /* How a request's plan is carried out, by one lane: a team thread doing its
  * share, or a blocking caller doing all of it.
  *
- * A request's tensors are one virtual buffer of `total` elements, cut into the
- * plan's segments. Segment g belongs to lane owner(g): every rank derives the
- * same assignment, so thread i of every rank works on the same segments in the
- * same order over its own communicator, with no negotiation. A segment that lies
+ * A request's tensors are one virtual buffer of `span` elements (its `total`,
+ * and with plan.aligned the gaps before large tensors), cut into the plan's
+ * segments. Segment g belongs to lane owner(g): every rank derives the same
+ * assignment, so thread i of every rank works on the same segments in the same
+ * order over its own communicator, with no negotiation. A segment that lies
  * inside one tensor is reduced where that tensor lies: out of place, straight
- * from the caller's input into its output, with no copy (a large tensor is all
- * such segments but for its two ends). A segment that spans tensors (small ones)
- * is packed into a fusion slot (slot g mod window), reduced there and unpacked by
- * the owning lane, so packing is spread over the threads and overlaps the other
- * threads' communication. The choice depends on the counts alone, so every rank
- * makes the same one.
+ * from the caller's input into its output, with no copy (with plan.aligned a
+ * large tensor starts on a segment boundary, base/schedule.c, so only its last
+ * segment may be shared, with the small tensors after it). A segment that spans
+ * tensors is packed into a fusion slot (slot g mod window), reduced there and
+ * unpacked by the owning lane, so packing is spread over the threads and
+ * overlaps the other threads' communication. The choice depends on the counts
+ * alone, so every rank makes the same one.
  */
 #include <stdio.h>
 #include <string.h>
@@ -118,14 +120,18 @@ static int allreduce_segments(const mlc_request *req, const mlc_lane *lane) {
     for (int64_t g = 0; g < p->nseg; g++) {
         if (mlc_segment_owner(g, p->window, p->lanes) != lane->index) continue;
         int64_t start = g * p->seg_elems;
-        int64_t count = req->total - start < p->seg_elems ? req->total - start : p->seg_elems;
+        int64_t count = req->span - start < p->seg_elems ? req->span - start : p->seg_elems;
+        /* In an aligned layout a segment may end in the gap before a large tensor. */
+        const int t_last = mlc_tensor_at(req->starts, req->ntensors, start + count - 1);
+        const int64_t content_end = req->starts[t_last] + req->tensors[t_last].count;
+        if (content_end < start + count) count = content_end - start;
         /* Batches must be the same on every rank (their messages go in lock step), so
          * a segment whose tensors are still being computed is waited for, never
          * skipped: the batch boundaries depend on the segment numbers alone. */
         if ((rc = mlc_group_wait_ready((mlc_request *)req, start + count))) return rc;
         const int t = mlc_tensor_at(req->starts, req->ntensors, start);
         const mlc_tensor *tensor = &req->tensors[t];
-        staged[nb] = start + count > req->starts[t + 1];
+        staged[nb] = start + count > req->starts[t] + tensor->count;
         if (staged[nb]) {
             batch[nb].data = lane->staging + (g % p->window) * lane->slot_bytes;
             batch[nb].input = NULL;

@@ -97,7 +97,7 @@ static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const 
     mlc_plan_request(team, req, 0);
     const int64_t seg = req->plan.seg_elems;
     for (int i = 0; i < ntensors; i++) {
-        int64_t first = req->starts[i] / seg, last = (req->starts[i + 1] - 1) / seg;
+        int64_t first = req->starts[i] / seg, last = (req->starts[i] + counts[i] - 1) / seg;
         atomic_init(&req->group->segs_left[i], counts[i] ? (int)(last - first + 1) : 0);
     }
     return req;

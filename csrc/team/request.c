@@ -62,6 +62,11 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
     req->overflow_tensor = -1;
     req->overflow_element = 0;
     mlc_plan_make(&in, &req->plan);
+    req->span = req->total;
+    if (req->plan.aligned) { /* large tensors start on segment boundaries */
+        req->span = mlc_segment_aligned_starts(req->tensors, req->ntensors, req->plan.seg_elems, req->starts);
+        req->plan.nseg = mlc_segment_count(req->span, req->plan.seg_elems);
+    }
 }
 
 /* Fill req, whose tensors/starts arrays the caller provides (heap or stack). */

@@ -31,8 +31,9 @@ struct mlc_request {
     int call_dtypes;  /* bit d: the call has a part of dtype d (0: not said) */
     int ntensors;
     mlc_tensor *tensors; /* copy of the caller's list */
-    int64_t *starts;     /* starts[i]: element offset of tensor i in the concatenation */
+    int64_t *starts;     /* starts[i]: element offset of tensor i in the segment layout */
     int64_t total;       /* elements */
+    int64_t span;        /* the layout's length: total, plus gaps when plan.aligned */
     int heap;            /* tensors/starts/the request itself were malloc'ed */
     mlc_plan plan;       /* made once, at submission (plan/plan.c) */
     int compression;     /* the team's MLC_COMPRESSION_* at submission: signed for the check */

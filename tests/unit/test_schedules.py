@@ -4,6 +4,8 @@ every element ends up with every rank's contribution exactly once."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from ml_comm._core import ffi, lib
 
@@ -152,3 +154,44 @@ def test_segment_elems(total, nthreads):
     elif total >= min_elems * nthreads * 2:
         assert nseg >= nthreads * 2 - 1  # every thread gets (nearly) a full batch
     assert lib.mlc_segment_count(total, 0) == 0
+
+
+def aligned_starts(counts: list[int], seg: int) -> tuple[list[int], int]:
+    tensors = ffi.new("mlc_tensor[]", max(len(counts), 1))
+    for t, c in zip(tensors, counts):
+        t.count = c
+    starts = ffi.new("int64_t[]", len(counts) + 1)
+    span = lib.mlc_segment_aligned_starts(tensors, len(counts), seg, starts)
+    return list(starts), span
+
+
+def test_aligned_starts_example():
+    # 64 and more start on a multiple of 64; the rest follow the tensor before them.
+    starts, span = aligned_starts([10, 64, 5, 130, 0, 64, 3], 64)
+    assert starts == [0, 64, 128, 192, 322, 384, 448, 451]
+    assert span == 451
+
+
+@pytest.mark.parametrize("seg", [1, 7, 64, 1000])
+def test_aligned_starts_segments_never_hold_a_gap_inside(seg):
+    """Every tensor keeps its place in list order; a large one starts a segment; a gap
+    only ever runs from a tensor's end to the next segment boundary, so a segment that
+    ends in one is cut short there and no segment copies across one."""
+    rng = random.Random(seg)
+    for _ in range(200):
+        counts = [rng.choice([0, 1, seg - 1, seg, seg + 1, 3 * seg + 2, rng.randrange(5 * seg)])
+                  for _ in range(rng.randrange(1, 12))]  # fmt: skip
+        starts, span = aligned_starts(counts, seg)
+        end = 0
+        for i, c in enumerate(counts):
+            if c >= seg:
+                assert starts[i] % seg == 0 and 0 <= starts[i] - end < seg, (counts, starts)
+            else:
+                assert starts[i] == end, (counts, starts)
+            end = starts[i] + c
+        assert starts[-1] == span == end
+        covered = sorted((s, s + c) for s, c in zip(starts, counts) if c)
+        for (_, gap_start), (next_start, _) in zip(covered, covered[1:]):
+            assert next_start >= gap_start  # tensors never overlap
+            if next_start > gap_start:  # a gap: no segment boundary strictly inside it
+                assert next_start % seg == 0 and next_start - gap_start < seg
