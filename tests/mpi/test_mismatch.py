@@ -53,38 +53,22 @@ def still_works(c: Checks, session, team: int = 0, seed: int = 7) -> None:
 
 # 10 elements: the direct allreduce inside the check; 100: recursive doubling on the
 # caller's thread; 1000: the ring on the caller's thread; 20011: the team's threads
-# (thresholds of mpi_helpers.ml_comm_session).
-@pytest.mark.parametrize("count", [10, 100, 1000, 20011])
-def test_length(pair, count):
+# (thresholds of mpi_helpers.ml_comm_session); 70000: gradients' result from the pool.
+# gradients([g]) takes a short path of its own (ml_comm/_numpy_glue.c): named there too.
+@pytest.mark.parametrize("count", [10, 100, 1000, 20011, 70000])
+@pytest.mark.parametrize("call", ["average", "gradients"])
+def test_length(pair, call, count):
     c = Checks()
     last = pair.nranks - 1
     others = list(range(last))
     a = np.ones(count + (pair.rank == last), np.float32)
     expect_mismatch(
         c,
-        lambda: mc.average(a),
+        lambda: mc.average(a) if call == "average" else mc.gradients([a]),
         f"{ranks_text(others)} submitted 1 tensor, {count} float32 elements (average)",
         f"rank {last} submitted 1 tensor, {count + 1} float32 elements (average)",
     )
     c.true(np.all(a == 1), "the input was changed although nothing was reduced")
-    still_works(c, pair)
-    c.finish()
-
-
-# 10 elements: a fresh result; 70000: a result from the pool (ml_comm/_numpy_glue.c).
-@pytest.mark.parametrize("count", [10, 70000])
-def test_length_of_one_gradient(pair, count):
-    """gradients([g]) takes a short path of its own: a mismatch there is named too."""
-    c = Checks()
-    last = pair.nranks - 1
-    others = list(range(last))
-    g = np.ones(count + (pair.rank == last), np.float32)
-    expect_mismatch(
-        c,
-        lambda: mc.gradients([g]),
-        f"{ranks_text(others)} submitted 1 tensor, {count} float32 elements (average)",
-        f"rank {last} submitted 1 tensor, {count + 1} float32 elements (average)",
-    )
     still_works(c, pair)
     c.finish()
 
