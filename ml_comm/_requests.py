@@ -8,6 +8,7 @@ import numpy as np
 from . import _dtypes, checks, stop
 from ._buffers import tensor_list
 from ._core import ffi, lib
+from ._layout import fused_order
 from ._status import ERR_LEN, check, text
 from .errors import MLCommError
 
@@ -67,7 +68,8 @@ def average_groups(handle, inputs, groups, outputs, err=None) -> None:
     request per dtype. One dtype with `err` given: one blocking call; else all requests in
     flight at once (and a NaN/Inf report names the gradients by their list index)."""
     if err is not None and len(groups) == 1:
-        order = next(iter(groups.values()))[::-1]
+        idx = next(iter(groups.values()))
+        order = fused_order([inputs[i].ndim for i in idx], idx)
         average_blocking(
             handle, err, [outputs[i] for i in order], [inputs[i] for i in order], order
         )
@@ -77,7 +79,7 @@ def average_groups(handle, inputs, groups, outputs, err=None) -> None:
     keep = []
     try:
         for part, idx in enumerate(groups.values()):
-            order = idx[::-1]
+            order = fused_order([inputs[i].ndim for i in idx], idx)
             request, k = submit_average(
                 handle,
                 [outputs[i] for i in order],

@@ -262,8 +262,9 @@ def version_info() -> dict:
 def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> list:
     """Average a list of arrays over all ranks; returns new arrays, inputs untouched.
 
-    Arrays of one dtype are fused into one reduction, laid out in reverse list
-    order (the gradients that backprop produces first come first). On a pipelined
+    Arrays of one dtype are fused into one reduction, laid out as _layout.py says
+    (weights in reverse list order, then vectors: the gradients that backprop
+    produces first come first, with either framework). On a pipelined
     team (config_team ksteps < max_steps) a call may return the previous call's
     average instead; see pipeline.py. With framework="tensorflow": tensors in and out.
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and

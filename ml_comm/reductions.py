@@ -10,6 +10,7 @@ import numpy as np
 from . import _dtypes, pipeline, stop
 from ._buffers import as_array, buffer, group_by_dtype, in_place_array
 from ._core import lib
+from ._layout import fused_order
 from ._pool import OutputPool
 from ._requests import average_blocking, average_groups, average_now, submit_average, wait_one
 from ._status import ERR_LEN, check
@@ -53,8 +54,9 @@ def gradients(
         # The common call, with nothing to convert or group: a blocking call that runs
         # small lists on this thread; every microsecond of Python counts at 8 bytes.
         outputs = pool.arrays(grads)
-        order = range(len(grads) - 1, -1, -1)  # list index of each tensor, for errors
-        average_blocking(handle, s.err, outputs[::-1], grads[::-1], order)
+        order = fused_order([g.ndim for g in grads], range(len(grads)))  # for errors too
+        laid_out = [grads[i] for i in order]
+        average_blocking(handle, s.err, [outputs[i] for i in order], laid_out, order)
         return outputs  # synchronous: should_stop reads the team's mark
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
@@ -107,7 +109,7 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
 
 def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:
     for idx in groups.values():
-        order = idx[::-1]
+        order = fused_order([inputs[i].ndim for i in idx], idx)
         arrays = [inputs[i] for i in order]
         stage = stages.setdefault(pipeline.layout_of(arrays), pipeline.Stage())
         phase = lib.mlc_step_phase(stage.calls, config.ksteps, config.max_steps)

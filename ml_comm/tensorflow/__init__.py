@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from .. import _dtypes
+from .._layout import fused_order
 from ..errors import MLCommError
 from ..pipeline import is_pipelined
 from . import build, unordered
@@ -90,24 +91,6 @@ def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
     return groups
 
 
-def _layout(tensors: list, idx: list[int]) -> list[int]:
-    """The order of a fused reduction's tensors: weights (2-D and more) in reverse list
-    order, then vectors (biases, normalization scales and offsets) in reverse list order.
-
-    Backprop produces the last layers' gradients first, so reverse order lets the first
-    segments start while it runs; but a segment is reduced only once every tensor before
-    it has arrived, and TensorFlow computes vector gradients (BiasAddGrad, a batch norm's
-    scale and offset) off backprop's critical path, often only once it has ended. A Dense
-    bias first in the layout held the whole reduction back until then (issue 14). The
-    vectors are a small share of the bytes and go last. Shapes alone decide, so every
-    rank makes the same layout.
-    """
-    weights, vectors = [], []
-    for t, i in zip(tensors, idx):
-        (vectors if t.shape.rank is not None and t.shape.rank <= 1 else weights).append(i)
-    return weights[::-1] + vectors[::-1]
-
-
 def _chain(team_handle: int):
     """Control dependencies that keep this team's groups in one order on every rank.
 
@@ -140,7 +123,7 @@ def gradients(
     # whose lists hold other dtypes fail at the first part instead of one op waiting.
     parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
     for part, idx in enumerate(groups.values()):
-        layout = _layout([dense[i] for i in idx], idx)
+        layout = fused_order([dense[i].shape.rank for i in idx], idx)
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
         if nranks == 1 and not pipelined:
