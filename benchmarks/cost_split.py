@@ -19,7 +19,15 @@ into the team's threads (team_stats' thread_cpu_seconds) and the rest of the pro
 
 Both bracket their timed loop for a profiler: with PERF_CTL and PERF_ACK naming the fifos of
 `perf record --delay=-1 --control=fifo:CTL,ACK`, they write "enable" before the loop and
-"disable" after it, so the profile holds the steady state only.
+"disable" after it, so the profile holds the steady state only. Rank 0 under perf, rank 1
+not (MPICH's mpiexec runs the two commands either side of ":" as ranks 0 and 1):
+
+    mkfifo /tmp/perf.ctl /tmp/perf.ack
+    .venv/bin/mpiexec -n 1 env PERF_CTL=/tmp/perf.ctl PERF_ACK=/tmp/perf.ack perf record \
+        -F 1999 -g --delay=-1 --control=fifo:/tmp/perf.ctl,/tmp/perf.ack -o /tmp/perf.data \
+        .venv/bin/python benchmarks/cost_split.py placement --only pool -n 40 \
+      : -n 1 .venv/bin/python benchmarks/cost_split.py placement --only pool -n 40
+    perf report -i /tmp/perf.data --no-children --sort sym
 """
 
 from __future__ import annotations
