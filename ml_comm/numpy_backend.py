@@ -40,7 +40,8 @@ class NumpyBackend:
         stages = self.pipelines.setdefault(team, {})
         pool = self.pools.setdefault(team, OutputPool())
         config = s.configs[team]
-        if not s.guard.finite and not pipeline.is_pipelined(config.ksteps, config.max_steps):
+        pipelined = pipeline.is_pipelined(config.ksteps, config.max_steps)
+        if plain is None and not s.guard.finite and not pipelined:  # once, until a restart
             self.plain[team] = bind_team(handle, pool, s.err)
         return reductions.gradients(s, stages, pool, grads, team, out)
 
