@@ -36,6 +36,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ml_comm.launch import network_variables
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "tools" / "testbed.sh"
 WORKER = ROOT / "benchmarks" / "train_scaling.py"
@@ -516,6 +518,8 @@ def main(argv=None) -> int:
         "rate": args.rate,
         "nodes": args.nodes,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        # what chose and tuned the MPI's network (UCX_TLS, UCX_TCP_*, ...): figures differ by it
+        "network_env": network_variables(env),
         "loadavg_before": os.getloadavg(),
     }
     runs: list[dict] = []
