@@ -41,6 +41,7 @@ import importlib.util
 import json
 import os
 import platform
+import resource
 import shlex
 import socket
 import sys
@@ -179,6 +180,10 @@ def placement(comm) -> list[str]:
     return comm.allgather(mine)
 
 
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def header_fields(args, nranks: int, ranks_on: list[str]) -> dict:
     from mpi4py import MPI
 
@@ -212,6 +217,8 @@ def header_fields(args, nranks: int, ranks_on: list[str]) -> dict:
         "hostname": socket.gethostname(),
         "placement": ranks_on,
         "command": shlex.join([sys.executable, *sys.argv]),
+        # glibc's malloc settings decide whether MPI's temporary buffers fault every call
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
     }
 
 
@@ -260,6 +267,11 @@ def format_row(r: dict) -> str:
         + (
             f"  floor {r['tf_floor_time_us']:.1f} us {r['tf_floor_ratio']:.2f}"
             if "tf_floor_ratio" in r
+            else ""
+        )
+        + (
+            f"  faults/call {r['mlcomm_faults_per_call']:.0f} MPI {r['mpi_faults_per_call']:.0f}"
+            if max(r.get("mlcomm_faults_per_call", 0), r.get("mpi_faults_per_call", 0)) >= 1
             else ""
         )
     )
@@ -315,25 +327,32 @@ class Bench:
             wrong = count_wrong(self.api.result(), self.nranks, op, self.tile, self.api.scale)
         return self.comm.allreduce(wrong)
 
-    def timed(self, b: np.ndarray, n: int, first: int) -> tuple[np.ndarray, float]:
-        """n interleaved iterations -> (slowest rank's times [impl, iter] in s, wall s)."""
+    def timed(self, b: np.ndarray, n: int, first: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """n interleaved iterations -> (slowest rank's times [impl, iter] in s, the most
+        page faults per call of any rank [impl], wall s). Faults are counted outside the
+        timed region: MPI's large allreduce takes a fresh temporary buffer each call."""
         fns = [self.run_mlcomm, self.run_mpi]
         if self.args.tf_floor:
             fns.append(self.run_floor)
         times = np.zeros((len(fns), n))
+        faults = np.zeros(len(fns))
         clock, barrier = time.perf_counter, self.comm.Barrier
         wall = clock()
         order = list(range(len(fns)))
         for it in range(n):
             for k in order if (first + it) % 2 == 0 else order[::-1]:
                 barrier()
+                f0 = minor_faults()
                 t0 = clock()
                 fns[k](b)
                 times[k, it] = clock() - t0
+                faults[k] += minor_faults() - f0
         wall = self.comm.allreduce(clock() - wall, op=self.MPI.MAX)
         if n:
             self.comm.Allreduce(self.MPI.IN_PLACE, times, op=self.MPI.MAX)
-        return times, wall
+            faults /= n
+            self.comm.Allreduce(self.MPI.IN_PLACE, faults, op=self.MPI.MAX)
+        return times, faults, wall
 
     def one_size(self, nbytes: int) -> dict:
         args, count = self.args, nbytes // self.dtype.itemsize
@@ -343,13 +362,13 @@ class Bench:
         b[:] = 0
         self.bind(b)  # timed on zeros, so in-place sums cannot overflow
         warmup = args.warmup if args.warmup >= 0 else default_warmup(nbytes)
-        _, wall = self.timed(b, warmup, 0)
+        _, _, wall = self.timed(b, warmup, 0)
         iters = args.iters
         if iters <= 0:
             per_iter = wall / warmup if warmup else 0.0
             iters = int(args.seconds_per_size / per_iter) if per_iter > 0 else args.max_iters
             iters = max(args.min_iters, min(args.max_iters, iters))
-        times, _ = self.timed(b, iters, warmup)
+        times, faults, _ = self.timed(b, iters, warmup)
         t_ml, t_mpi = (float(np.median(t)) for t in times[:2])
         row = {"bytes": nbytes, "count": count, "dtype": args.dtype, "iters": iters}
         row["warmup"] = warmup
@@ -366,6 +385,7 @@ class Bench:
             row[f"{name}_busbw"] = algbw * bus
             row[f"{name}_wrong"] = int(wrong)
         row["ratio"] = t_mpi / t_ml if t_ml > 0 else float("nan")
+        row["mlcomm_faults_per_call"], row["mpi_faults_per_call"] = (float(f) for f in faults[:2])
         if len(times) > 2:
             t_floor = float(np.median(times[2]))
             row["tf_floor_time_us"] = t_floor * 1e6

@@ -12,6 +12,7 @@
 // live handles, so a graph kept past finalize() fails with a message, not a crash.
 
 #include "common.h"
+#include "result_memory.h"
 
 namespace ml_comm_tf {
 
@@ -140,9 +141,10 @@ class GroupSubmitOp : public tensorflow::OpKernel {
       return;
     }
     // The result may overwrite the gradient when nobody else holds it (the usual case
-    // inside a training step): no fresh allocation, and the core reduces in place.
+    // inside a training step): no fresh allocation, and the core reduces in place;
+    // else the result takes memory reused across calls (result_memory.cc).
     Tensor *output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output));
+    OP_REQUIRES_OK(ctx, ForwardOrAllocateResult(ctx, 0, 0, &output));
     if (RunsHere(team, input)) {
       Reduce(ctx, team, input, output);
       token->scalar<int64_t>()() = 0;  // nothing in flight: Wait finishes at once
@@ -253,10 +255,9 @@ tensorflow::Status ml_comm_tf::ListTensors(OpKernelContext *ctx, const char *out
   TF_RETURN_IF_ERROR(ctx->op_kernel().OutputRange(out_name, &out_start, &out_stop));
   tensors->resize(inputs.size());
   for (int i = 0; i < inputs.size(); ++i) {
-    // An input nobody else holds becomes its output: no allocation, reduced in place.
+    // An input nobody else holds becomes its output (reduced in place); else reused memory.
     Tensor *out = nullptr;
-    TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output({in_start + i}, out_start + i,
-                                                             inputs[i].shape(), &out));
+    TF_RETURN_IF_ERROR(ForwardOrAllocateResult(ctx, in_start + i, out_start + i, &out));
     auto bytes = inputs[i].tensor_data();
     char *dst = const_cast<char *>(out->tensor_data().data());
     if (copy_inputs && bytes.size() && dst != bytes.data()) std::memcpy(dst, bytes.data(), bytes.size());
