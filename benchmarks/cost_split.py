@@ -13,9 +13,10 @@ page, which measures nothing.
 
 cpu: mc.gradients of a list (--shapes resnet50, or --tensors K of --size bytes together)
 through NumPy (--api gradients) or the TensorFlow op inside tf.function, the caller holding
-the inputs (--api tf), in a loop: wall time per call, and the process's CPU per call split
-into the team's threads (team_stats' thread_cpu_seconds) and the rest of the process
-(TensorFlow's threads, Python). Rank 0 prints.
+the inputs (--api tf) or the gradients computed in the function (--api tf-forwarded: x * 2,
+reduced in place; --api tf-floor: the multiply alone), in a loop: wall time per call, and
+the process's CPU per call split into the team's threads (team_stats' thread_cpu_seconds)
+and the rest of the process (TensorFlow's threads, Python). Rank 0 prints.
 
 Both bracket their timed loop for a profiler: with PERF_CTL and PERF_ACK naming the fifos of
 `perf record --delay=-1 --control=fifo:CTL,ACK`, they write "enable" before the loop and
@@ -113,12 +114,18 @@ def cpu(args, comm, MPI) -> None:
     else:
         shapes = product_paths.equal_shapes(args.size // 4, args.tensors)
     count = sum(int(np.prod(s)) for s in shapes)
-    if args.api == "tf":
+    if args.api in ("tf", "tf-forwarded", "tf-floor"):
         import tensorflow as tf
 
         mc.init(args.threads, 1, count, framework="tensorflow")
         inputs = [tf.constant(np.ones(s, np.float32)) for s in shapes]
-        step = tf.function(lambda xs: mc.gradients(list(xs)))
+        step = tf.function(
+            {
+                "tf": lambda xs: mc.gradients(list(xs)),
+                "tf-forwarded": lambda xs: mc.gradients([x * 2 for x in xs]),
+                "tf-floor": lambda xs: [x * 2 for x in xs],
+            }[args.api]
+        )
 
         def call():
             return step(inputs)
@@ -165,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", "--iters", type=int, default=30)
     p.add_argument("--only", choices=PLACEMENTS, help="placement only: time this call alone")
     p.add_argument("-t", "--threads", type=int, default=2, help="ml_comm threads per team")
-    p.add_argument("--api", choices=("gradients", "tf"), default="gradients", help="cpu only")
+    p.add_argument(
+        "--api",
+        choices=("gradients", "tf", "tf-forwarded", "tf-floor"),
+        default="gradients",
+        help="cpu only (tf-floor: tf-forwarded's multiply alone, no ml_comm)",
+    )
     p.add_argument("--shapes", choices=("resnet50",), help="cpu only: this model's gradients")
     p.add_argument("--tensors", type=int, default=1, help="cpu only: tensors --size is split into")
     args = p.parse_args(argv)

@@ -11,11 +11,17 @@ that on every task, with the cause and the fix; it also runs the one-MPI check
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 from . import mpi_library
 from .errors import MLCommError
 
 OPT_OUT = "ML_COMM_ALLOW_ONE_RANK"
+# A mislaunched task says why before it raises, then waits this long: the first task to
+# exit can end the step (srun --kill-on-bad-exit), and output still in the launcher's
+# forwarding when it does is lost (a test run once got a lone "Traceback" line).
+_FORWARD_GRACE_SECONDS = 0.3
 
 # (variable, who sets it): a task count of the whole job, set by the launcher in
 # every task's environment. Slurm's SLURM_NTASKS alone is the allocation's, set in a
@@ -101,4 +107,11 @@ def check_launch(MPI) -> None:
         return
     tasks = mislaunched(MPI.COMM_WORLD.Get_size())
     if tasks:
-        raise MLCommError(mislaunch_message(tasks, 1, library.describe()))
+        message = mislaunch_message(tasks, 1, library.describe())
+        sys.stderr.flush()
+        try:  # one write: a task killed in the middle of a traceback still said it
+            os.write(2, f"ml_comm: {message}\n".encode())
+        except OSError:
+            pass
+        time.sleep(_FORWARD_GRACE_SECONDS)
+        raise MLCommError(message)

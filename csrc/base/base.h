@@ -14,6 +14,17 @@
 /* Room for a message that lists what each group of ranks submitted. */
 #define MLC_MSG_LEN 512
 
+/* A loop built for several instruction sets (plain x86-64, AVX2, AVX-512), the widest
+ * the CPU has picked by the loader (reduce.c, wire.c say why). Not under
+ * ThreadSanitizer: the loader runs the clones' resolvers before the TSan runtime is
+ * set up, and the instrumented resolver crashes the process. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(MLC_NO_CLONES) && !defined(__SANITIZE_THREAD__)
+#define MLC_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define MLC_VECTOR_CLONES
+#endif
+
 /* clock.c: seconds on CLOCK_MONOTONIC. */
 double mlc_now(void);
 

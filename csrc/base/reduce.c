@@ -16,15 +16,6 @@
 
 #include "base.h"
 
-/* Not under ThreadSanitizer: the loader runs the clones' resolvers before the TSan
- * runtime is set up, and the instrumented resolver crashes the process. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(MLC_NO_CLONES) && !defined(__SANITIZE_THREAD__)
-#define MLC_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
-#else
-#define MLC_VECTOR_CLONES
-#endif
-
 static float bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;

@@ -9,7 +9,10 @@
  * can fail the request instead of returning Inf (allgather_ring.c). Values below
  * 2^-24 become 0 in float16 (subnormals are kept above that).
  * The loops are plain so the compiler vectorises them; the flag is an OR over the
- * loop, not an early exit. */
+ * loop, not an early exit. The bfloat16 loops are built for several instruction
+ * sets (MLC_VECTOR_CLONES, base.h): integer bit operations and float32 additions,
+ * the same bits on every one; AVX2 about halves the time of the rounding loops against
+ * the SSE2 baseline (benchmarks/RESULTS.md, stop 11). */
 #include <string.h>
 
 #include "base.h"
@@ -112,49 +115,50 @@ const char *mlc_compression_name(int compression) {
     }
 }
 
+MLC_VECTOR_CLONES static void bf16_pack(uint16_t *restrict w, const float *restrict s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) w[i] = to_bf16(s[i]);
+}
+
+MLC_VECTOR_CLONES static int bf16_round(float *restrict d, uint16_t *restrict w, int64_t n) {
+    int special = 0;
+    for (int64_t i = 0; i < n; i++) {
+        w[i] = to_bf16(d[i]);
+        d[i] = from_bf16(w[i]);
+        special |= bf16_special(w[i]);
+    }
+    return special;
+}
+
+MLC_VECTOR_CLONES static int bf16_unpack(float *restrict d, const uint16_t *restrict w, int64_t n) {
+    int special = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d[i] = from_bf16(w[i]);
+        special |= bf16_special(w[i]);
+    }
+    return special;
+}
+
+MLC_VECTOR_CLONES static void bf16_sum(float *dst, const float *a, const uint16_t *wire, int64_t n) {
+    WIRE_SUM(from_bf16);
+}
+
 void mlc_wire_pack(void *wire, const float *src, int64_t n, int compression) {
-    uint16_t *restrict w = wire;
-    const float *restrict s = src;
-    if (compression == MLC_COMPRESSION_BF16)
-        for (int64_t i = 0; i < n; i++) w[i] = to_bf16(s[i]);
-    else
-        FP16(pack)(w, s, n);
+    if (compression == MLC_COMPRESSION_BF16) bf16_pack(wire, src, n);
+    else FP16(pack)(wire, src, n);
 }
 
 int mlc_wire_round(float *data, void *wire, int64_t n, int compression) {
-    uint16_t *restrict w = wire;
-    float *restrict d = data;
-    int special = 0;
-    if (compression == MLC_COMPRESSION_BF16) {
-        for (int64_t i = 0; i < n; i++) {
-            w[i] = to_bf16(d[i]);
-            d[i] = from_bf16(w[i]);
-            special |= bf16_special(w[i]);
-        }
-    } else {
-        special = FP16(round)(d, w, n);
-    }
-    return special;
+    if (compression == MLC_COMPRESSION_BF16) return bf16_round(data, wire, n);
+    return FP16(round)(data, wire, n);
 }
 
 int mlc_wire_unpack(float *dst, const void *wire, int64_t n, int compression) {
-    const uint16_t *restrict w = wire;
-    float *restrict d = dst;
-    int special = 0;
-    if (compression == MLC_COMPRESSION_BF16) {
-        for (int64_t i = 0; i < n; i++) {
-            d[i] = from_bf16(w[i]);
-            special |= bf16_special(w[i]);
-        }
-    } else {
-        special = FP16(unpack)(d, w, n);
-    }
-    return special;
+    if (compression == MLC_COMPRESSION_BF16) return bf16_unpack(dst, wire, n);
+    return FP16(unpack)(dst, wire, n);
 }
 
-
 void mlc_wire_sum_to(float *dst, const float *a, const void *wire, int64_t n, int compression) {
-    if (compression == MLC_COMPRESSION_BF16) WIRE_SUM(from_bf16);
+    if (compression == MLC_COMPRESSION_BF16) bf16_sum(dst, a, wire, n);
     else FP16(sum)(dst, a, wire, n);
 }
 

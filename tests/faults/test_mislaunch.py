@@ -24,9 +24,11 @@ TWO_TASK_ENVIRONMENTS = {
 }
 
 
-def one_rank_job(singleton: bool = False, **env: str):
+def one_rank_job(singleton: bool = False, killed_at_raise: bool = False, **env: str):
     token = f"mlcfault-{uuid.uuid4().hex[:12]}"
     script = [PY, str(SCRIPTS / "launch_job.py"), token]
+    if killed_at_raise:
+        script.append("--killed-at-raise")
     cmd = script if singleton else [MPIEXEC, "-n", "1", *script]
     return run_job(cmd, token, TIMEOUT_S, clean_env(**env))
 
@@ -48,6 +50,16 @@ def test_a_singleton_with_a_two_task_environment_fails_too():
     job = one_rank_job(singleton=True, SLURM_STEP_NUM_TASKS="2", SLURM_STEP_ID="0")
     assert job.returncode not in (0, None), job.detail()
     assert "SLURM_STEP_NUM_TASKS=2 (srun)" in job.stderr, job.detail()
+
+
+def test_a_task_killed_as_init_raises_has_already_said_why():
+    # srun --kill-on-bad-exit ends the other tasks as soon as one fails: a task may be
+    # gone before its traceback is printed, and the message must be out by then.
+    job = one_rank_job(killed_at_raise=True, SLURM_STEP_NUM_TASKS="2", SLURM_STEP_ID="0")
+    assert job.returncode not in (0, None), job.detail()
+    assert "Traceback" not in job.stderr, job.detail()
+    assert "ml_comm: the launcher started this job as 2 tasks" in job.stderr, job.detail()
+    assert "srun --mpi=pmi2" in job.stderr, job.detail()
 
 
 def test_the_opt_out_lets_a_task_run_alone():
