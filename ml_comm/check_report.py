@@ -72,7 +72,57 @@ def rank_facts(MPI) -> dict:
         "same": mpi_library.same_library(core, theirs),
         "tasks": launch.launcher_tasks(),
         "network": launch.network_variables(),
+        "cpus": sorted(os.sched_getaffinity(0)),
     }
+
+
+def cpu_ranges(cpus: list[int]) -> str:
+    """0,1,2,5 -> "0-2,5": the form taskset and Slurm print."""
+    runs: list[list[int]] = []
+    for c in cpus:
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def core_lines(facts: list[dict]) -> list[str]:
+    """Per host, the cores its ranks may run on; a note where ranks' threads must share.
+
+    ml_comm's communication threads run beside the framework's: a rank bound to one
+    core, or ranks of one host with fewer cores than ranks, leave the threads none of
+    their own, and every reduction waits on the scheduler (docs/launch.md).
+    """
+    hosts: dict[str, list[dict]] = {}
+    for f in facts:
+        hosts.setdefault(f["host"], []).append(f)
+    lines = []
+    for host, ranks in hosts.items():
+        cores = sorted({c for f in ranks for c in f["cpus"]})
+        names = ",".join(str(f["rank"]) for f in ranks)
+        per_rank = "/".join(str(n) for n in sorted({len(f["cpus"]) for f in ranks}))
+        plural = "s" if len(ranks) > 1 else ""
+        lines.append(
+            f"cores          {host}: rank{plural} {names} on cpus {cpu_ranges(cores)} "
+            f"({len(cores)} core{'s' if len(cores) > 1 else ''}, {per_rank} per rank)"
+        )
+        single = [str(f["rank"]) for f in ranks if len(f["cpus"]) == 1]
+        if single:
+            lines.append(
+                f"note           rank{'s' if len(single) > 1 else ''} {','.join(single)} on "
+                f"{host} may run on one core only: ml_comm's communication threads and the "
+                "framework's will take turns on it (give each task cores: srun "
+                "--cpus-per-task, --cpu-bind; docs/launch.md)"
+            )
+        elif len(cores) < 2 * len(ranks):
+            lines.append(
+                f"note           {host}'s ranks share {len(cores)} cores, fewer than two "
+                "per rank: give TensorFlow 1 inter-op thread and as many intra-op threads as "
+                "each rank's cores minus ml_comm's threads (at least 1), or its pools take "
+                "the communication threads' CPU (docs/launch.md)"
+            )
+    return lines
 
 
 def test_reduction(mc, rank: int, size: int) -> tuple[bool, float]:
@@ -133,6 +183,7 @@ def report(facts: list[dict], size: int, env: dict[str, str]) -> tuple[list[str]
             "(shared memory and TCP; no site fabric provider such as Slingshot's cxi); under "
             "Slurm on a cluster use the site's MPI: README, 'Which MPI'"
         )
+    lines += core_lines(facts)
     for f in facts:
         lines.append(
             f"rank {f['rank']:<9} {f['host']} pid {f['pid']} {f['core'].path or '(path unknown)'}"

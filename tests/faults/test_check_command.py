@@ -1,6 +1,7 @@
 """`python -m ml_comm --check` under mpiexec: one report from rank 0 with each rank's
 line, a test reduction with its result and time, the task count against the MPI size,
-the network variables in effect, and the loaded libmpi (check_report.py)."""
+the network variables in effect, each host's cores, and the loaded libmpi
+(check_report.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from jobs import MPIEXEC, PY, clean_env, run_job
 TIMEOUT_S = 120
 
 
-def check_job(nranks: int, **env: str):
+# Runs the rest of its command line bound to the lowest CPU it may use now.
+ONE_CORE = [PY, "-c", "import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "os.execv(sys.argv[1], sys.argv[1:])"]  # fmt: skip
+
+
+def check_job(nranks: int, prefix: tuple[str, ...] = (), **env: str):
     token = f"mlcfault-{uuid.uuid4().hex[:12]}"
     # The token rides on the command line as an -X option that Python only records.
-    cmd = [MPIEXEC, "-n", str(nranks), PY, "-X", f"ml_comm_token={token}"]
+    cmd = [*prefix, MPIEXEC, "-n", str(nranks), PY, "-X", f"ml_comm_token={token}"]
     cmd += ["-m", "ml_comm", "--check"]
     return run_job(cmd, token, TIMEOUT_S, clean_env(ML_COMM_CHECK_SKIP_TF="1", **env))
 
@@ -34,6 +40,19 @@ def test_two_ranks_give_one_report_with_every_rank_and_an_exact_reduction():
     assert re.search(r"^network vars .*FI_LOG_LEVEL=warn UCX_LOG_LEVEL=error", out, re.M), out
     assert re.search(r"^MPI library +/\S*libmpi\S* \(MPICH Version: ", out, re.M), out
     assert "transport      device ch4:" in out, out
+    assert re.search(
+        r"^cores +\S+: ranks 0,1 on cpus [\d,-]+ \(\d+ cores?, \d+ per rank\)$", out, re.M
+    )
+    assert "may run on one core only" not in out, out
+    assert "PROBLEM" not in out, out
+
+
+def test_ranks_bound_to_one_core_get_a_note_not_a_failure():
+    job = check_job(2, prefix=tuple(ONE_CORE))
+    assert job.returncode == 0, job.detail()
+    out = job.stdout
+    assert re.search(r"^cores +\S+: ranks 0,1 on cpus \d+ \(1 core, 1 per rank\)$", out, re.M), out
+    assert re.search(r"^note +ranks 0,1 on \S+ may run on one core only: ", out, re.M), out
     assert "PROBLEM" not in out, out
 
 

@@ -1,6 +1,7 @@
 """`python -m ml_comm --check` under srun on the two test-bed nodes: one report from
 rank 0 with both nodes' lines, Slurm's task count against the MPI size, the network
-variables the job sets, and the note that the bundled mpich wheel runs under Slurm."""
+variables the job sets, each node's cores, and the note that the bundled mpich wheel
+runs under Slurm."""
 
 from __future__ import annotations
 
@@ -23,4 +24,6 @@ def test_check_under_srun_reports_both_nodes_and_the_bundled_wheel(testbed):
     assert "note           this is the MPICH wheel bundled" in out, out
     hosts = re.findall(r"^rank [01] +(\S+) pid", out, re.M)
     assert len(hosts) == 2 and hosts[0] != hosts[1], out
+    for rank, host in enumerate(hosts):
+        assert re.search(rf"^cores +{host}: rank {rank} on cpus [\d,-]+ \(", out, re.M), out
     assert re.search(r"over 2 ranks: exact, [\d.]+ ms", out), out
