@@ -91,8 +91,9 @@ def core_lines(facts: list[dict]) -> list[str]:
     """Per host, the cores its ranks may run on; a note where ranks' threads must share.
 
     ml_comm's communication threads run beside the framework's: a rank bound to one
-    core, or ranks of one host with fewer cores than ranks, leave the threads none of
-    their own, and every reduction waits on the scheduler (docs/launch.md).
+    core, or ranks of one host with fewer than two cores each, leave the threads none
+    of their own, and every reduction waits on the scheduler (docs/launch.md). A
+    note, not a problem: a laptop's ranks share their cores and still train right.
     """
     hosts: dict[str, list[dict]] = {}
     for f in facts:
