@@ -102,11 +102,11 @@ def core_lines(facts: list[dict]) -> list[str]:
     for host, ranks in hosts.items():
         cores = sorted({c for f in ranks for c in f["cpus"]})
         names = ",".join(str(f["rank"]) for f in ranks)
-        per_rank = "/".join(str(n) for n in sorted({len(f["cpus"]) for f in ranks}))
+        per_rank = " or ".join(str(n) for n in sorted({len(f["cpus"]) for f in ranks}))
         plural = "s" if len(ranks) > 1 else ""
         lines.append(
             f"cores          {host}: rank{plural} {names} on cpus {cpu_ranges(cores)} "
-            f"({len(cores)} core{'s' if len(cores) > 1 else ''}, {per_rank} per rank)"
+            f"({len(cores)} core{'s' if len(cores) > 1 else ''}; each rank may use {per_rank})"
         )
         single = [str(f["rank"]) for f in ranks if len(f["cpus"]) == 1]
         if single:

@@ -41,8 +41,8 @@ def test_two_ranks_give_one_report_with_every_rank_and_an_exact_reduction():
     assert re.search(r"^MPI library +/\S*libmpi\S* \(MPICH Version: ", out, re.M), out
     assert "transport      device ch4:" in out, out
     assert re.search(
-        r"^cores +\S+: ranks 0,1 on cpus [\d,-]+ \(\d+ cores?, \d+ per rank\)$", out, re.M
-    )
+        r"^cores +\S+: ranks 0,1 on cpus [\d,-]+ \(\d+ cores?; each rank may use \d+\)$", out, re.M
+    ), out
     assert "may run on one core only" not in out, out
     assert "PROBLEM" not in out, out
 
@@ -51,7 +51,9 @@ def test_ranks_bound_to_one_core_get_a_note_not_a_failure():
     job = check_job(2, prefix=tuple(ONE_CORE))
     assert job.returncode == 0, job.detail()
     out = job.stdout
-    assert re.search(r"^cores +\S+: ranks 0,1 on cpus \d+ \(1 core, 1 per rank\)$", out, re.M), out
+    assert re.search(
+        r"^cores +\S+: ranks 0,1 on cpus \d+ \(1 core; each rank may use 1\)$", out, re.M
+    ), out
     assert re.search(r"^note +ranks 0,1 on \S+ may run on one core only: ", out, re.M), out
     assert "PROBLEM" not in out, out
 

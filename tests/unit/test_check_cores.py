@@ -17,14 +17,16 @@ def test_cpu_ranges_fold_runs_as_taskset_prints_them():
 def test_one_rank_per_node_with_its_cores_gets_no_note():
     lines = core_lines([fact(0, "n1", range(36)), fact(1, "n2", range(36))])
     assert lines == [
-        "cores          n1: rank 0 on cpus 0-35 (36 cores, 36 per rank)",
-        "cores          n2: rank 1 on cpus 0-35 (36 cores, 36 per rank)",
+        "cores          n1: rank 0 on cpus 0-35 (36 cores; each rank may use 36)",
+        "cores          n2: rank 1 on cpus 0-35 (36 cores; each rank may use 36)",
     ]
 
 
 def test_a_rank_bound_to_one_core_is_named():
     lines = core_lines([fact(0, "n1", [0]), fact(1, "n1", range(1, 9))])
-    assert lines[0] == "cores          n1: ranks 0,1 on cpus 0-8 (9 cores, 1/8 per rank)"
+    assert (
+        lines[0] == "cores          n1: ranks 0,1 on cpus 0-8 (9 cores; each rank may use 1 or 8)"
+    )
     assert lines[1].startswith("note           rank 0 on n1 may run on one core only")
     assert len(lines) == 2
 
