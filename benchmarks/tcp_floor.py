@@ -33,7 +33,7 @@ CONNECT_SECONDS = 30.0
 
 def connect(host: str, port: int, listener: bool) -> socket.socket:
     if listener:
-        with socket.create_server((host, port), reuse_port=False) as server:
+        with socket.create_server((host, port)) as server:
             server.settimeout(CONNECT_SECONDS)
             sock, _ = server.accept()
     else:

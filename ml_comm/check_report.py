@@ -19,6 +19,7 @@ from importlib import metadata
 import numpy as np
 
 from . import launch, mpi_library
+from ._spans import spans
 
 TEST_ELEMENTS = 1 << 20
 # Variables that name the transport an MPI picked, in the order they are worth showing.
@@ -76,17 +77,6 @@ def rank_facts(MPI) -> dict:
     }
 
 
-def cpu_ranges(cpus: list[int]) -> str:
-    """0,1,2,5 -> "0-2,5": the form taskset and Slurm print."""
-    runs: list[list[int]] = []
-    for c in cpus:
-        if runs and c == runs[-1][1] + 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
-
-
 def core_lines(facts: list[dict]) -> list[str]:
     """Per host, the cores its ranks may run on; a note where ranks' threads must share.
 
@@ -105,7 +95,7 @@ def core_lines(facts: list[dict]) -> list[str]:
         per_rank = " or ".join(str(n) for n in sorted({len(f["cpus"]) for f in ranks}))
         plural = "s" if len(ranks) > 1 else ""
         lines.append(
-            f"cores          {host}: rank{plural} {names} on cpus {cpu_ranges(cores)} "
+            f"cores          {host}: rank{plural} {names} on cpus {spans(cores, ',')} "
             f"({len(cores)} core{'s' if len(cores) > 1 else ''}; each rank may use {per_rank})"
         )
         single = [str(f["rank"]) for f in ranks if len(f["cpus"]) == 1]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import compression
+from ._spans import spans
 from .errors import MLCommError
 
 # Environment variables that change what goes on the wire. An unset threshold is
@@ -75,17 +76,8 @@ def disagreements(per_rank: list[dict[str, str]]) -> list[str]:
 
 
 def _ranks(ranks: list[int]) -> str:
-    spans = []
-    start = prev = ranks[0]
-    for r in ranks[1:] + [None]:
-        if r is not None and r == prev + 1:
-            prev = r
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if r is not None:
-            start = prev = r
     word = "rank" if len(ranks) == 1 else "ranks"
-    return f"{word} {', '.join(spans)}:"
+    return f"{word} {spans(ranks)}:"
 
 
 def verify(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from ml_comm.check_report import core_lines, cpu_ranges
+from ml_comm._spans import spans
+from ml_comm.check_report import core_lines
 
 
 def fact(rank: int, host: str, cpus) -> dict:
     return {"rank": rank, "host": host, "cpus": sorted(cpus)}
 
 
-def test_cpu_ranges_fold_runs_as_taskset_prints_them():
-    assert cpu_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    assert cpu_ranges([3]) == "3"
+def test_spans_fold_runs_as_taskset_prints_them():
+    assert spans([0, 1, 2, 5, 7, 8], ",") == "0-2,5,7-8"
+    assert spans([3], ",") == "3"
 
 
 def test_one_rank_per_node_with_its_cores_gets_no_note():
