@@ -48,7 +48,7 @@ class BuildExtWithoutHostRunPath(build_ext):
     """Link without the run paths of the building Python's own flags (LDSHARED of a
     --enable-shared build names its lib folder, e.g. ~/.pyenv/versions/X/lib): a path of
     the build machine has no business in the module's RUNPATH. The core does not link
-    libpython; its own run paths come from _build_ffi.py."""
+    libpython; its own run paths come from ml_comm/core/build_ffi.py."""
 
     def finalize_options(self):
         super().finalize_options()
@@ -88,13 +88,13 @@ def is_run_path(word: str) -> bool:
 # _numpy_glue: the results' pool and the one-array gradients call in C (its file says why);
 # it needs no MPI, only NumPy's headers and ml_comm.h.
 NUMPY_GLUE = Extension(
-    "ml_comm._numpy_glue",
-    sources=["ml_comm/_numpy_glue.c"],
+    "ml_comm.arrays._numpy_glue",
+    sources=["ml_comm/arrays/_numpy_glue.c"],
     include_dirs=["csrc/include"],  # and NumPy's (add_numpy_headers)
 )
 
 setup(
-    cffi_modules=["ml_comm/_build_ffi.py:ffibuilder"],
+    cffi_modules=["ml_comm/core/build_ffi.py:ffibuilder"],
     ext_modules=[NUMPY_GLUE],
     cmdclass={"build_py": BuildPyWithHeader, "build_ext": BuildExtWithoutHostRunPath},
 )

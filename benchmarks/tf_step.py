@@ -105,7 +105,7 @@ def main() -> int:
     if os.environ.get("ML_COMM_TIMELINE"):
         from mpi4py import MPI
 
-        from ml_comm import timeline
+        from ml_comm.core import timeline
 
         MPI.COMM_WORLD.Barrier()  # every rank has written its file
     if rank == 0 and os.environ.get("ML_COMM_TIMELINE"):

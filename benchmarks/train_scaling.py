@@ -423,7 +423,7 @@ def main(argv=None) -> int:
         result["ml_comm_threads"] = args.threads
         result["pipelined"] = pipelined if mode == "mlcomm-pipe" else False
         result["team_stats"] = mc.team_stats(0)
-        from ml_comm import timeline
+        from ml_comm.core import timeline
 
         if timeline.enabled():
             # The raw events (absolute CLOCK_MONOTONIC times) before finalize writes the trace.

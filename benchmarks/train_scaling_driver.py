@@ -36,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ml_comm.launch import network_variables
+from ml_comm.mpi.launch import network_variables
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = ROOT / "tools" / "testbed.sh"

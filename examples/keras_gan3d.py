@@ -71,7 +71,7 @@ from calo_showers import profile_distance, profiles, simulate  # noqa: E402
 
 import ml_comm as mc  # noqa: E402
 import ml_comm.keras as mk  # noqa: E402
-from ml_comm import timeline  # noqa: E402
+from ml_comm.core import timeline  # noqa: E402
 
 E_SCALE = 100.0  # GeV: primary energies enter the networks as E / E_SCALE
 OUTPUTS = ("real", "energy", "total")  # P(real), primary energy, total deposited energy

@@ -7,7 +7,7 @@ grads = mc.gradients(grads, team=0)
 mc.finalize()
 """
 
-from .mpi_library import missing_mpi_message
+from .mpi.library import missing_mpi_message
 
 try:  # the C core; the loader must find a libmpi for it
     from . import _core  # noqa: F401
@@ -16,7 +16,6 @@ except ImportError as _exc:
         raise
     raise ImportError(missing_mpi_message(_exc)) from _exc
 
-from ._mpi import init_mpi  # noqa: E402
 from .api import (  # noqa: E402
     ALG_AUTO,
     ALG_RABENSEIFNER,
@@ -26,6 +25,7 @@ from .api import (  # noqa: E402
     average,
     barrier,
     broadcast,
+    catch_stop_signals,
     check_buffers_match,
     config_team,
     finalize,
@@ -33,14 +33,15 @@ from .api import (  # noqa: E402
     get_rank,
     gradients,
     init,
+    request_stop,
+    should_stop,
     team_settings,
     team_stats,
     version_info,
 )
+from .core.version import VERSION as __version__  # noqa: E402, F401
 from .errors import MLCommError  # noqa: E402
-from .stop import catch_stop_signals, request_stop, should_stop  # noqa: E402
-
-__version__ = "0.1.0"
+from .mpi.init import init_mpi  # noqa: E402
 
 __all__ = [
     "ALG_AUTO",

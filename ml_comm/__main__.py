@@ -8,11 +8,11 @@ import sys
 
 
 def check() -> int:
-    """Print what ml_comm sees (check_report.py), then TensorFlow and its op library."""
+    """Print what ml_comm sees (mpi/check_report.py), then TensorFlow and its op library."""
     import ml_comm as mc
-    from ml_comm import check_report
+    from ml_comm.mpi import check_report
 
-    rc = check_report.run()
+    rc = check_report.run(mc)
     if mc.get_rank() != 0:
         return rc
     print(f"thread level   {mc.version_info()['thread_level']}")
@@ -37,7 +37,7 @@ def tensorflow_check() -> int:
 
 
 def build_tf(force: bool) -> int:
-    from ml_comm.errors import MLCommError
+    from ml_comm.core.errors import MLCommError
     from ml_comm.tensorflow import build
 
     try:

@@ -1,9 +1,9 @@
 """The Cray-compatible public API (the README's API section).
 
-Each function finds the current session (session.py: MPI communicator, context,
+Each function finds the current session (core/session.py: MPI communicator, context,
 teams, settings) and hands on to the part that does the work: the framework
-backend for gradients/broadcast (backend.py: NumPy or TensorFlow), the NumPy
-modules (reductions.py, broadcasts.py) for the calls that take NumPy arrays
+backend for gradients/broadcast (core/backend.py: NumPy or TensorFlow), the NumPy
+modules (arrays/reductions.py, arrays/broadcasts.py) for the calls that take NumPy arrays
 whatever the framework. Arguments are validated before anything is sent, so a
 bad call raises on every rank that makes it and leaves the process usable.
 """
@@ -18,13 +18,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _faults, backend, broadcasts, launch, reductions, stop
-from . import compression as _compression
 from ._core import ffi, lib
-from ._mpi import init_mpi
-from ._status import check
-from .errors import MLCommError
-from .session import THRESHOLD_SETTERS, Session, TeamConfig
+from .arrays import broadcasts, reductions
+from .core import backend
+from .core import compression as _compression
+from .core.errors import MLCommError
+from .core.session import THRESHOLD_SETTERS, Session, TeamConfig
+from .core.status import check
+from .faults import abort, stop
+from .faults.departure import open_exits
+from .mpi import launch
+from .mpi.init import init_mpi
 
 ALG_AUTO = lib.MLC_ALG_AUTO
 ALG_RING = lib.MLC_ALG_RING
@@ -138,16 +142,26 @@ def init(
         launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
         # On the whole job, whatever comm is: a failing rank must end every rank.
         if init_mpi().COMM_WORLD.Get_size() > 1:
-            _faults.install_excepthook()  # before the teams: a rank failing there ends the job
-            _faults.watch_launcher()
-        _session = Session(nthreads, nteams, msglen, framework, chunk_bytes, thresholds, comm)
+            abort.install_excepthook()  # before the teams: a rank failing there ends the job
+            abort.watch_launcher()
+        _session = Session(
+            nthreads,
+            nteams,
+            msglen,
+            framework,
+            chunk_bytes,
+            thresholds,
+            comm,
+            init_mpi(),
+            open_exits,
+        )
 
 
 def finalize() -> None:
     """Stop the teams' threads and free their communicators. Safe to call twice.
 
     Collective: waits for every rank to finalize too, and aborts the job if a rank
-    is waiting for this one in a team operation this one never made (_faults.py).
+    is waiting for this one in a team operation this one never made (faults/abort.py).
     """
     global _session
     with _session_lock:
@@ -233,7 +247,7 @@ def get_nranks() -> int:
 
 
 def barrier() -> None:
-    """Wait for every rank; a rank that leaves meanwhile ends the job (_barrier.py)."""
+    """Wait for every rank; a rank that leaves meanwhile ends the job (faults/barrier.py)."""
     s = _active()
     s.barrier.wait(s.teams)
 
@@ -262,11 +276,11 @@ def version_info() -> dict:
 def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> list:
     """Average a list of arrays over all ranks; returns new arrays, inputs untouched.
 
-    Arrays of one dtype are fused into one reduction, laid out as _layout.py says
+    Arrays of one dtype are fused into one reduction, laid out as core/layout.py says
     (weights in reverse list order, then vectors: the gradients that backprop
     produces first come first, with either framework). On a pipelined
     team (config_team ksteps < max_steps) a call may return the previous call's
-    average instead; see pipeline.py. With framework="tensorflow": tensors in and out.
+    average instead; see arrays/pipeline.py. With framework="tensorflow": tensors in and out.
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
@@ -329,3 +343,26 @@ def team_stats(team: int = 0) -> dict:
     s = _active()
     s.team(team)
     return s.stats(team)
+
+
+# ------------------------------------------------------- stopping together (faults/stop.py)
+
+
+def catch_stop_signals(signals=stop.DEFAULT_SIGNALS) -> None:
+    """Make each of `signals` (received by any rank) ask every rank to stop, instead of
+    ending the process; the program ends its loop when `should_stop()` says so. Call
+    after `init`, from the main thread."""
+    stop.catch_stop_signals(_active(), signals)
+
+
+def request_stop() -> None:
+    """Ask every rank to stop: every rank's `should_stop()` turns true after the same
+    step. Safe to call from a signal handler, and more than once (also before init)."""
+    stop.request_stop(_session)
+
+
+def should_stop(team: int = 0) -> bool:
+    """True on every rank after the same step, once any rank asked to stop (a signal
+    caught by `catch_stop_signals`, or `request_stop`). Call it between steps, on the
+    thread that drives the team, at the same point on every rank."""
+    return stop.should_stop(_active(), team)

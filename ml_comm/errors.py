@@ -1,5 +1,5 @@
-"""Exceptions raised by ml_comm."""
+"""The exception ml_comm raises (defined in core/errors.py, which every layer uses)."""
 
+from .core.errors import MLCommError
 
-class MLCommError(RuntimeError):
-    """ml_comm is in the wrong state for the call, or the communication failed."""
+__all__ = ["MLCommError"]

@@ -65,8 +65,11 @@ def source_fingerprint() -> str:
     h = hashlib.sha256()
     files = [ROOT / "pyproject.toml", ROOT / "setup.py"]
     files += sorted((ROOT / "csrc").rglob("*.[ch]"))
-    files += [ROOT / "ml_comm" / "_build_ffi.py", ROOT / "ml_comm" / "mpi_compiler.py"]
-    files += sorted((ROOT / "ml_comm").glob("*.c"))
+    files += [
+        ROOT / "ml_comm" / "core" / "build_ffi.py",
+        ROOT / "ml_comm" / "core" / "mpi_compiler.py",
+    ]
+    files += sorted((ROOT / "ml_comm").rglob("*.c"))
     files += [ROOT / "ml_comm" / "tfcnn" / "startup.py"]  # copied into site-packages
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())
@@ -233,7 +236,7 @@ def cmd_test() -> int:
         [PY, "-m", "ruff", "format", "--check", *lint]
     ):
         failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
-    if pytest_suite("unit", ["tests/unit"], skips) != 0:
+    if pytest_suite("unit", ["tests/unit", "tools/tests"], skips) != 0:
         failures.append("unit")
     # Jobs in which a rank dies, raises or leaves early; each launches its own mpiexec.
     if pytest_suite("faults", ["tests/faults"], skips) != 0:

@@ -1,7 +1,7 @@
 """What `tools/dev.py test` prints last: one line with what failed, what passed and, for
 every suite whose tests skipped, which and why (read from pytest's JUnit XML).
 
-Pure functions only, so tests/unit/test_suite_summary.py checks them without running pytest.
+Pure functions only, so tools/tests/test_suite_summary.py checks them without running pytest.
 """
 
 from __future__ import annotations

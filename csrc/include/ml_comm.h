@@ -1,6 +1,6 @@
 /* ml_comm public C API.
  *
- * This file is also the cffi declaration (ml_comm/_build_ffi.py feeds it to
+ * This file is also the cffi declaration (ml_comm/core/build_ffi.py feeds it to
  * ffi.cdef), so it holds no preprocessor lines: C files include <stddef.h> and
  * <stdint.h> before it (csrc/base/base.h does that). Every constant that Python needs
  * is defined here once and read by Python through cffi.

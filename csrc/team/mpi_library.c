@@ -1,5 +1,5 @@
 /* Which MPI library the core is bound to: the file that holds the MPI symbols the
- * core calls. Python compares it with the library mpi4py loaded (ml_comm/mpi_library.py),
+ * core calls. Python compares it with the library mpi4py loaded (ml_comm/mpi/library.py),
  * because two MPI libraries in one process (the core bound to one, mpi4py to another)
  * fail in strange ways or, worse, seem to work with every rank alone. */
 #define _GNU_SOURCE

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from .. import _dtypes
-from .._layout import fused_order
-from ..errors import MLCommError
-from ..pipeline import is_pipelined
+from ..core import dtypes as _dtypes
+from ..core.errors import MLCommError
+from ..core.layout import fused_order
+from ..core.session import is_pipelined
 from . import build, unordered
 
 _ops = None

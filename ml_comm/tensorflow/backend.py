@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import tensorflow as binding
 from .._core import ffi
-from ..session import Session
+from ..core.session import Session
 
 
 class TensorFlowBackend:

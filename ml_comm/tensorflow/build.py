@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import MLCommError
+from ..core.errors import MLCommError
 
 PACKAGE = Path(__file__).resolve().parent.parent
 OPS_DIR = Path(__file__).resolve().parent / "ops"
@@ -81,7 +81,8 @@ def build_command(output: Path) -> list[str]:
 def cache_key() -> str:
     import tensorflow as tf
 
-    from .. import __version__, _core
+    from .. import _core
+    from ..core.version import VERSION
 
     core = Path(_core.__file__).resolve()
     try:
@@ -94,7 +95,7 @@ def cache_key() -> str:
         getattr(tf, "__git_version__", ""),
         " ".join(build_command(Path("out.so"))),
         cxx.splitlines()[0] if cxx else "",
-        __version__,
+        VERSION,
         str(core),
         str(core.stat().st_mtime_ns),
     ):

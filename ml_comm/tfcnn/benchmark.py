@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow.compat.v1 as tf
 
-import ml_comm as mc
-
+from .. import api as mc
 from . import MODE, runtime
 
 # Files and directories that only rank 0 writes (horovod's is_chief outputs).

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import ml_comm as mc
-
+from .. import api as mc
 from . import teams
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import tensorflow.compat.v1 as tf
 
-import ml_comm as mc
-
+from .. import api as mc
 from . import runtime
 
 

@@ -1,7 +1,7 @@
 """`python -m ml_comm --check` under mpiexec: one report from rank 0 with each rank's
 line, a test reduction with its result and time, the task count against the MPI size,
 the network variables in effect, each host's cores, and the loaded libmpi
-(check_report.py)."""
+(ml_comm/mpi/check_report.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A serial Keras script with keras.callbacks.BackupAndRestore, plus ml_comm, at 2 ranks:
 SIGTERM to one rank in the third epoch ends every rank within 60 s with exit status
-ml_comm.keras_fault.STOPPED_EXIT_CODE and a backup written by rank 0 alone; the same
+ml_comm.keras.callbacks.STOPPED_EXIT_CODE and a backup written by rank 0 alone; the same
 command run again finishes, and its final weights equal an uninterrupted run's bit for
 bit on every rank (op determinism on, no shuffling).
 
-Plain pytest around `mpiexec -n 2 python scripts/keras_backup.py ...` (ml_comm/keras_fault.py).
+Plain pytest around `mpiexec -n 2 python scripts/keras_backup.py ...` (ml_comm/keras/callbacks.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 from jobs import MPIEXEC, PY, SCRIPTS, clean_env, run_job
 
-STOPPED_EXIT_CODE = 75  # ml_comm.keras_fault.STOPPED_EXIT_CODE (not imported: no TF here)
+STOPPED_EXIT_CODE = 75  # ml_comm.keras.callbacks.STOPPED_EXIT_CODE (not imported: no TF here)
 TIMEOUT_S = 300
 NRANKS = 2
 

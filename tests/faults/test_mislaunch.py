@@ -1,6 +1,6 @@
 """A job launched as several tasks whose MPI sees one rank in each (srun without
 --mpi=pmi2, another MPI's mpiexec) must not train as N separate 1-rank jobs: init
-fails on every task with the cause and the fix (ml_comm/launch.py).
+fails on every task with the cause and the fix (ml_comm/mpi/launch.py).
 
 Each test starts real 1-rank MPI processes (`mpiexec -n 1`, or a singleton) and gives
 them the environment a 2-task launcher would have set.

@@ -1,6 +1,6 @@
 """Ranks started with different protocol settings (each in turn, at 2 ranks) fail at
 init on every rank within 10 s, with both values and the ranks named, instead of
-hanging in their first reduction; equal settings still train (ml_comm/settings_check.py).
+hanging in their first reduction; equal settings still train (ml_comm/core/settings_check.py).
 
 Each case launches `mpiexec -n 1 -env ... python settings_job.py ARGS : -n 1 ...`, so
 that each rank really gets its own environment and arguments.
@@ -14,7 +14,7 @@ import uuid
 import pytest
 from jobs import MPIEXEC, PY, SCRIPTS, clean_env, run_job
 
-from ml_comm import settings_check
+from ml_comm.core import settings_check
 
 TIMEOUT_S = 90
 BASE_ARGS = {"nthreads": "2", "nteams": "1", "msglen": "4096", "chunk": "0"}

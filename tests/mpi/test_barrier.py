@@ -1,4 +1,4 @@
-"""mc.barrier() (ml_comm/_barrier.py: a polled dissemination barrier): no rank leaves
+"""mc.barrier() (ml_comm/faults/barrier.py: a polled dissemination barrier): no rank leaves
 barrier k before every rank has entered it, for many barriers in a row with ranks
 arriving late in turn. The ranks share one machine, so CLOCK_MONOTONIC is one clock."""
 

@@ -18,7 +18,7 @@ import pytest
 from mpi_helpers import Checks, expected_average, make_input
 
 import ml_comm as mc
-from ml_comm.errors import MLCommError
+from ml_comm.core.errors import MLCommError
 
 pytestmark = pytest.mark.mpi
 

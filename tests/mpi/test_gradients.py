@@ -7,7 +7,9 @@ import pytest
 from mpi_helpers import DTYPE_IDS, DTYPES, MSGLEN, SIZE_SPECS, Checks, expected_average, make_input
 
 import ml_comm as mc
-from ml_comm import _numpy_glue, _pool, api
+from ml_comm import api
+from ml_comm.arrays import _numpy_glue
+from ml_comm.arrays import pool as _pool
 
 pytestmark = pytest.mark.mpi
 
@@ -303,7 +305,7 @@ SMALL_FORMS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_one_array_forms_meet(session, dtype):
-    """A one-array call runs in C (ml_comm/_numpy_glue.c) only for a plain, aligned,
+    """A one-array call runs in C (ml_comm/arrays/_numpy_glue.c) only for a plain, aligned,
     C-contiguous array; the other forms take the general path. Each rank passes
     another form, in turn: the requests agree and the results are exact everywhere,
     small ones (fresh arrays) and large ones (from the pool)."""

@@ -1,5 +1,5 @@
 """Where gradients' results live: `out=` (including the gradients themselves, in place),
-and the pool of memory that earlier calls touched (ml_comm/_pool.py), which a result gives
+and the pool of memory that earlier calls touched (ml_comm/arrays/pool.py), which a result gives
 back when it is collected. Exact, integer-valued inputs as everywhere in tests/mpi."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from mpi_helpers import Checks, expected_average, make_input
 
 import ml_comm as mc
-from ml_comm import _pool
+from ml_comm.arrays import pool as _pool
 
 SHAPES = [(3000,), (7,), (), (40, 50), (0,)]
 

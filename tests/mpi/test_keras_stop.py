@@ -19,7 +19,7 @@ from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
 import ml_comm.keras as mk
-from ml_comm.keras_fault import StopTogether
+from ml_comm.keras.callbacks import StopTogether
 
 pytestmark = pytest.mark.mpi
 

@@ -54,7 +54,7 @@ def still_works(c: Checks, session, team: int = 0, seed: int = 7) -> None:
 # 10 elements: the direct allreduce inside the check; 100: recursive doubling on the
 # caller's thread; 1000: the ring on the caller's thread; 20011: the team's threads
 # (thresholds of mpi_helpers.ml_comm_session); 70000: gradients' result from the pool.
-# gradients([g]) takes a short path of its own (ml_comm/_numpy_glue.c): named there too.
+# gradients([g]) takes a short path of its own (ml_comm/arrays/_numpy_glue.c): named there too.
 @pytest.mark.parametrize("count", [10, 100, 1000, 20011, 70000])
 @pytest.mark.parametrize("call", ["average", "gradients"])
 def test_length(pair, call, count):

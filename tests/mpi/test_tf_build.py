@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import ml_comm as mc
-from ml_comm.errors import MLCommError
+from ml_comm.core.errors import MLCommError
 from ml_comm.tensorflow import build
 
 pytestmark = [

@@ -13,7 +13,7 @@ from mpi_helpers import Checks, expected_average, make_input
 from tf_helpers import tf_ml_comm_session, to_numpy
 
 import ml_comm as mc
-from ml_comm.errors import MLCommError
+from ml_comm.core.errors import MLCommError
 
 pytestmark = pytest.mark.mpi
 

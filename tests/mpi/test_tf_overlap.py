@@ -23,7 +23,7 @@ from mpi_helpers import Checks, expected_average, make_input
 from tf_helpers import module_session_fixture
 
 import ml_comm as mc
-from ml_comm import timeline
+from ml_comm.core import timeline
 
 pytestmark = pytest.mark.mpi
 

@@ -1,6 +1,6 @@
 """srun without the PMI that the MPI speaks (here --mpi=none; the test bed's default is
 pmi2): each task's MPI sees one rank, and ml_comm's init stops every task with the
-cause and the fix instead of training two separate 1-rank jobs (ml_comm/launch.py)."""
+cause and the fix instead of training two separate 1-rank jobs (ml_comm/mpi/launch.py)."""
 
 from __future__ import annotations
 

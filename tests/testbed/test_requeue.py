@@ -47,7 +47,7 @@ if [ "$status" -eq 75 ]; then
 fi
 exit "$status"
 """
-# ML_COMM_REQUEUE_ON_STOP=1: rank 0 requeues the job itself (ml_comm/requeue.py).
+# ML_COMM_REQUEUE_ON_STOP=1: rank 0 requeues the job itself (ml_comm/faults/requeue.py).
 BATCH_OPT_IN = """#!/bin/bash
 srun --kill-on-bad-exit=1 --mpi=pmi2 {py} {script} {backup} {out} {token}
 status=$?

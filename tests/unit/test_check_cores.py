@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ml_comm._spans import spans
-from ml_comm.check_report import core_lines
+from ml_comm.core.spans import spans
+from ml_comm.mpi.check_report import core_lines
 
 
 def fact(rank: int, host: str, cpus) -> dict:

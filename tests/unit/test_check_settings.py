@@ -1,12 +1,12 @@
 """The environment variables of the agreement checks and the stall watchdog
-(ml_comm/checks.py): defaults, accepted spellings, and a ValueError that names the
+(ml_comm/core/checks.py): defaults, accepted spellings, and a ValueError that names the
 variable for anything else (raised by init before anything starts)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ml_comm import checks
+from ml_comm.core import checks
 
 
 def test_defaults():

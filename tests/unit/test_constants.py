@@ -4,7 +4,7 @@ import ml_dtypes
 import numpy as np
 from ml_comm._core import ffi, lib
 
-from ml_comm import _dtypes
+from ml_comm.core import dtypes as _dtypes
 
 
 def test_dtype_sizes_match_numpy():

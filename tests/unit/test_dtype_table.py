@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 from ml_comm._core import ffi, lib
 
-from ml_comm import _dtypes
+from ml_comm.core import dtypes as _dtypes
 
-PACKAGE = Path(_dtypes.__file__).parent
+PACKAGE = Path(_dtypes.__file__).parents[1]
 CORE_NAMES = [ffi.string(lib.mlc_dtype_name(code)).decode() for code in range(lib.MLC_NUM_DTYPES)]
 
 
@@ -37,12 +37,12 @@ def test_out_of_range_codes():
 def test_tensorflow_and_keras_tables_are_the_cores():
     import tensorflow as tf
 
-    import ml_comm._keras_apply
+    import ml_comm.keras.apply
     import ml_comm.tensorflow
 
     assert ml_comm.tensorflow.SUPPORTED == tuple(tf.as_dtype(n) for n in CORE_NAMES)
     assert [d.as_numpy_dtype for d in ml_comm.tensorflow.SUPPORTED] == list(_dtypes.CODES)
-    assert ml_comm._keras_apply.SUPPORTED_DTYPES == frozenset(ml_comm.tensorflow.SUPPORTED)
+    assert ml_comm.keras.apply.SUPPORTED_DTYPES == frozenset(ml_comm.tensorflow.SUPPORTED)
 
 
 OPS = ("MlCommGroupSubmit", "MlCommGroupWait", "MlCommAllreduceN", "MlCommBroadcastN")
@@ -65,7 +65,7 @@ def test_no_second_list_in_the_sources():
     literal = re.compile(
         r"\b(np|tf|ml_dtypes)\.(float16|float32|float64|bfloat16|int32|int64|half)\b"
     )
-    modules = ("_dtypes.py", "keras.py", "_keras_apply.py", "tensorflow/__init__.py",
+    modules = ("core/dtypes.py", "keras/__init__.py", "keras/apply.py", "tensorflow/__init__.py",
                "tensorflow/backend.py")  # fmt: skip
     for name in modules:
         for number, line in enumerate((PACKAGE / name).read_text().splitlines(), 1):

@@ -1,4 +1,4 @@
-"""The fused layout (ml_comm/_layout.py), which the NumPy and TensorFlow backends share:
+"""The fused layout (ml_comm/core/layout.py), which the NumPy and TensorFlow backends share:
 weights in reverse list order, then vectors in reverse list order."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from ml_comm._layout import fused_order
+from ml_comm.core.layout import fused_order
 
 
 def test_example():

@@ -1,5 +1,5 @@
 """Which mpicc the core is built with, and what of its `-show` reaches the compiler and
-the linker (ml_comm/mpi_compiler.py): every flag, -D included, but no run path."""
+the linker (ml_comm/core/mpi_compiler.py): every flag, -D included, but no run path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ml_comm import mpi_compiler
+from ml_comm.core import mpi_compiler
 
 BIN = Path(sys.executable).parent
 # `-show` of the Open MPI wheel and of Intel MPI's mpicc (-Xlinker style), as printed.

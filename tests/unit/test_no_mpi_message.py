@@ -1,5 +1,5 @@
 """When mpi4py finds no MPI library, starting MPI says what to install or load
-(ml_comm/_mpi.py), instead of mpi4py's bare "cannot load MPI library"."""
+(ml_comm/mpi/init.py), instead of mpi4py's bare "cannot load MPI library"."""
 
 from __future__ import annotations
 

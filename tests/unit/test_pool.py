@@ -1,4 +1,4 @@
-"""The pool that gradients' results come from (ml_comm/_pool.py): blocks go back when the
+"""The pool that gradients' results come from (ml_comm/arrays/pool.py): blocks go back when the
 last result of a call is collected, are reused for calls of up to their size (down to half),
 are never handed out while a result lives, and at most KEEP free ones are kept."""
 
@@ -8,7 +8,7 @@ import gc
 
 import numpy as np
 
-from ml_comm import _pool
+from ml_comm.arrays import pool as _pool
 
 BIG = _pool.MIN_BYTES // 4  # float32 elements: one call's results reach MIN_BYTES
 

@@ -1,10 +1,10 @@
-"""The message of ml_comm/settings_check.py: each differing setting, each distinct value
+"""The message of ml_comm/core/settings_check.py: each differing setting, each distinct value
 and the ranks that hold it (pure functions; the 2-rank jobs are in
 tests/faults/test_settings_job.py)."""
 
 from __future__ import annotations
 
-from ml_comm.settings_check import disagreements
+from ml_comm.core.settings_check import disagreements
 
 
 def test_equal_settings_have_no_disagreement():

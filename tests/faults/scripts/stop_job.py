@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 import ml_comm as mc
+from ml_comm.faults import stop
 
 STEPS = 2000  # a missed stop runs for many seconds: the test sees it
 
@@ -51,7 +52,7 @@ def main() -> int:
             break
         time.sleep(0.002)
     checksum = float(np.float64(weights).sum())
-    got = ",".join(mc.stop.received_signals()) or "none"
+    got = ",".join(stop.received_signals()) or "none"
     if stopped is None:
         print(f"rank {rank} ran all steps", flush=True)
     else:

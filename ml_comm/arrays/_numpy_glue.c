@@ -1,0 +1,345 @@
+/* NumPy glue in C: the memory of gradients' results, and gradients([grad]) in one call.
+ *
+ * Why C: in a loop that alternates with MPI's, each Python statement runs from a cold
+ * cache. At 8 bytes the core's allreduce takes about 5 us and the Python around it
+ * (cffi's from_buffer on the input and on a fresh output, np.empty, the checks) took as
+ * long again; at 1 MiB the Python pool's bookkeeping (a ctypes owner and a weakref
+ * finalizer per call) took 65 us, a fifth of MPI's whole allreduce. Here arrays are
+ * read and made through NumPy's C API.
+ *
+ * This is binding glue, not the core: it knows NumPy and Python; the core function it
+ * calls (mlc_team_allreduce_into, declared in ml_comm.h) knows neither, and is reached
+ * through the address that cffi gives for it, so this module links against nothing of
+ * ml_comm's.
+ *
+ * pool(keep) -> a pool of touched memory blocks. take(pool, nbytes) -> a writable uint8
+ *   array over a block of at least nbytes (a free block of up to twice the size, the
+ *   smallest that fits, the oldest of those; else a new one, written once so that its
+ *   pages fault now and never again). The block goes back to the pool when the array and
+ *   every view of it are gone; at most `keep` free blocks are kept (the oldest are freed).
+ *   free_blocks(pool) -> how many are free.
+ * bind(allreduce_into, team, err, err_len, pool, pool_from_bytes, dtypes) -> a binding of
+ *   one team. average(binding, grad) -> the average over the ranks as a new array (from
+ *   the pool from pool_from_bytes, else fresh); None when grad is not a plain, aligned,
+ *   C-contiguous, native-order ndarray of a dtype in the table (the caller then takes its
+ *   general path); the core's status (an int) when the core failed, its text in the
+ *   error buffer. The Python caller drops the binding before the team or the error
+ *   buffer go away. Every function runs holding the GIL, which guards the pools, except
+ *   the core's call itself.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "ml_comm.h"
+
+typedef __typeof__(&mlc_team_allreduce_into) allreduce_into_fn;
+
+enum { MAX_KEEP = 64, MAX_DTYPES = 32, BLOCK_ALIGN = 4096 };
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+#define HUGE_FROM_BYTES ((size_t)4 << 20) /* NumPy's threshold for the same advice */
+static const char POOL_NAME[] = "ml_comm.arrays._numpy_glue.pool";
+static const char BINDING_NAME[] = "ml_comm.arrays._numpy_glue.binding";
+
+/* ---- the pool ---------------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    size_t bytes;
+} block;
+
+typedef struct {
+    Py_ssize_t refs; /* its Python handle, each binding and each block out */
+    int keep, nfree;
+    block free_blocks[MAX_KEEP]; /* oldest first */
+} results_pool;
+
+static void pool_release(results_pool *p) {
+    if (--p->refs > 0) return;
+    for (int i = 0; i < p->nfree; i++) free(p->free_blocks[i].data);
+    PyMem_Free(p);
+}
+
+static void pool_give_back(results_pool *p, block b) {
+    if (p->keep == 0) {
+        free(b.data);
+        return;
+    }
+    if (p->nfree == p->keep) { /* drop the oldest */
+        free(p->free_blocks[0].data);
+        memmove(p->free_blocks, p->free_blocks + 1, (size_t)(p->nfree - 1) * sizeof(block));
+        p->nfree--;
+    }
+    p->free_blocks[p->nfree++] = b;
+}
+
+static int pool_take_block(results_pool *p, size_t nbytes, block *out) {
+    int best = -1;
+    for (int i = 0; i < p->nfree; i++) {
+        const size_t size = p->free_blocks[i].bytes;
+        if (size >= nbytes && size / 2 <= nbytes && (best < 0 || size < p->free_blocks[best].bytes)) best = i;
+    }
+    if (best >= 0) {
+        *out = p->free_blocks[best];
+        memmove(p->free_blocks + best, p->free_blocks + best + 1, (size_t)(p->nfree - best - 1) * sizeof(block));
+        p->nfree--;
+        return 0;
+    }
+    void *data = NULL;
+    const size_t bytes = nbytes ? nbytes : 1;
+    const int huge = bytes >= HUGE_FROM_BYTES;
+    if (posix_memalign(&data, huge ? HUGE_PAGE_BYTES : BLOCK_ALIGN, bytes)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+#ifdef MADV_HUGEPAGE
+    /* As NumPy does for its own large arrays: where transparent huge pages are on
+     * request only ("madvise"), ask; a ring streaming 64 MiB through 4 KiB pages
+     * misses the TLB all along, and the inputs it reads are NumPy's, huge. */
+    if (huge) madvise(data, bytes, MADV_HUGEPAGE);
+#endif
+    memset(data, 0, bytes); /* every page faults now, once */
+    out->data = data;
+    out->bytes = bytes;
+    return 0;
+}
+
+/* The base object of arrays over a block: its end gives the block back. */
+typedef struct {
+    PyObject_HEAD
+    results_pool *pool;
+    block blk;
+} lease;
+
+static void lease_dealloc(PyObject *self) {
+    lease *l = (lease *)self;
+    pool_give_back(l->pool, l->blk);
+    pool_release(l->pool);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject lease_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ml_comm.arrays._numpy_glue.lease",
+    .tp_basicsize = sizeof(lease),
+    .tp_dealloc = lease_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A pool block lent to arrays; it goes back when they are gone.",
+};
+
+/* A C-contiguous array of descr (stolen) and dims over a pool block. */
+static PyObject *pool_array(results_pool *p, PyArray_Descr *descr, int nd, npy_intp *dims, size_t nbytes) {
+    block b;
+    if (pool_take_block(p, nbytes, &b)) {
+        Py_DECREF(descr);
+        return NULL;
+    }
+    lease *l = PyObject_New(lease, &lease_type);
+    if (!l) {
+        pool_give_back(p, b);
+        Py_DECREF(descr);
+        return NULL;
+    }
+    l->pool = p;
+    l->blk = b;
+    p->refs++;
+    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, NULL, b.data, NPY_ARRAY_CARRAY, NULL);
+    if (!arr) {
+        Py_DECREF(l);
+        return NULL;
+    }
+    if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)l) < 0) { /* steals l */
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+static void pool_capsule_free(PyObject *capsule) {
+    pool_release(PyCapsule_GetPointer(capsule, POOL_NAME));
+}
+
+static PyObject *pool_new(PyObject *module, PyObject *args) {
+    int keep;
+    if (!PyArg_ParseTuple(args, "i:pool", &keep)) return NULL;
+    if (keep < 0 || keep > MAX_KEEP) {
+        PyErr_Format(PyExc_ValueError, "pool keeps 0 to %d free blocks, got %d", MAX_KEEP, keep);
+        return NULL;
+    }
+    results_pool *p = PyMem_Calloc(1, sizeof *p);
+    if (!p) return PyErr_NoMemory();
+    p->refs = 1;
+    p->keep = keep;
+    PyObject *capsule = PyCapsule_New(p, POOL_NAME, pool_capsule_free);
+    if (!capsule) PyMem_Free(p);
+    return capsule;
+}
+
+static PyObject *take(PyObject *module, PyObject *args) {
+    PyObject *capsule;
+    Py_ssize_t nbytes;
+    if (!PyArg_ParseTuple(args, "On:take", &capsule, &nbytes)) return NULL;
+    results_pool *p = PyCapsule_GetPointer(capsule, POOL_NAME);
+    if (!p) return NULL;
+    if (nbytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "take: nbytes < 0");
+        return NULL;
+    }
+    npy_intp dims[1] = {nbytes};
+    return pool_array(p, PyArray_DescrFromType(NPY_UINT8), 1, dims, (size_t)nbytes);
+}
+
+static PyObject *free_blocks(PyObject *module, PyObject *capsule) {
+    results_pool *p = PyCapsule_GetPointer(capsule, POOL_NAME);
+    return p ? PyLong_FromLong(p->nfree) : NULL;
+}
+
+/* ---- gradients([grad]) ------------------------------------------------------------- */
+
+typedef struct {
+    allreduce_into_fn allreduce_into;
+    mlc_team *team;
+    char *err;
+    size_t err_len;
+    results_pool *pool;
+    Py_ssize_t pool_from_bytes; /* smaller results are fresh arrays: a few pages fault little */
+    int ndtypes;
+    int type_nums[MAX_DTYPES]; /* NumPy's type number -> the core's dtype code */
+    int codes[MAX_DTYPES];
+} binding;
+
+static void binding_capsule_free(PyObject *capsule) {
+    binding *b = PyCapsule_GetPointer(capsule, BINDING_NAME);
+    pool_release(b->pool);
+    PyMem_Free(b);
+}
+
+static int read_dtype_table(PyObject *pairs, binding *b) {
+    PyObject *seq = PySequence_Fast(pairs, "dtypes must be a list of (type number, code) pairs");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_DTYPES) {
+        PyErr_Format(PyExc_ValueError, "at most %d dtypes, got %zd", MAX_DTYPES, n);
+        Py_DECREF(seq);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ii", &b->type_nums[i], &b->codes[i])) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    b->ndtypes = (int)n;
+    Py_DECREF(seq);
+    return 0;
+}
+
+static PyObject *bind(PyObject *module, PyObject *args) {
+    unsigned long long allreduce_into, team, err;
+    Py_ssize_t err_len, pool_from_bytes;
+    PyObject *pool_capsule, *dtypes;
+    if (!PyArg_ParseTuple(args, "KKKnOnO:bind", &allreduce_into, &team, &err, &err_len, &pool_capsule,
+                          &pool_from_bytes, &dtypes))
+        return NULL;
+    results_pool *p = PyCapsule_GetPointer(pool_capsule, POOL_NAME);
+    if (!p) return NULL;
+    if (!allreduce_into || !team || !err || err_len <= 0) {
+        PyErr_SetString(PyExc_ValueError, "bind needs the core's function, a team and an error buffer");
+        return NULL;
+    }
+    binding *b = PyMem_Calloc(1, sizeof *b);
+    if (!b) return PyErr_NoMemory();
+    b->allreduce_into = (allreduce_into_fn)(uintptr_t)allreduce_into;
+    b->team = (mlc_team *)(uintptr_t)team;
+    b->err = (char *)(uintptr_t)err;
+    b->err_len = (size_t)err_len;
+    b->pool_from_bytes = pool_from_bytes;
+    if (read_dtype_table(dtypes, b)) {
+        PyMem_Free(b);
+        return NULL;
+    }
+    b->pool = p;
+    p->refs++;
+    PyObject *capsule = PyCapsule_New(b, BINDING_NAME, binding_capsule_free);
+    if (!capsule) {
+        pool_release(p);
+        PyMem_Free(b);
+    }
+    return capsule;
+}
+
+static int core_code(const binding *b, const PyArrayObject *grad) {
+    const int num = PyArray_TYPE(grad);
+    for (int i = 0; i < b->ndtypes; i++)
+        if (b->type_nums[i] == num) return b->codes[i];
+    return -1;
+}
+
+static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "average(binding, grad)");
+        return NULL;
+    }
+    const binding *b = PyCapsule_GetPointer(args[0], BINDING_NAME);
+    if (!b) return NULL;
+    if (!PyArray_CheckExact(args[1])) Py_RETURN_NONE;
+    PyArrayObject *grad = (PyArrayObject *)args[1];
+    /* Byte-swapped arrays share the native type number; the general path refuses them. */
+    if (!PyArray_IS_C_CONTIGUOUS(grad) || !PyArray_ISALIGNED(grad) || PyArray_ISBYTESWAPPED(grad))
+        Py_RETURN_NONE;
+    const int code = core_code(b, grad);
+    if (code < 0) Py_RETURN_NONE;
+    const Py_ssize_t nbytes = PyArray_NBYTES(grad);
+    PyObject *result;
+    if (nbytes < b->pool_from_bytes) {
+        result = PyArray_NewLikeArray(grad, NPY_CORDER, NULL, 0);
+    } else {
+        PyArray_Descr *descr = PyArray_DESCR(grad);
+        Py_INCREF(descr); /* pool_array steals it */
+        result = pool_array(b->pool, descr, PyArray_NDIM(grad), PyArray_DIMS(grad), (size_t)nbytes);
+    }
+    if (!result) return NULL;
+    const void *source = PyArray_DATA(grad);
+    void *data = PyArray_DATA((PyArrayObject *)result);
+    const int64_t count = PyArray_SIZE(grad);
+    int rc;
+    /* The call waits for the other ranks: other Python threads run meanwhile. The caller's
+     * list keeps grad alive; result is ours. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = b->allreduce_into(b->team, source, data, count, code, MLC_OP_AVERAGE, 1 << code, b->err, b->err_len);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        Py_DECREF(result);
+        return PyLong_FromLong(rc);
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"pool", pool_new, METH_VARARGS, "pool(keep) -> a pool of touched blocks"},
+    {"take", take, METH_VARARGS, "take(pool, nbytes) -> uint8 array over a pool block"},
+    {"free_blocks", free_blocks, METH_O, "free_blocks(pool) -> number of free blocks"},
+    {"bind", bind, METH_VARARGS,
+     "bind(allreduce_into, team, err, err_len, pool, pool_from_bytes, dtypes) -> binding"},
+    {"average", (PyCFunction)(void (*)(void))average, METH_FASTCALL,
+     "average(binding, grad) -> new array | None (not handled here) | int (core status)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_numpy_glue",
+    .m_doc = "The results' pool and the one-array gradients call, in C.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__numpy_glue(void) {
+    import_array(); /* returns NULL with an ImportError set when NumPy's C API is missing */
+    if (PyType_Ready(&lease_type) < 0) return NULL;
+    return PyModule_Create(&module_def);
+}

@@ -1,0 +1,64 @@
+"""NumPy broadcast (in place, from a root) and check_buffers_match (a digest of each
+rank's buffers compared with rank 0's)."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import numpy as np
+
+from .._core import lib
+from ..core import dtypes as _dtypes
+from ..core.session import Session
+from ..core.status import ERR_LEN, check
+from .buffers import as_array, group_by_dtype, in_place_array, tensor_list
+from .reductions import reduce_in_place
+
+
+def broadcast(s: Session, values, root: int):
+    """Overwrite each array in `values` (an array or a list of them) with root's; returns values."""
+    single = isinstance(values, (np.ndarray, np.generic))  # a scalar: refused below, saying why
+    arrays = [values] if single else values
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"broadcast takes a list of numpy arrays, got {type(values).__name__}")
+    root = s.check_root(root)
+    arrays = [in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
+    broadcast_arrays(s, arrays, root)
+    return values
+
+
+def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int) -> None:
+    """Checked arrays, on team 0: one request per dtype."""
+    groups = group_by_dtype(arrays)
+    dtypes = _dtypes.bits(groups)
+    for part, (dtype, idx) in enumerate(groups.items()):
+        tensors, keep = tensor_list([arrays[i] for i in idx])
+        code = _dtypes.CODES[dtype]
+        rc = lib.mlc_team_broadcast_part(
+            s.teams[0], tensors, len(idx), code, root, part, len(groups), dtypes, s.err, ERR_LEN
+        )
+        check(rc, "broadcast", s.err)
+
+
+def check_buffers_match(s: Session, values, flag: int) -> int:
+    """0 when every rank holds the same buffers as rank 0, else the number of ranks that differ."""
+    if not isinstance(values, (np.ndarray, np.generic, list, tuple)):
+        raise TypeError(
+            "check_buffers_match takes a numpy array or a list of them, "
+            f"got {type(values).__name__}"
+        )
+    arrays = list(values) if isinstance(values, (list, tuple)) else [values]
+    digest = hashlib.blake2b(digest_size=16)
+    for i, a in enumerate(arrays):
+        a = np.asarray(as_array(a, f"check_buffers_match value {i}"), order="C")
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(a.tobytes())
+    mine = np.frombuffer(digest.digest(), dtype=np.int64).copy()
+    reference = mine.copy()
+    broadcast_arrays(s, [reference], 0)  # NumPy whatever the framework
+    differs = np.array([0 if np.array_equal(mine, reference) else 1], dtype=np.int64)
+    if differs[0] and flag:
+        print(f"ml_comm: rank {s.rank}: buffers differ from rank 0's", file=sys.stderr, flush=True)
+    reduce_in_place(s, differs, 0, lib.MLC_OP_SUM, "allreduce_sum")
+    return int(differs[0])

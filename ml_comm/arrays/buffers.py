@@ -1,0 +1,81 @@
+"""NumPy arguments checked and described to the core as (pointer, count) tensors.
+
+Checks happen before anything is sent, so a bad call raises on every rank that
+makes it and leaves the process usable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._core import ffi
+from ..core import dtypes as _dtypes
+
+
+def as_array(value, what: str) -> np.ndarray:
+    """`value` to be read: an array, or a NumPy scalar (np.float32(1), a Keras
+    optimizer's iterations.numpy()) as a 0-d array."""
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        hint = ""
+        if type(value).__module__.startswith(("tensorflow", "keras")):
+            hint = " (for TensorFlow tensors, init ml_comm with framework='tensorflow')"
+        raise TypeError(f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}")
+    return value
+
+
+def in_place_array(value, what: str) -> np.ndarray:
+    """An array the core may write its result into: supported dtype, writeable, contiguous."""
+    if isinstance(value, np.generic):
+        raise TypeError(
+            f"{what} is a NumPy scalar ({type(value).__name__}), which cannot be changed in "
+            "place; pass a 0-d array instead (numpy.array(x)) and read the result from it"
+        )
+    arr = as_array(value, what)
+    _dtypes.code_of(arr.dtype)
+    if not arr.flags.writeable:
+        raise ValueError(
+            f"{what} is read-only; ml_comm writes the result into it in place "
+            "(pass a writeable copy, e.g. array.copy())"
+        )
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise ValueError(
+            f"{what} is not contiguous; ml_comm reduces it in place as one block "
+            "(pass numpy.ascontiguousarray(array) and use the returned array)"
+        )
+    return arr
+
+
+def buffer(arr: np.ndarray):
+    """cffi view of a contiguous array's memory (a Fortran-ordered one through its C-ordered .T)."""
+    return ffi.from_buffer(arr if arr.flags.c_contiguous else arr.T)
+
+
+def tensor_list(arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] | None = None):
+    """An mlc_tensor[] over the arrays (outputs) and, optionally, their sources (inputs);
+    returns (tensors, keep): keep must outlive every use of tensors."""
+    tensors = ffi.new("mlc_tensor[]", max(len(arrays), 1))
+    keep = []
+    for i, arr in enumerate(arrays):
+        buf = buffer(arr)  # writeability was checked by the caller
+        keep.append(buf)
+        tensors[i].data = buf
+        tensors[i].count = arr.size
+        if sources is not None:
+            src = buffer(sources[i])
+            keep.append(src)
+            tensors[i].source = src
+    return tensors, keep
+
+
+def group_by_dtype(arrays: Sequence[np.ndarray]) -> dict[np.dtype, list[int]]:
+    """List indices per dtype, in order of first appearance (TypeError for a dtype the
+    core cannot reduce)."""
+    groups: dict[np.dtype, list[int]] = {}
+    for i, arr in enumerate(arrays):
+        _dtypes.code_of(arr.dtype)
+        groups.setdefault(arr.dtype, []).append(i)
+    return groups

@@ -1,0 +1,75 @@
+"""The NumPy backend (framework None or "numpy"): gradients and broadcast take and
+return NumPy arrays; pipelined teams keep their state here (see core/backend.py)."""
+
+from __future__ import annotations
+
+from .._core import ffi, lib
+from ..core import dtypes as _dtypes
+from ..core.session import Session, is_pipelined
+from ..core.status import ERR_LEN, check
+from . import _numpy_glue, broadcasts, pipeline, reductions
+from .pool import MIN_BYTES, OutputPool
+from .requests import wait_one
+
+
+class NumpyBackend:
+    name = "numpy"
+    nonblocking_ops = False  # callers block in mlc_request_wait
+
+    def __init__(self, session: Session):
+        self.session = session
+        # Pipelined teams: team -> {gradient layout: pipeline.Stage}
+        self.pipelines: dict[int, dict] = {}
+        # Results' memory, per team (teams run concurrently): team -> OutputPool
+        self.pools: dict[int, OutputPool] = {}
+        # Teams whose one-array calls may take _numpy_glue.average (one C call):
+        # synchronous, no finite check. team -> its binding; config_team's restart drops it.
+        self.plain: dict[int, object] = {}
+
+    def gradients(self, grads, team: int, out=None) -> list:
+        plain = self.plain.get(team)
+        if plain is not None and out is None and type(grads) is list and len(grads) == 1:
+            # With the signature of the general path's one-dtype request: ranks may take
+            # either path. At 8 bytes the whole reduction takes a few microseconds.
+            result = _numpy_glue.average(plain, grads[0])
+            if type(result) is int:  # the core's status
+                check(result, "gradients", self.session.err)
+            if result is not None:
+                return [result]
+        s = self.session
+        handle = s.team(team)  # a bad team id fails before the pipelines are touched
+        stages = self.pipelines.setdefault(team, {})
+        pool = self.pools.setdefault(team, OutputPool())
+        config = s.configs[team]
+        pipelined = is_pipelined(config.ksteps, config.max_steps)
+        if plain is None and not s.guard.finite and not pipelined:  # once, until a restart
+            self.plain[team] = bind_team(handle, pool, s.err)
+        return reductions.gradients(s, stages, pool, grads, team, out)
+
+    def broadcast(self, values, root: int):
+        return broadcasts.broadcast(self.session, values, root)
+
+    def restart(self, team: int) -> None:
+        self.plain.pop(team, None)
+        # A reduction in flight finishes (under the old settings) and its result is dropped.
+        pipeline.drain_all(self.pipelines.pop(team, {}), wait_one)
+
+    def close(self) -> None:
+        self.plain = {}
+        for stages in self.pipelines.values():
+            pipeline.drain_all(stages, wait_one)
+        self.pipelines = {}
+
+
+def bind_team(handle, pool: OutputPool, err):
+    """_numpy_glue's binding of one team: results from the team's pool from MIN_BYTES
+    (fresh arrays below), for every dtype the core reduces."""
+    return _numpy_glue.bind(
+        int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_allreduce_into"))),
+        int(ffi.cast("uintptr_t", handle)),
+        int(ffi.cast("uintptr_t", err)),
+        ERR_LEN,
+        pool.handle,
+        MIN_BYTES,
+        [(dtype.num, code) for dtype, code in _dtypes.CODES.items()],
+    )

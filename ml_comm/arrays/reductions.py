@@ -1,0 +1,127 @@
+"""NumPy reductions: in-place average / sum of one array, and the fused average of a
+gradient list (synchronous, or pipelined on a team configured so; see pipeline.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._core import lib
+from ..core import dtypes as _dtypes
+from ..core.layout import fused_order
+from ..core.session import Session, is_pipelined
+from ..core.status import ERR_LEN, check
+from ..faults import stop
+from . import pipeline
+from .buffers import as_array, buffer, group_by_dtype, in_place_array
+from .pool import OutputPool
+from .requests import average_blocking, average_groups, average_now, submit_average, wait_one
+
+
+def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) -> np.ndarray:
+    handle = s.team(team)
+    flags = arr.flags if type(arr) is np.ndarray else None
+    # The common call (a writeable C-contiguous array of a reducible dtype) skips the checks
+    # that would only name what is wrong: at 8 bytes the whole reduction takes microseconds.
+    code = _dtypes.CODES.get(arr.dtype) if flags is not None else None
+    if code is None or not (flags.writeable and flags.c_contiguous):
+        arr = in_place_array(arr, what)
+        code = _dtypes.CODES[arr.dtype]
+    rc = lib.mlc_team_allreduce_buffer(handle, buffer(arr), arr.size, code, op, s.err, ERR_LEN)
+    if rc:
+        check(rc, what, s.err)
+    return arr
+
+
+def gradients(
+    s: Session,
+    stages: dict,
+    pool: OutputPool,
+    grads: Sequence[np.ndarray],
+    team: int,
+    out: Sequence[np.ndarray] | None = None,
+) -> list[np.ndarray]:
+    """The list averaged over the session's ranks (inputs untouched): into `out` when
+    given, else into new arrays from `pool` (memory earlier calls touched).
+
+    stages: this team's pipelines ({gradient layout: pipeline.Stage}), kept by the caller.
+    """
+    handle = s.team(team)
+    config = s.configs[team]
+    if not isinstance(grads, (list, tuple)):
+        raise TypeError(f"gradients takes a list of numpy arrays, got {type(grads).__name__}")
+    pipelined = is_pipelined(config.ksteps, config.max_steps)
+    if out is None and not pipelined and not s.guard.finite and _one_plain_dtype(grads):
+        # The common call, with nothing to convert or group: a blocking call that runs
+        # small lists on this thread; every microsecond of Python counts at 8 bytes.
+        outputs = pool.arrays(grads)
+        order = fused_order([g.ndim for g in grads], range(len(grads)))  # for errors too
+        laid_out = [grads[i] for i in order]
+        average_blocking(handle, s.err, [outputs[i] for i in order], laid_out, order)
+        return outputs  # synchronous: should_stop reads the team's mark
+    # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
+    # (np.ascontiguousarray would make them 1-d).
+    inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
+    groups = group_by_dtype(inputs)
+    if out is not None:
+        outputs = _checked_out(out, inputs, pipelined)
+    elif pipelined:
+        outputs = [None] * len(inputs)
+    else:
+        outputs = pool.arrays(inputs)
+    if not pipelined:
+        # With the finite check the requests' own reports map NaNs to list indices.
+        average_groups(handle, inputs, groups, outputs, None if s.guard.finite else s.err)
+    else:
+        _pipelined(handle, config, stages, inputs, groups, outputs)
+    stop.note_call(team)  # what this call's waits saw of a stop request (faults/stop.py)
+    # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
+    return [
+        out[()] if isinstance(g, np.generic) and out is not None else out
+        for g, out in zip(grads, outputs)
+    ]
+
+
+def _one_plain_dtype(grads) -> bool:
+    """Every gradient a C-contiguous ndarray of one dtype that the core reduces."""
+    if not grads or type(grads[0]) is not np.ndarray or grads[0].dtype not in _dtypes.CODES:
+        return False
+    dtype = grads[0].dtype
+    return all(type(g) is np.ndarray and g.dtype == dtype and g.flags.c_contiguous for g in grads)
+
+
+def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndarray]:
+    """gradients(out=...): one writable C-contiguous array per gradient, of its shape and
+    dtype (it may be the gradient itself: then the average replaces it)."""
+    if pipelined:
+        raise ValueError("gradients(out=...) is for synchronous teams; a pipelined team "
+                         "returns the previous call's average from its own buffers")  # fmt: skip
+    if not isinstance(out, (list, tuple)) or len(out) != len(inputs):
+        raise ValueError(f"gradients: out must be a list of {len(inputs)} arrays, one per gradient")
+    for i, (o, g) in enumerate(zip(out, inputs)):
+        in_place_array(o, f"out[{i}]")
+        if o.shape != g.shape or o.dtype != g.dtype or not o.flags.c_contiguous:
+            raise ValueError(
+                f"gradients: out[{i}] must be a C-contiguous {g.dtype} array of shape {g.shape}, "
+                f"got {o.dtype} {o.shape}"
+            )
+    return list(out)
+
+
+def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:
+    for idx in groups.values():
+        order = fused_order([inputs[i].ndim for i in idx], idx)
+        arrays = [inputs[i] for i in order]
+        stage = stages.setdefault(pipeline.layout_of(arrays), pipeline.Stage())
+        phase = lib.mlc_step_phase(stage.calls, config.ksteps, config.max_steps)
+        results = pipeline.step(
+            stage,
+            phase,
+            arrays,
+            lambda a: average_now(handle, a),
+            lambda a: submit_average(handle, a, a, in_place=True),
+            wait_one,
+        )
+        for i, r in zip(order, results):
+            outputs[i] = r

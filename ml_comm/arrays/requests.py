@@ -1,0 +1,128 @@
+"""Asynchronous NumPy averages: submitting fused requests to a team, waiting for them,
+and turning failed ones into one MLCommError."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._core import ffi, lib
+from ..core import checks
+from ..core import dtypes as _dtypes
+from ..core.errors import MLCommError
+from ..core.layout import fused_order
+from ..core.status import ERR_LEN, check, text
+from ..faults import stop
+from .buffers import tensor_list
+
+
+def submit_average(
+    handle,
+    outputs: list[np.ndarray],
+    inputs: list[np.ndarray],
+    in_place=False,
+    part=0,
+    nparts=1,
+    call_dtypes=0,
+):
+    """Start an asynchronous average of arrays of one dtype; returns (request, keep).
+
+    part/nparts: this request's place among the call's requests (one per dtype), and
+    call_dtypes the bits of the call's dtypes, so that ranks whose lists split into
+    different dtypes fail alike, naming them (csrc/agree/)."""
+    tensors, keep = tensor_list(outputs, None if in_place else inputs)
+    out = ffi.new("mlc_request **")
+    rc = lib.mlc_team_allreduce_async_part(
+        handle,
+        tensors,
+        len(outputs),
+        _dtypes.CODES[outputs[0].dtype],
+        lib.MLC_OP_AVERAGE,
+        part,
+        nparts,
+        call_dtypes,
+        ffi.NULL,
+        ffi.NULL,
+        out,
+    )
+    check(rc, "gradients")
+    return out[0], (tensors, keep)
+
+
+def average_blocking(
+    handle, err, outputs: list[np.ndarray], inputs: list[np.ndarray], order=None
+) -> None:
+    """One blocking average: a small one runs on this thread, with no hand-off to the
+    team's threads (about as long as the whole reduction below a few KiB). order: the
+    gradient list index of each tensor, for the tensors an error names."""
+    tensors, _keep = tensor_list(outputs, inputs)
+    code = _dtypes.CODES[outputs[0].dtype]
+    rc = lib.mlc_team_allreduce_part(
+        handle, tensors, len(outputs), code, lib.MLC_OP_AVERAGE, 0, 1, 1 << code, err, ERR_LEN
+    )
+    if rc != lib.MLC_OK:
+        raise MLCommError(
+            "gradients failed: " + checks.name_tensors(text(err), rc, order, "gradients")
+        )
+
+
+def average_groups(handle, inputs, groups, outputs, err=None) -> None:
+    """Synchronous: the average of inputs into outputs (allocated by the caller), one fused
+    request per dtype. One dtype with `err` given: one blocking call; else all requests in
+    flight at once (and a NaN/Inf report names the gradients by their list index)."""
+    if err is not None and len(groups) == 1:
+        idx = next(iter(groups.values()))
+        order = fused_order([inputs[i].ndim for i in idx], idx)
+        average_blocking(
+            handle, err, [outputs[i] for i in order], [inputs[i] for i in order], order
+        )
+        return
+    requests = []
+    orders = []
+    keep = []
+    try:
+        for part, idx in enumerate(groups.values()):
+            order = fused_order([inputs[i].ndim for i in idx], idx)
+            request, k = submit_average(
+                handle,
+                [outputs[i] for i in order],
+                [inputs[i] for i in order],
+                part=part,
+                nparts=len(groups),
+                call_dtypes=_dtypes.bits(groups),
+            )
+            keep.append(k)
+            requests.append(request)
+            orders.append(order)
+    finally:
+        errors = wait_all(requests, orders)
+    if errors:
+        raise MLCommError("gradients failed: " + "; ".join(errors))
+
+
+def average_now(handle, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    outputs = [np.empty(a.shape, a.dtype) for a in arrays]
+    request, _keep = submit_average(handle, outputs, arrays)
+    wait_one(request)
+    return outputs
+
+
+def wait_one(request) -> None:
+    errors = wait_all([request])
+    if errors:
+        raise MLCommError("gradients failed: " + "; ".join(errors))
+
+
+def wait_all(requests, orders=None) -> list[str]:
+    """Wait for and free the requests; their distinct error messages. orders[k]: the
+    gradient list index of each tensor of request k, for NaN/Inf reports."""
+    errors = []
+    for k, req in enumerate(requests):
+        status = lib.mlc_request_wait(req)
+        if status != lib.MLC_OK:
+            order = orders[k] if orders is not None else None
+            text = checks.request_error(req, status, order, "gradients")
+            if text not in errors:  # the parts of a failed call repeat its message
+                errors.append(text)
+        stop.note_request(req)
+        lib.mlc_request_free(req)
+    return errors

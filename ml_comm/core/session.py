@@ -1,0 +1,174 @@
+"""One init()..finalize() lifetime: the communicator, the C context, the teams, their
+settings, and the framework backend that gradients/broadcast go through.
+
+State lives in one Session per process (Python's side; the C core itself has no
+globals). The session knows no framework: it hands itself to the backend that
+init's `framework` names (backend.py). MPI (mpi4py's module, which the caller has
+checked) and the ways out of the job that watch for departed peers (faults/) are
+handed in by the caller, which sits above both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._core import ffi, lib
+from . import backend, checks, compression, settings_check, timeline
+from .errors import MLCommError
+from .report import TeamReporter, stats_dict
+from .status import ERR_LEN, check, text
+
+ALG_AUTO = lib.MLC_ALG_AUTO
+# Environment overrides of the core's size thresholds (their defaults live in csrc/team/team.c
+# and, for the direct allreduce, csrc/agree/agree.h).
+THRESHOLD_SETTERS = {
+    "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
+    "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,
+    "ML_COMM_DIRECT_BYTES": lib.mlc_team_set_direct_threshold,
+    "ML_COMM_RABENSEIFNER_BYTES": lib.mlc_team_set_rabenseifner_threshold,
+}
+
+
+def is_pipelined(ksteps: int, max_steps: int) -> bool:
+    """Whether some call of a team configured so is not synchronous."""
+    return ksteps < max_steps and ksteps != -max_steps
+
+
+@dataclass
+class TeamConfig:
+    alg: int = ALG_AUTO
+    ksteps: int = 0
+    max_steps: int = 0
+    verbosity: int = 0
+    perf_freq: int = 100
+
+
+class Session:
+    """The context and teams on `comm`; rank and size are this communicator's."""
+
+    def __init__(
+        self,
+        nthreads: int,
+        nteams: int,
+        msglen: int,
+        framework: str,
+        chunk_bytes: int,
+        thresholds: dict[str, int],
+        comm,
+        mpi,
+        open_exits: Callable[[object, object], tuple[Any, Any]],
+    ):
+        self.guard = checks.from_env()  # a malformed variable raises before anything starts
+        self.compression = compression.from_env()
+        self.mpi = mpi
+        # Before any team: ranks with other thread counts would hang creating one.
+        settings_check.verify(
+            comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds, self.compression
+        )
+        self.comm = comm
+        self.err = ffi.new(f"char[{ERR_LEN}]")
+        self.teams: list = []
+        self.backend: backend.Backend | None = None
+        self.departure = None
+        self.barrier = None
+        self.ctx = lib.mlc_context_create(self.mpi._addressof(comm), self.err, ERR_LEN)
+        if self.ctx == ffi.NULL:
+            raise MLCommError(text(self.err))
+        self.rank = lib.mlc_context_rank(self.ctx)
+        self.size = lib.mlc_context_size(self.ctx)
+        self.configs = [TeamConfig() for _ in range(nteams)]
+        try:
+            # (departure, barrier): leaving together, and barrier(), on duplicates of comm
+            self.departure, self.barrier = open_exits(mpi, comm)
+            for _ in range(nteams):
+                self.teams.append(self._create_team(nthreads, msglen, chunk_bytes))
+                checks.apply(self.teams[-1], len(self.teams) - 1, self.guard)
+                for name, value in thresholds.items():
+                    check(THRESHOLD_SETTERS[name](self.teams[-1], value), name)
+                check(
+                    lib.mlc_team_set_compression(self.teams[-1], self.compression),
+                    compression.VARIABLE,
+                )
+            if timeline.enabled():
+                timeline.enable(self.teams)
+            self.backend = backend.create(framework, self)
+        except BaseException:
+            self.close()
+            raise
+        self.reporters = [
+            TeamReporter(t, self.rank, self.backend.nonblocking_ops) for t in range(nteams)
+        ]
+        self.nthreads = nthreads
+        self.chunk_bytes = chunk_bytes
+        self.msglen = msglen
+
+    def _create_team(self, nthreads: int, msglen: int, chunk_bytes: int):
+        out = ffi.new("mlc_team **")
+        rc = lib.mlc_team_create(
+            self.ctx, nthreads, 4 * msglen, chunk_bytes, out, self.err, ERR_LEN
+        )
+        if rc == lib.MLC_ERR_NOMEM:
+            raise MLCommError(
+                f"could not create a team: {text(self.err)}; msglen={msglen} asks for a "
+                f"fusion buffer of {4 * msglen / 2**30:.1f} GiB per team: use a smaller "
+                "msglen (larger gradient sets are streamed through the buffer)"
+            )
+        if rc != lib.MLC_OK:
+            raise MLCommError(f"could not create a team: {text(self.err)}")
+        return out[0]
+
+    def team(self, team: int):
+        """The handle of team number `team`; TypeError / ValueError name a bad id."""
+        if type(team) is int and 0 <= team < len(self.teams):
+            return self.teams[team]
+        if type(team) is not int and not isinstance(team, np.integer):
+            raise TypeError(f"team must be an int, got {type(team).__name__}")
+        if not 0 <= team < len(self.teams):
+            raise ValueError(
+                f"team {team} is out of range: this job has teams 0..{len(self.teams) - 1} "
+                f"(set their number with init(nteams=...))"
+            )
+        return self.teams[team]
+
+    def check_root(self, root) -> int:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+            raise TypeError(f"root must be an int, got {type(root).__name__}")
+        if not 0 <= root < self.size:
+            raise ValueError(f"root {root} is out of range: ranks are 0..{self.size - 1}")
+        return int(root)
+
+    def stats(self, team: int) -> dict:
+        s = ffi.new("mlc_team_stats *")
+        lib.mlc_team_get_stats(self.teams[team], s)
+        return stats_dict(s)
+
+    def summarise(self) -> None:
+        """finalize: each team's closing report line (config_team verbosity)."""
+        for t, cfg in enumerate(self.configs):
+            self.reporters[t].summary(cfg, self.stats(t))
+        if timeline.enabled():
+            timeline.write(self.rank, self.size, self.teams)
+
+    def close(self) -> None:
+        """Free everything this session holds; safe after a partial __init__."""
+        framework, self.backend = self.backend, None
+        try:
+            if framework is not None:
+                framework.close()  # before the teams go: their operations must fail cleanly
+        finally:
+            for team in self.teams:
+                lib.mlc_team_destroy(team)
+            self.teams = []
+            if self.ctx != ffi.NULL:
+                lib.mlc_context_destroy(self.ctx)
+                self.ctx = ffi.NULL
+            if self.departure is not None:
+                self.departure.close()
+                self.departure = None
+            if self.barrier is not None:
+                self.barrier.close()
+                self.barrier = None

@@ -1,0 +1,95 @@
+"""`ml_comm.barrier()`: a barrier that a departed rank cannot turn into a hang.
+
+MPI_Barrier blocks inside MPI, and its messages are invisible to MPI_Iprobe, so a rank
+that leaves the job (finalize, the end of the script) while the others wait in it could
+not tell that they wait for it. This barrier is a dissemination barrier of zero-byte
+point-to-point messages on a communicator of its own (round k: send to rank + 2^k,
+receive from rank - 2^k; log2(n) rounds), polled with short sleeps, so that:
+
+* a leaving rank (departure.py) finds the unreceived message of a barrier it
+  never entered (`waiting_peer`) and ends the job with a message naming the rank;
+* a rank waiting here that finds a peer waiting for it in a team operation (the ranks
+  made different calls, e.g. ran different numbers of training steps) raises instead of
+  waiting forever. A peer that has just passed the barrier may already have sent its
+  next team operation's first message, so that finding has to last a moment first.
+
+Every message a rank is sent in a barrier is received before that rank leaves it, so an
+unreceived one always belongs to a barrier this rank has not entered.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._core import lib
+from ..core.errors import MLCommError
+from .abort import _world, steps_text
+
+_MAX_POLL_SECONDS = 0.05
+_STUCK_SECONDS = 2.0  # a team peer waiting for this rank that long is not a race
+
+
+class Barrier:
+    """On a duplicate of the session's communicator; ranks are that communicator's."""
+
+    def __init__(self, mpi, comm):
+        self.mpi = mpi
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+        self.comm = comm.Dup() if self.size > 1 else None
+        self._empty = np.empty(0, np.uint8)
+
+    def wait(self, teams, context: str = "") -> None:
+        """Return once every rank has entered the barrier (collective)."""
+        if self.comm is None:
+            return
+        distance, tag = 1, 0
+        while distance < self.size:
+            dest = (self.rank + distance) % self.size
+            source = (self.rank - distance) % self.size
+            recv = self.comm.Irecv([np.empty(0, np.uint8), self.mpi.BYTE], source, tag)
+            send = self.comm.Isend([self._empty, self.mpi.BYTE], dest, tag)
+            self._poll([recv, send], teams, context)
+            distance, tag = 2 * distance, tag + 1
+
+    def _poll(self, requests, teams, context: str) -> None:
+        pause, stuck_since = 1e-5, None
+        while not self.mpi.Request.Testall(requests):
+            peer, team = _team_peer_waiting(teams)
+            if peer < 0:
+                stuck_since = None
+            elif stuck_since is None:
+                stuck_since = time.monotonic()
+            elif time.monotonic() - stuck_since > _STUCK_SECONDS:
+                raise MLCommError(
+                    f"rank {self.rank} of {self.size} waits in barrier(){context} while rank "
+                    f"{peer} waits for it in an operation on team {team} that rank {self.rank} "
+                    f"never made: the ranks did not make the same calls.{steps_text()}"
+                )
+            time.sleep(pause)
+            pause = min(2 * pause, _MAX_POLL_SECONDS)
+
+    def waiting_peer(self) -> int:
+        """A rank that has sent this one a barrier message not yet received (it waits in
+        a barrier this rank never entered), or -1."""
+        if self.comm is None:
+            return -1
+        status = self.mpi.Status()
+        if self.comm.Iprobe(self.mpi.ANY_SOURCE, self.mpi.ANY_TAG, status):
+            return status.Get_source()
+        return -1
+
+    def close(self) -> None:
+        if self.comm is not None and _world() is not None:  # not after MPI_Finalize
+            self.comm.Free()
+        self.comm = None
+
+
+def _team_peer_waiting(teams) -> tuple[int, int]:
+    for t, team in enumerate(teams):
+        peer = lib.mlc_team_waiting_peer(team)
+        if peer >= 0:
+            return peer, t
+    return -1, -1

@@ -1,0 +1,66 @@
+"""Leaving together: the barrier a rank leaves through (finalize, sys.exit(), the end of
+the script), which aborts the job instead of leaving behind a peer that waits for this
+rank in a team operation or a barrier it never entered (abort.py says why)."""
+
+from __future__ import annotations
+
+import time
+
+from .._core import lib
+from .abort import _world, abort, steps_text
+from .barrier import Barrier
+
+# Polling interval of the leaving rank: short at first (the usual finalize finds
+# every rank there at once), then up to this, so that a long wait costs no CPU.
+_MAX_POLL_SECONDS = 0.05
+
+
+def open_exits(mpi, comm) -> tuple[Departure, Barrier]:
+    """The session's ways out, made at init (collective): handed to the session."""
+    return Departure(comm), Barrier(mpi, comm)
+
+
+class Departure:
+    """The barrier a rank leaves through, on a communicator of its own (a duplicate of
+    the session's, made at init, collectively, so that leaving needs nothing but
+    point-to-point progress). Ranks in messages are the session communicator's."""
+
+    def __init__(self, comm):
+        self.size = comm.Get_size()
+        self.rank = comm.Get_rank()
+        self.comm = comm.Dup() if self.size > 1 else None
+
+    def leave(self, teams, barrier=None) -> None:
+        """Wait for every rank to leave too; abort the job if a peer waits for this
+        rank in a team operation or in a barrier (it would never return)."""
+        if self.comm is None or _world() is None:  # one rank, or MPI already finalized
+            return
+        request = self.comm.Ibarrier()
+        pause = 1e-4
+        while not request.Test():
+            peer = barrier.waiting_peer() if barrier is not None else -1
+            if peer >= 0:
+                abort(
+                    f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
+                    f"sys.exit() or the end of the script) while rank {peer} waits for it in "
+                    f"barrier(), which rank {self.rank} never entered. Aborting the job "
+                    f"(MPI_Abort) instead of leaving rank {peer} waiting forever."
+                )
+            for t, team in enumerate(teams):
+                peer = lib.mlc_team_waiting_peer(team)
+                if peer >= 0:
+                    abort(
+                        f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
+                        f"sys.exit() or the end of the script) while rank {peer} waits for it in "
+                        f"an operation on team {t} that rank {self.rank} never made: the ranks "
+                        f"did not make the same calls.{steps_text()} Aborting the job "
+                        "(MPI_Abort) instead of "
+                        f"leaving rank {peer} waiting forever."
+                    )
+            time.sleep(pause)
+            pause = min(2 * pause, _MAX_POLL_SECONDS)
+
+    def close(self) -> None:
+        if self.comm is not None and _world() is not None:
+            self.comm.Free()
+        self.comm = None

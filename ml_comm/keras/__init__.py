@@ -1,0 +1,270 @@
+"""Keras 3 hook: `init()` ... `finalize()` alone make a Keras script data-parallel.
+
+    import ml_comm.keras as mk
+
+    mk.init()                                   # before training (threads, teams, msglen)
+    model.compile(optimizer="sgd", loss=...)    # before or after init
+    model.fit(x_shard, y_shard, ...)            # unchanged: gradients averaged on team 0
+    model.evaluate(x_test_shard, y_test_shard)  # metrics of all ranks' shards together
+    mk.finalize()
+
+Between `init` and `finalize` every Keras optimizer update on this rank averages its
+gradients over all ranks first (team 0 unless `set_team(model, team)` chose another, or
+`set_team(model, None)` opted the model out), whether it comes from `fit`,
+`train_on_batch`, a custom `train_step` or a custom loop that calls `optimizer.apply` /
+`apply_gradients`. Rank 0's weights are broadcast before a model's first update.
+
+How it hooks in
+---------------
+Keras 3 has no public gradient-transform hook and no global callback registry, but every
+weight update ends in the public `Optimizer.apply`, and every training or evaluation run
+of a model in its public `fit` / `evaluate` / `predict` / `train_on_batch`. `init` wraps
+those methods on the public base classes (`keras.optimizers.Optimizer`,
+`keras.optimizers.LossScaleOptimizer`, `keras.Model`) and `finalize` restores them; the
+optimizer side is in apply.py, the model side (registration, quiet ranks, equal
+steps per epoch) in fit.py, global metrics in metrics.py. Instances,
+their classes, saved models and checkpoints are untouched: a saved model reloads without
+ml_comm. Custom `tf.function` loops must be traced after `init` (a graph traced before
+holds the plain optimizer's update).
+
+msglen: omitted, each team's fusion buffer holds `DEFAULT_MSGLEN` (4 Mi) float32 elements
+(16 MiB per team). Larger gradient sets stream through it in windows.
+
+Rules, as for every ml_comm collective: every rank trains the same models with the same
+batch shapes; `fit` makes the ranks agree on the number of steps per epoch, custom loops
+use `ml_comm.data.equal_steps`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+
+import keras
+import numpy as np
+
+from .. import api as mc
+from ..core.errors import MLCommError
+from ..faults.abort import set_steps_note
+from . import apply, fit, teams
+from .metrics import GlobalMetrics, MetricAverage, average_logs
+
+DEFAULT_MSGLEN = 1 << 22
+
+_owns_session = False
+
+
+# ---------------------------------------------------------------- life cycle
+
+
+def init(
+    nthread_per_team: int = 2,
+    nteams: int = 1,
+    msglen: int | None = None,
+    *,
+    chunk_bytes: int | None = None,
+    per_batch_metrics: bool = False,
+) -> None:
+    """Start ml_comm for Keras: `nteams` teams of `nthread_per_team` threads (collective),
+    and make every model and optimizer that trains from now on data-parallel.
+
+    msglen: element count that sizes each team's fusion buffer; None takes DEFAULT_MSGLEN.
+    per_batch_metrics: True averages fit's logs over the ranks after every batch too (one
+    small allreduce per step); False (default) makes them global at each epoch's end.
+    """
+    global _owns_session
+    if keras.backend.backend() != "tensorflow":
+        raise MLCommError(
+            f"ml_comm.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
+            f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow"
+        )
+    if int(keras.__version__.split(".")[0]) < 3:
+        raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")
+    mc.init(
+        nthread_per_team,
+        nteams,
+        DEFAULT_MSGLEN if msglen is None else msglen,
+        "tensorflow",
+        chunk_bytes=chunk_bytes,
+    )
+    _owns_session = True
+    apply.install()
+    fit.install(per_batch_metrics)
+    set_steps_note(apply.steps_note)
+    atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
+
+
+def finalize() -> None:
+    """Restore Keras (models train serially again; their train steps are traced anew)
+    and stop ml_comm's teams. Safe to call twice."""
+    global _owns_session
+    if not _owns_session:
+        return
+    note = apply.steps_note() if mc.get_nranks() > 1 else ""
+    set_steps_note(lambda: note)  # for finalize's check that nobody waits for us
+    fit.uninstall()
+    apply.uninstall()
+    _owns_session = False
+    try:
+        mc.finalize()
+    finally:
+        set_steps_note(None)
+
+
+def set_team(model: keras.Model, team: int | None = 0) -> keras.Model:
+    """Put `model` on ml_comm team `team` (GANs: one team per model), or opt it out with
+    team=None (it then trains on this rank alone). Not needed for team 0. Call it after
+    `compile`, on every rank (a collective when the model is built: it broadcasts the
+    weights). Returns the model."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"set_team takes a keras.Model, got {type(model).__name__}")
+    if getattr(model, "optimizer", None) is None:
+        raise MLCommError(
+            "set_team: the model has no optimizer; call model.compile(optimizer=...) "
+            "first, then ml_comm.keras.set_team(model, team)"
+        )
+    if team is not None:
+        _check_team(team)
+        team = int(team)
+    else:
+        _check_team(0)
+    teams.set_model_team(model, team)
+    if team is None:
+        apply.state_of(model.optimizer).team = None
+        if getattr(model, "compiled", False):
+            model.make_train_function(force=True)
+        return model
+    fit.prepare(model)
+    return model
+
+
+def distributed_optimizer(optimizer, team: int | None = 0, model: keras.Model | None = None):
+    """Choose the team on which `optimizer` (a keras.optimizers.Optimizer) averages its
+    gradients (None: opt it out). Every optimizer is averaged on team 0 after init
+    without this. With `model`, its weights are broadcast at the first update unless
+    broadcast_weights(model) ran before; without, the variables of the first update are.
+    Returns the optimizer."""
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"distributed_optimizer takes a keras.optimizers.Optimizer, "
+            f"got {type(optimizer).__name__}"
+        )
+    _check_team(0 if team is None else team)
+    state = apply.state_of(optimizer)
+    state.team = None if team is None else int(team)
+    if model is not None:
+        state.model = weakref.ref(model)
+    return optimizer
+
+
+def broadcast_weights(model, root: int = 0) -> None:
+    """Overwrite the model's weights (and its optimizer's variables, if built) with
+    root's. Collective; eager. Also takes a list of variables."""
+    if isinstance(model, keras.Model):
+        apply.broadcast_model_weights(model, root)
+    else:
+        apply.broadcast_eagerly(list(model), root)
+
+
+def gather(values, root: int = 0):
+    """Concatenate every rank's `values` (a NumPy array such as `predict`'s output, rows
+    first, any number of rows per rank) in rank order on `root`; None on the others.
+    Collective; for results, not for the training step (it pickles through mpi4py)."""
+    world = mc.init_mpi().COMM_WORLD
+    parts = world.gather(np.asarray(values), root=root)
+    return np.concatenate(parts) if parts is not None else None
+
+
+def _check_team(team) -> None:
+    """Raises before init(), without framework="tensorflow", or for a bad team id."""
+    if mc._active().backend.name != "tensorflow":
+        raise MLCommError(
+            "ml_comm was initialised without framework='tensorflow'; start it with "
+            "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"
+        )
+    mc.team_settings(team)
+
+
+# ---------------------------------------------------------------- callbacks and helpers
+
+
+def ModelCheckpoint(filepath, **kwargs) -> keras.callbacks.Callback:  # noqa: N802
+    """keras.callbacks.ModelCheckpoint on rank 0, a callback that does nothing elsewhere:
+    only rank 0 writes (the weights are identical everywhere). Put it in `fit`'s callbacks;
+    with `monitor`/`save_best_only` it sees the metrics averaged over the ranks."""
+    if mc.get_rank() == 0:
+        return keras.callbacks.ModelCheckpoint(filepath, **kwargs)
+    return keras.callbacks.Callback()
+
+
+@keras.saving.register_keras_serializable(package="ml_comm")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """base(step) * m(step): m rises linearly from 1 at step 0 to `scale` at
+    `warmup_steps` and stays there (Goyal et al., "Accurate, Large Minibatch SGD").
+
+    base: a float or a LearningRateSchedule. Serialisable (saved models reload it)."""
+
+    def __init__(self, base, scale: float, warmup_steps: int = 0):
+        self.base = base
+        self.scale = float(scale)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        if isinstance(self.base, keras.optimizers.schedules.LearningRateSchedule):
+            base = self.base(step)
+        else:
+            base = self.base
+        base = keras.ops.cast(base, "float32")
+        if self.warmup_steps <= 0:
+            return base * self.scale
+        done = keras.ops.minimum(keras.ops.cast(step, "float32") / self.warmup_steps, 1.0)
+        return base * (1.0 + (self.scale - 1.0) * done)
+
+    def get_config(self):
+        base = self.base
+        if isinstance(base, keras.optimizers.schedules.LearningRateSchedule):
+            base = keras.saving.serialize_keras_object(base)
+        return {"base": base, "scale": self.scale, "warmup_steps": self.warmup_steps}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config["base"], dict):
+            config["base"] = keras.saving.deserialize_keras_object(config["base"])
+        return cls(**config)
+
+
+def scale_learning_rate(learning_rate, warmup_steps: int = 0):
+    """The learning rate for `get_nranks()` times the batch: `learning_rate * nranks`
+    (linear scaling), reached after `warmup_steps` optimizer steps that ramp up from
+    `learning_rate` (a WarmupSchedule). learning_rate: a float or a LearningRateSchedule."""
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    nranks = mc.get_nranks()
+    is_schedule = isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule)
+    if warmup_steps == 0 and not is_schedule:
+        return float(learning_rate) * nranks
+    return WarmupSchedule(learning_rate, nranks, warmup_steps)
+
+
+def get_team(model: keras.Model) -> int | None:
+    """The model's team: set_team's choice, 0 without one, None when opted out."""
+    return teams.team_of(model)
+
+
+__all__ = [
+    "DEFAULT_MSGLEN",
+    "GlobalMetrics",
+    "MetricAverage",
+    "ModelCheckpoint",
+    "WarmupSchedule",
+    "average_logs",
+    "broadcast_weights",
+    "distributed_optimizer",
+    "finalize",
+    "gather",
+    "get_team",
+    "init",
+    "scale_learning_rate",
+    "set_team",
+]

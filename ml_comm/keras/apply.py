@@ -1,0 +1,263 @@
+"""The optimizer side of the Keras hook: after `ml_comm.keras.init` every Keras optimizer
+update averages its gradients over the ranks first.
+
+Every path that changes weights in Keras 3 ends in `Optimizer.apply(grads, variables)`:
+the trainer's `train_step` (fit, train_on_batch) calls `apply_gradients`, which calls
+`apply`, and custom loops call one of the two. `install()` wraps the public `apply` of
+`keras.optimizers.Optimizer` (which every built-in optimizer inherits) and of
+`keras.optimizers.LossScaleOptimizer` (which overrides it), so models compiled before or
+after init, custom training steps and standalone optimizers are all caught; `uninstall()`
+puts the originals back. Only the outermost `apply` of a call reduces: a
+LossScaleOptimizer averages the still-scaled gradients, so an overflow on one rank
+becomes inf on every rank and all of them skip the step and lower the scale together;
+the inner optimizer's `apply` then passes the averaged gradients through untouched.
+
+Gradient accumulation (`gradient_accumulation_steps=k`): the micro-steps' gradients are
+summed here, on each rank, and averaged over the ranks once, on the micro-step where
+Keras applies them; Keras is handed zeros on the other micro-steps (its own accumulators
+then add nothing), and `sum / k` on the update step, which is what one process over the
+global batch applies. One reduction per applied update instead of one per micro-step.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .. import api as mc
+from .. import tensorflow as tf_binding
+
+SUPPORTED_DTYPES = frozenset(tf_binding.SUPPORTED)  # the core's dtypes
+
+
+@dataclass
+class OptimizerState:
+    team: int | None = 0  # None: the user opted this optimizer out (trains alone)
+    model: weakref.ref | None = None  # the model whose weights the first update syncs
+    pending_broadcast: bool = True
+    micro_steps: tf.Variable | None = None  # accumulation: applies made so far
+    accumulators: dict = field(default_factory=dict)  # accumulation: key -> tf.Variable
+
+
+_states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_nesting = threading.local()  # > 0 inside a hooked apply of this thread
+_originals: list[tuple[type, str, object]] = []
+
+
+def state_of(optimizer) -> OptimizerState:
+    """The optimizer's registration; a new one (team 0) for an optimizer seen first."""
+    state = _states.get(optimizer)
+    if state is None:
+        state = _states[optimizer] = OptimizerState()
+    return state
+
+
+def known(optimizer) -> OptimizerState | None:
+    return _states.get(optimizer)
+
+
+def install() -> None:
+    if _originals:
+        return
+    for cls in (keras.optimizers.Optimizer, keras.optimizers.LossScaleOptimizer):
+        original = cls.apply  # the inherited one for Optimizer (defined on its base)
+        _originals.append((cls, "apply", vars(cls).get("apply")))
+        cls.apply = _hooked(original)
+
+
+def uninstall() -> None:
+    while _originals:
+        cls, name, own = _originals.pop()
+        if own is None:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, own)
+    _states.clear()
+
+
+def _hooked(original):
+    @functools.wraps(original)
+    def apply(self, grads, trainable_variables=None):
+        if getattr(_nesting, "depth", 0) > 0:
+            return original(self, grads, trainable_variables)
+        state = state_of(self)
+        if state.team is None:
+            return original(self, grads, trainable_variables)
+        grads = list(grads)
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
+        _nesting.depth = 1
+        try:
+            if state.pending_broadcast:
+                grads = _sync_before_first_update(self, state, grads, trainable_variables)
+            grads = _average(self, state, grads, trainable_variables)
+            return original(self, grads, trainable_variables)
+        finally:
+            _nesting.depth = 0
+
+    return apply
+
+
+# ---------------------------------------------------------------- averaging
+
+
+def _average(optimizer, state: OptimizerState, grads: list, variables: list | None) -> list:
+    if all(g is None for g in grads):
+        return grads
+    steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
+    if steps < 2:
+        return mc.gradients(grads, state.team)
+    return _accumulate_then_average(state, int(steps), grads, variables)
+
+
+def _accumulate_then_average(state, steps: int, grads: list, variables: list | None) -> list:
+    present = [i for i, g in enumerate(grads) if g is not None]
+    dense = [tf.convert_to_tensor(grads[i]) for i in present]
+    with tf.init_scope():  # our own variables, created eagerly even while tracing
+        if state.micro_steps is None:
+            state.micro_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+        accumulators = []
+        for i, g in zip(present, dense):
+            key = (id(variables[i]) if variables is not None else i, tuple(g.shape), g.dtype)
+            if key not in state.accumulators:
+                state.accumulators[key] = tf.Variable(tf.zeros(g.shape, g.dtype), trainable=False)
+            accumulators.append(state.accumulators[key])
+    micro = state.micro_steps
+    team = state.team
+
+    def update():
+        totals = [g + a for g, a in zip(dense, accumulators)]
+        averaged = mc.gradients(totals, team)
+        with tf.control_dependencies(averaged):
+            resets = [a.assign(tf.zeros_like(a)) for a in accumulators]
+        with tf.control_dependencies(resets):
+            return [tf.identity(a) for a in averaged]
+
+    def accumulate():
+        adds = [a.assign_add(g) for a, g in zip(accumulators, dense)]
+        with tf.control_dependencies(adds):
+            return [tf.zeros_like(g) for g in dense]
+
+    is_update = tf.equal((micro + 1) % steps, 0)
+    out = tf.cond(is_update, update, accumulate)
+    if not isinstance(out, (list, tuple)):
+        out = [out]
+    with tf.control_dependencies(out):
+        micro.assign_add(1)
+    result = list(grads)
+    for i, g in zip(present, out):
+        result[i] = g
+    return result
+
+
+# ---------------------------------------------------------------- first-update broadcast
+
+
+def _owner(state: OptimizerState):
+    return state.model() if state.model is not None else None
+
+
+def model_variables(model, optimizer=None) -> list:
+    variables = list(model.weights)
+    optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        variables += list(optimizer.variables)
+    return variables
+
+
+def _sync_before_first_update(optimizer, state, grads, trainable_variables):
+    """Broadcast the weights before the optimizer's first update (lazily built models,
+    standalone optimizers). Returns the gradients, made to wait for an in-graph broadcast."""
+    model = _owner(state)
+    if model is not None:
+        variables = model_variables(model, optimizer)
+    else:
+        variables = list(trainable_variables or [])
+        if optimizer.built:
+            variables += list(optimizer.variables)
+    if tf.executing_eagerly():
+        broadcast_eagerly(variables, 0)
+        state.pending_broadcast = False
+        return grads
+    # Tracing a step. If the weights already hold values (the model was built eagerly),
+    # broadcast them now, before the step ever runs; every rank traces alike.
+    with tf.init_scope():
+        if int(_numpy(optimizer.iterations)) > 0:
+            state.pending_broadcast = False  # an earlier traced step synchronised them
+            return grads
+        if _have_values(variables):
+            broadcast_eagerly(variables, 0)
+            state.pending_broadcast = False
+            return grads
+    # The variables were created in this trace: broadcast inside the graph, on the first
+    # update only, and let the averaging wait for it.
+    first = tf.equal(tf.convert_to_tensor(optimizer.iterations), 0)
+    done = tf.cond(first, lambda: _broadcast_in_graph(variables), lambda: tf.constant(False))
+    with tf.control_dependencies([done]):
+        return [None if g is None else tf.identity(tf.convert_to_tensor(g)) for g in grads]
+
+
+def _supported(variables):
+    return [v for v in variables if tf.as_dtype(v.dtype) in SUPPORTED_DTYPES]
+
+
+def _numpy(value) -> np.ndarray:
+    return np.asarray(tf.convert_to_tensor(value).numpy())
+
+
+def _have_values(variables) -> bool:
+    try:
+        return all(_numpy(v).shape == tuple(v.shape) for v in variables)
+    except Exception:  # noqa: BLE001 - not readable yet: created in the current trace
+        return False
+
+
+def broadcast_eagerly(variables, root: int) -> None:
+    variables = _supported(variables)
+    if not variables:
+        return
+    values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], root)
+    for v, value in zip(variables, values):
+        v.assign(value)
+
+
+def _broadcast_in_graph(variables):
+    variables = _supported(variables)
+    if variables:
+        values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], 0)
+        for v, value in zip(variables, values):
+            v.assign(value)  # stateful: runs in the branch, in program order
+    return tf.constant(True)
+
+
+def steps_note() -> str:
+    """How many updates this rank's registered optimizers made, for error messages."""
+    parts = []
+    for optimizer, state in list(_states.items()):
+        if state.team is None or not getattr(optimizer, "built", False):
+            continue
+        steps = int(_numpy(optimizer.iterations))
+        parts.append(f"{steps} training steps ({optimizer.name} updates) on team {state.team}")
+    if not parts:
+        return ""
+    return (
+        f"Rank {mc.get_rank()} ran {', '.join(parts)}; a rank still waiting for it is at a "
+        "later step: the ranks ran different numbers of steps (ml_comm.data.equal_steps "
+        "gives every rank the same number of batches)."
+    )
+
+
+def broadcast_model_weights(model, root: int = 0) -> None:
+    """Root's weights and built optimizer variables on every rank (collective; eager)."""
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        state = known(optimizer)
+        if state is not None:
+            state.pending_broadcast = False
+    broadcast_eagerly(model_variables(model), root)

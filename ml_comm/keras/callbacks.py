@@ -1,0 +1,246 @@
+"""Keras' fault-tolerance callbacks under ml_comm, and stopping every rank together.
+
+`fit` of a model that ml_comm aggregates passes its callbacks through `fit_callbacks`,
+which changes three things, so that a serial script's callbacks work unchanged at N ranks:
+
+* `keras.callbacks.BackupAndRestore` writes on rank 0 only (every rank writing the same
+  files fails: h5py's file lock, `FileExistsError` on the directory). At the start of
+  `fit` every rank restores the backup as Keras does, and then takes rank 0's weights
+  and optimizer variables (a broadcast), so that all ranks continue from the very same
+  state; ranks that found another epoch (a backup directory that not every rank sees)
+  fail on every rank with both epochs named.
+* `keras.callbacks.ModelCheckpoint` runs on rank 0 only (the weights are the same on
+  every rank; `GlobalMetrics` gives it the averaged metrics).
+* `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
+  received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
+  same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
+  have told one rank and not yet another, it asks after the epoch's metrics are averaged
+  (a blocking call every rank makes), unless per-batch global metrics give it such a
+  call after every batch. A backup is then taken only where it is exact: at
+  the end of an epoch that was completed (Keras would record a cut epoch as done) and
+  at the batch frequency that the user asked for; the backup is kept (Keras deletes it
+  at a normal end), the other callbacks' `on_train_end` run, and every rank leaves
+  through `finalize` and exits with `STOPPED_EXIT_CODE` (with ML_COMM_REQUEUE_ON_STOP=1,
+  rank 0 first requeues the Slurm job: ml_comm/faults/requeue.py). Running the same command
+  again resumes from the backup.
+
+Keras 3's BackupAndRestore restores the epoch only, not the batch within it: with an
+integer `save_freq` a restarted job repeats the cut epoch from its first batch, from
+the weights of the backup (as a serial script would). Exact resumption needs
+`save_freq="epoch"` (the default).
+
+Signals are caught (`ml_comm.catch_stop_signals`) from the first `fit` on, unless
+ML_COMM_CHECK_LAYOUT=0 turned off the exchange that carries them (then they end the
+process as before).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import keras
+import numpy as np
+
+from .. import api as mc
+from ..faults import requeue, stop
+from .apply import broadcast_model_weights
+from .metrics import GlobalMetrics
+
+# EX_TEMPFAIL of sysexits.h: "try again later". What every rank exits with after a
+# stop on a signal, so that a batch script can tell it from a finished run (0).
+STOPPED_EXIT_CODE = 75
+
+
+class _FitStop:
+    """What the callbacks of one `fit` share: whether, and where, it stopped."""
+
+    def __init__(self):
+        self.stopped = False
+        self.epoch_complete = True
+
+
+class StopTogether(keras.callbacks.Callback):
+    """Stops `fit` on every rank at the same batch once any rank asked to stop (a
+    signal); then, at the end of training, leaves through `finalize` and exits with
+    `exit_code` (None: `fit` returns, and `stopped` says whether it was cut short)."""
+
+    def __init__(self, team: int = 0, exit_code: int | None = STOPPED_EXIT_CODE):
+        super().__init__()
+        self.team = team
+        self.exit_code = exit_code
+        self.state = _FitStop()
+        # fit_callbacks: per-batch GlobalMetrics on this team run before us, so the team's
+        # stop mark can be read after every batch even when it is pipelined (faults/stop.py).
+        self.after_blocking_call = False
+
+    @property
+    def stopped(self) -> bool:
+        return self.state.stopped
+
+    def on_train_begin(self, logs=None):
+        self.state.stopped = False
+        self.state.epoch_complete = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.state.stopped:
+            return
+        if self.after_blocking_call:
+            asked = stop.agreed_after_blocking_call(mc._active(), self.team)
+        elif self._pipelined():
+            return  # asked at the epoch's end, after its metrics' allreduce
+        else:
+            asked = stop.should_stop(mc._active(), self.team)
+        if asked:
+            steps = (self.params or {}).get("steps")
+            self._stop(
+                steps is not None and batch + 1 >= steps,
+                f"batch {batch + 1} of {steps or '?'} of this epoch",
+            )
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.state.stopped or self.after_blocking_call or not self._pipelined():
+            return
+        if stop.agreed_after_blocking_call(mc._active(), self.team):
+            self._stop(True, f"epoch {epoch + 1}")
+
+    def _pipelined(self) -> bool:
+        """A pipelined team of several ranks: its stop mark may be on one rank and not
+        yet another between batches (one rank has nothing to wait for)."""
+        return mc.get_nranks() > 1 and stop.team_is_pipelined(mc._active(), self.team)
+
+    def _stop(self, epoch_complete: bool, where: str) -> None:
+        self.state.stopped = True
+        self.state.epoch_complete = epoch_complete
+        self.model.stop_training = True
+        if mc.get_rank() == 0:
+            print(
+                f"ml_comm: a rank asked to stop (a signal); every rank stops after {where}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def on_train_end(self, logs=None):
+        if not self.state.stopped or self.exit_code is None:
+            return
+        rank = mc.get_rank()
+        mc.finalize()  # collective: every rank stopped at the same batch and comes here
+        if requeue.wanted():
+            requeue.requeue_slurm_job(rank)
+        print(
+            f"ml_comm: rank {rank} stopped on request; exiting with status "
+            f"{self.exit_code} (run the same command again to resume from the backup)",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(self.exit_code)
+
+
+class _Wrapper(keras.callbacks.Callback):
+    """A callback around another one (`inner`), which sees the same params and model."""
+
+    def __init__(self, inner: keras.callbacks.Callback):
+        super().__init__()
+        self.inner = inner
+
+    def set_params(self, params):
+        super().set_params(params)
+        self.inner.set_params(params)
+
+    def set_model(self, model):
+        super().set_model(model)
+        self.inner.set_model(model)
+
+
+class RankZeroBackup(_Wrapper):
+    """A BackupAndRestore that writes on rank 0 only and restores one state everywhere."""
+
+    def __init__(self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int):
+        super().__init__(inner)
+        self.state = state
+        self.team = team
+        self.writes = mc.get_rank() == 0
+
+    def on_train_begin(self, logs=None):
+        self.inner.on_train_begin(logs)  # every rank reads the backup, as Keras does
+        # Keras keeps the restored epoch in the model (the one private attribute read
+        # here; without it the check is skipped, the broadcast below still holds).
+        low, high = _epoch_range(getattr(self.model, "_initial_epoch", 0) or 0, self.team)
+        if low != high:
+            raise mc.MLCommError(
+                f"BackupAndRestore: the ranks restored different epochs ({low} and {high}) "
+                f"from {self.inner.backup_dir!r}: the backup directory must be on a file "
+                "system that every rank sees (rank 0 writes it)"
+            )
+        broadcast_model_weights(self.model)  # one state on every rank, bit for bit
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.inner.on_epoch_begin(epoch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.writes:
+            self.inner.on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        # A stop in the middle of an epoch: Keras would record the epoch as done.
+        if self.writes and (not self.state.stopped or self.state.epoch_complete):
+            self.inner.on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs=None):
+        # After a stop the backup is what the next run resumes from: keep it.
+        if self.writes and not self.state.stopped:
+            self.inner.on_train_end(logs)
+
+
+class RankZeroOnly(_Wrapper):
+    """Forwards every event to `inner` on rank 0; nothing elsewhere (ModelCheckpoint)."""
+
+    def __init__(self, inner: keras.callbacks.Callback):
+        super().__init__(inner)
+        self.active = mc.get_rank() == 0
+        for name in _EVENTS:
+            if self.active:
+                setattr(self, name, getattr(inner, name))
+
+
+_EVENTS = tuple(
+    name
+    for name in dir(keras.callbacks.Callback)
+    if name.startswith("on_") and callable(getattr(keras.callbacks.Callback, name))
+)
+
+
+def _epoch_range(epoch: int, team: int) -> tuple[int, int]:
+    """(lowest, highest) epoch over the ranks (each rank's in its own slot of a sum)."""
+    values = np.zeros(mc.get_nranks(), np.int64)
+    values[mc.get_rank()] = epoch
+    mc.allreduce_sum(values, team)
+    return int(values.min()), int(values.max())
+
+
+def fit_callbacks(callbacks: list, team: int) -> list:
+    """The callbacks `fit` runs at N ranks (see the module docstring); idempotent."""
+    if any(isinstance(c, StopTogether) for c in callbacks):
+        stopper = next(c for c in callbacks if isinstance(c, StopTogether))
+        callbacks = [c for c in callbacks if c is not stopper]
+    else:
+        stopper = StopTogether(team)
+    _catch_signals()
+    stopper.after_blocking_call = any(
+        isinstance(c, GlobalMetrics) and c.per_batch and c.team in (None, team) for c in callbacks
+    )
+    out = []
+    for c in callbacks:
+        if isinstance(c, keras.callbacks.BackupAndRestore):
+            c = RankZeroBackup(c, stopper.state, team)
+        elif isinstance(c, keras.callbacks.ModelCheckpoint):
+            c = RankZeroOnly(c)
+        out.append(c)
+    out.append(stopper)
+    return out
+
+
+def _catch_signals() -> None:
+    session = mc._active()
+    if session.size > 1 and not session.guard.layout:
+        return  # nothing would carry the request: signals keep their usual effect
+    mc.catch_stop_signals()

@@ -1,0 +1,318 @@
+"""The model side of the Keras hook: `fit`, `evaluate`, `predict` and `train_on_batch` of
+every Keras model, after `ml_comm.keras.init`.
+
+`install()` wraps these public methods of `keras.Model` (Sequential, functional and
+subclassed models inherit them; an override that calls `super()` still goes through the
+wrapper) and `uninstall()` restores them. Arguments are rebound with the methods' public
+signatures. The first time a model is used in a session (or after `compile` gave it a new
+optimizer, or `set_team` a new team) the wrapper:
+
+* registers the model's optimizer on the model's team (0 unless `set_team` said other),
+* turns off `jit_compile` (XLA cannot compile ml_comm's ops) and makes Keras trace the
+  train step anew (a step traced before `init` would call the plain optimizer),
+* broadcasts rank 0's weights (model and built optimizer) when the model is built.
+
+Then: only rank 0 prints progress; `fit` and `evaluate` get a GlobalMetrics callback in
+front of the user's (global metrics, metrics.py); `evaluate` returns the global
+metrics; `predict` returns this rank's predictions. Before `fit` runs, the ranks agree on
+the number of training steps per epoch (_agree_on_steps). Models opted out with
+`set_team(model, None)` are left alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import sys
+import weakref
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .. import api as mc
+from ..core.errors import MLCommError
+from . import apply
+from .apply import broadcast_model_weights
+from .callbacks import fit_callbacks
+from .metrics import GlobalMetrics, sum_metric_states
+from .teams import forget_all, team_of
+
+_seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
+_originals: list[tuple[str, object]] = []
+_per_batch_default = False
+
+
+def install(per_batch_metrics: bool) -> None:
+    global _per_batch_default
+    _per_batch_default = per_batch_metrics
+    if _originals:
+        return
+    for name, make in (
+        ("fit", _fit),
+        ("evaluate", _evaluate),
+        ("predict", _predict),
+        ("train_on_batch", _train_on_batch),
+    ):
+        _originals.append((name, vars(keras.Model).get(name)))
+        setattr(keras.Model, name, make(getattr(keras.Model, name)))
+
+
+def uninstall() -> None:
+    for model in list(_seen.keys()):
+        if getattr(model, "compiled", False):
+            model.make_train_function(force=True)  # its traced steps hold ml_comm's ops
+    _seen.clear()
+    forget_all()
+    while _originals:
+        name, own = _originals.pop()
+        if own is None:
+            delattr(keras.Model, name)
+        else:
+            setattr(keras.Model, name, own)
+
+
+def prepare(model) -> int | None:
+    """Register the model for this session (see the module's docstring); returns its
+    team, or None when it is opted out."""
+    team = team_of(model)
+    if team is None:
+        return None
+    optimizer = getattr(model, "optimizer", None)
+    key = (id(optimizer), team)
+    if _seen.get(model) == key:
+        return team
+    _seen[model] = key
+    if optimizer is not None:
+        state = apply.state_of(optimizer)
+        state.team = team
+        state.model = weakref.ref(model)
+        if model.jit_compile:
+            model.jit_compile = False  # ml_comm's ops have no XLA kernels
+        if getattr(model, "compiled", False):
+            model.make_train_function(force=True)
+    if model.built:
+        broadcast_model_weights(model)
+    return team
+
+
+# ---------------------------------------------------------------- the wrappers
+
+
+def _binder(original):
+    signature = inspect.signature(original)
+
+    def bind(model, args, kwargs):
+        try:
+            return signature.bind(model, *args, **kwargs)
+        except TypeError:
+            return None  # let Keras report the bad call
+
+    return bind
+
+
+def _quiet_unless_rank0(arguments) -> None:
+    if mc.get_rank() != 0:
+        arguments["verbose"] = 0
+
+
+def _with_global_metrics(callbacks):
+    """(our callback, the callbacks to pass): ours first, so that the callbacks after it
+    (progress bar, History, checkpoints) see global values."""
+    if isinstance(callbacks, keras.callbacks.CallbackList):  # fit's own, for validation
+        ours = [c for c in callbacks.callbacks if isinstance(c, GlobalMetrics)]
+        return (ours[0] if ours else None), callbacks
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+        callbacks = [callbacks]
+    callbacks = list(callbacks or [])
+    ours = [c for c in callbacks if isinstance(c, GlobalMetrics)]
+    cb = ours[0] if ours else GlobalMetrics(per_batch=_per_batch_default)
+    return cb, [cb, *[c for c in callbacks if c is not cb]]
+
+
+def _begin(model, bind, args, kwargs):
+    """What fit and evaluate do first: (team, bound arguments, our GlobalMetrics), with
+    progress printed on rank 0 only and our metrics callback first; bound is None when
+    ml_comm leaves this model alone."""
+    team = prepare(model)
+    bound = bind(model, args, kwargs) if team is not None else None
+    if bound is None:
+        return team, None, None
+    _quiet_unless_rank0(bound.arguments)
+    cb, bound.arguments["callbacks"] = _with_global_metrics(bound.arguments.get("callbacks"))
+    return team, bound, cb
+
+
+def _fit(original):
+    bind = _binder(original)
+
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        team, bound, cb = _begin(self, bind, args, kwargs)
+        if bound is None:
+            return original(self, *args, **kwargs)
+        arguments = bound.arguments
+        # Backups and checkpoints on rank 0, every rank stopping together on a signal.
+        arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team)
+        _agree_on_steps(arguments, team)
+        try:
+            return original(*bound.args, **bound.kwargs)
+        except MLCommError:
+            raise
+        except Exception as exc:
+            if cb is not None and cb.in_epoch and "submitted" in str(exc):
+                raise MLCommError(
+                    f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
+                    "another rank has ended the epoch: the ranks ran different numbers of "
+                    f"steps ({str(exc).strip().splitlines()[0]})"
+                ) from exc
+            raise
+
+    return fit
+
+
+def _evaluate(original):
+    bind = _binder(original)
+
+    @functools.wraps(original)
+    def evaluate(self, *args, **kwargs):
+        team, bound, cb = _begin(self, bind, args, kwargs)
+        if bound is None:
+            return original(self, *args, **kwargs)
+        arguments = bound.arguments
+        want_dict = bool(arguments.get("return_dict", False))
+        arguments["return_dict"] = True
+        original(*bound.args, **bound.kwargs)
+        results = cb.test_results if cb is not None else sum_metric_states(self, team)
+        if want_dict:
+            return dict(results)
+        values = list(results.values())  # Keras' order: the model's metrics, in order
+        return values[0] if len(values) == 1 else values
+
+    return evaluate
+
+
+def _predict(original):
+    bind = _binder(original)
+
+    @functools.wraps(original)
+    def predict(self, *args, **kwargs):
+        bound = bind(self, args, kwargs) if team_of(self) is not None else None
+        if bound is None:
+            return original(self, *args, **kwargs)
+        _quiet_unless_rank0(bound.arguments)
+        return original(*bound.args, **bound.kwargs)
+
+    return predict
+
+
+def _train_on_batch(original):
+    @functools.wraps(original)
+    def train_on_batch(self, *args, **kwargs):
+        prepare(self)
+        return original(self, *args, **kwargs)
+
+    return train_on_batch
+
+
+# ---------------------------------------------------------------- equal steps per epoch
+
+
+def _local_steps(arguments) -> tuple[int, int]:
+    """(training steps per epoch, training samples) of this rank's `fit` call; -1 where
+    it cannot be known before the data is read (generators, unknown cardinality)."""
+    x = arguments.get("x")
+    steps_per_epoch = arguments.get("steps_per_epoch")
+    if steps_per_epoch is not None:
+        return int(steps_per_epoch), -1
+    if isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        return (cardinality if cardinality >= 0 else -1), -1
+    samples = _sample_count(x)
+    if samples < 0:
+        return -1, -1
+    split = float(arguments.get("validation_split") or 0.0)
+    train = int(math.floor(samples * (1.0 - split))) if split else samples
+    batch = int(arguments.get("batch_size") or 32)
+    return math.ceil(train / batch), train
+
+
+def _sample_count(x) -> int:
+    if x is None:
+        return -1
+    leaves = keras.tree.flatten(x)
+    if not leaves or not all(isinstance(a, (np.ndarray, tf.Tensor)) for a in leaves):
+        return -1
+    return int(leaves[0].shape[0])
+
+
+def _agree_on_steps(arguments, team: int) -> None:
+    """Make every rank run the same number of training steps per epoch, the smallest
+    rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
+
+    Arrays of different lengths are all cut to the shortest, so that every step's
+    batches are the same size on every rank too (the average of the ranks' gradients is
+    then the gradient of the global batch, as one process would compute it, also for the
+    last, partial batch). Datasets are cut to the fewest batches."""
+    steps, samples = _local_steps(arguments)
+    rank, nranks = mc.get_rank(), mc.get_nranks()
+    if nranks == 1:
+        return
+    table = np.zeros(2 * nranks, np.float64)
+    table[rank], table[nranks + rank] = steps, samples
+    mc.allreduce_sum(table, team)
+    all_steps = [int(s) for s in table[:nranks]]
+    all_samples = [int(s) for s in table[nranks:]]
+    if min(all_steps) < 0:
+        return  # unknown somewhere: a mismatch is reported at the epoch's end
+    fewest = min(all_steps)
+    if arguments.get("steps_per_epoch") is None and min(all_samples) >= 0:
+        if len(set(all_samples)) == 1:
+            return
+        batch = int(arguments.get("batch_size") or 32)
+        keep = min(all_samples)
+        _truncate_arrays(arguments, keep)
+        fewest = -(-keep // batch)
+        dropped = _listing(s - keep for s in all_samples)
+        what = (
+            f"{_listing(all_samples)} training samples ({_listing(all_steps)} steps of "
+            f"{batch}); every rank trains on {keep} per epoch (dropping {dropped})"
+        )
+    elif len(set(all_steps)) == 1:
+        return
+    elif arguments.get("steps_per_epoch") is not None:
+        arguments["steps_per_epoch"] = fewest
+        what = f"steps_per_epoch {_listing(all_steps)}"
+    else:
+        arguments["x"] = arguments["x"].take(fewest)  # a tf.data.Dataset
+        dropped = _listing(s - fewest for s in all_steps)
+        what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
+    if rank == 0:
+        print(
+            f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what}, so that "
+            f"every rank runs {fewest} steps per epoch",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _listing(values) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _truncate_arrays(arguments, keep: int) -> None:
+    """Keep the first `keep` training samples of x, y and sample_weight; a validation
+    split is taken first, from all samples, as Keras would."""
+    names = [n for n in ("x", "y", "sample_weight") if arguments.get(n) is not None]
+    split = float(arguments.get("validation_split") or 0.0)
+    if split:
+        samples = _sample_count(arguments["x"])
+        at = int(math.floor(samples * (1.0 - split)))
+        validation = tuple(keras.tree.map_structure(lambda a: a[at:], arguments[n]) for n in names)
+        arguments["validation_data"] = validation
+        arguments["validation_split"] = 0.0
+        for n in names:
+            arguments[n] = keras.tree.map_structure(lambda a: a[:at], arguments[n])  # noqa: B023
+    for n in names:
+        arguments[n] = keras.tree.map_structure(lambda a: a[:keep], arguments[n])
