@@ -1,5 +1,5 @@
 """One MPI per process: a core bound to one MPI library while mpi4py loaded another
-fails at init, on every rank, with both named (ml_comm/mpi_library.py); a core that
+fails at init, on every rank, with both named (ml_comm/mpi/library.py); a core that
 finds no MPI library at all says at import what to install or load.
 
 The second library is real: the core is compiled a second time with the mpich wheel's
@@ -36,10 +36,10 @@ def abi_package(tmp_path_factory) -> Path:
     shutil.copytree(
         ROOT / "ml_comm",
         top / "ml_comm",
-        ignore=shutil.ignore_patterns("*.so", "*.o", "_core.c", "__pycache__"),
+        ignore=shutil.ignore_patterns("_core*.so", "*.o", "_core.c", "__pycache__"),
     )
-    build = "import sys; sys.path.insert(0, 'ml_comm'); import _build_ffi; "
-    build += "_build_ffi.ffibuilder.compile(tmpdir='.')"
+    build = "import sys; sys.path.insert(0, 'ml_comm/core'); import build_ffi; "
+    build += "build_ffi.ffibuilder.compile(tmpdir='.')"
     env = {**os.environ, "ML_COMM_MPICC": str(MPICC_ABI)}
     done = subprocess.run(
         [PY, "-c", build], cwd=top, env=env, capture_output=True, text=True, timeout=600
