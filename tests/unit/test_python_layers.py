@@ -1,4 +1,4 @@
-"""The Python layers (README, Developers): the NumPy API runs without importing any
+"""The Python layers (docs/developer.md): the NumPy API runs without importing any
 framework; a framework comes in only through its backend, when init names it."""
 
 from __future__ import annotations
