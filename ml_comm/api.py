@@ -1,4 +1,4 @@
-"""The Cray-compatible public API (the README's API section).
+"""The Cray-compatible public API (docs/api.md).
 
 Each function finds the current session (core/session.py: MPI communicator, context,
 teams, settings) and hands on to the part that does the work: the framework
@@ -189,7 +189,7 @@ def config_team(
     *,
     compression: str | None = None,
 ) -> None:
-    """Choose the team's algorithm and reporting; see the README for every argument.
+    """Choose the team's algorithm, pipelining and reporting (docs/api.md, docs/pipelined.md).
 
     compression: "bf16" or "fp16" sends the team's float32 ring reductions as 16-bit
     values (added in float32), "none" sends float32; None (the default) keeps the
@@ -253,6 +253,8 @@ def barrier() -> None:
 
 
 def version_info() -> dict:
+    """Versions and MPI set-up: ml_comm, the MPI library, MPI's thread level, the number of
+    ranks, Python and NumPy (a dict of strings, nranks an int)."""
     buf = ffi.new("char[8192]")
     mpi = init_mpi()
     return {

@@ -77,7 +77,7 @@ def source_fingerprint() -> str:
     return h.hexdigest()
 
 
-def ensure_venv(extras: str = "test,examples,tf,mpich") -> None:
+def ensure_venv(extras: str = "test,examples,tf,mpich,docs") -> None:
     stamp = VENV / ".ml_comm-installed"
     want = f"{source_fingerprint()} {extras}"
     if stamp.exists() and stamp.read_text() == want and PY.exists():
@@ -227,6 +227,13 @@ def pytest_suite(
     return rc
 
 
+def build_docs() -> int:
+    """The documentation site with warnings as errors: broken links, anchors and API
+    references fail (mkdocs.yml), into a folder that is thrown away."""
+    with tempfile.TemporaryDirectory(prefix="ml_comm-site-") as site:
+        return run([PY, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", site])
+
+
 def cmd_test() -> int:
     ensure_venv()
     failures: list[str] = []
@@ -236,6 +243,8 @@ def cmd_test() -> int:
         [PY, "-m", "ruff", "format", "--check", *lint]
     ):
         failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
+    if build_docs() != 0:
+        failures.append("docs (mkdocs build --strict)")
     if pytest_suite("unit", ["tests/unit", "tools/tests"], skips) != 0:
         failures.append("unit")
     # Jobs in which a rank dies, raises or leaves early; each launches its own mpiexec.
@@ -279,6 +288,7 @@ def cmd_test() -> int:
         failures.append("tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)")
     ran = [
         "ruff",
+        "docs",
         "unit",
         "faults",
         "tsan",

@@ -1,7 +1,7 @@
 """The Debian packages the multi-node test bed (tools/testbed.sh) needs, installed when missing.
 
 `tools/dev.py test` calls ensure_testbed_packages() before the test-bed suite, so that the
-README's test command runs that suite on a fresh root machine too (not only in CI). Only the
+Quick start's test command runs that suite on a fresh root machine too (not only in CI). Only the
 standard library is used: it runs before .venv exists.
 """
 

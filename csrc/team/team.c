@@ -19,7 +19,7 @@
 /* Idle threads poll this long before sleeping: a request that follows soon after
  * the previous one starts without a wake-up, and idle teams still use no CPU. */
 #define MLC_IDLE_SPIN_SECONDS 50e-6
-/* Defaults of the thresholds; README "Tuning" and benchmarks/RESULTS.md say why. */
+/* Defaults of the thresholds; docs/tuning.md and benchmarks/RESULTS.md say why. */
 #define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
 #define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
 /* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB

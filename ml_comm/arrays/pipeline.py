@@ -3,7 +3,7 @@
 A pipelined call starts the reduction of its own gradients and returns the
 average of the previous call's, which has been reducing behind the caller's
 compute since then. What each call returns is decided by the core's pure
-function mlc_step_phase (see csrc/base/schedule.c and the README):
+function mlc_step_phase (see csrc/base/schedule.c and docs/pipelined.md):
 
     SYNC            this call's average
     PIPELINE_START  zeros; this call's reduction starts

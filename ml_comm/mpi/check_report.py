@@ -174,7 +174,7 @@ def report(facts: list[dict], size: int, env: dict[str, str]) -> tuple[list[str]
         lines.append(
             "note           this is the MPICH wheel bundled for machines without an MPI "
             "(shared memory and TCP; no site fabric provider such as Slingshot's cxi); under "
-            "Slurm on a cluster use the site's MPI: README, 'Which MPI'"
+            "Slurm on a cluster use the site's MPI: docs/install.md, 'Which MPI'"
         )
     lines += core_lines(facts)
     for f in facts:

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from ..core.errors import MLCommError
 
 INSTALL_HINT = (
-    "install an MPI: `pip install 'ml_comm[mpich]'` (the MPICH wheel, for a machine without "
-    "one), or load your site's MPI (e.g. `module load cray-mpich-abi`, Intel MPI's "
+    "install an MPI: `pip install 'mpich==5.0.2'` (the MPICH wheel that ml_comm's `mpich` "
+    "extra installs, for a machine without one), or load your site's MPI (e.g. "
+    "`module load cray-mpich-abi`, Intel MPI's "
     "`source <oneapi>/mpi/latest/env/vars.sh`) so that LD_LIBRARY_PATH holds its libmpi; "
-    "README, 'Which MPI'"
+    "docs/install.md, 'Which MPI'"
 )
 
 
@@ -133,5 +134,5 @@ def check_one_library(MPI) -> MpiLibrary:
         f"{core.describe()}. Use one MPI: point mpi4py at the core's library "
         f"(MPI4PY_LIBMPI={core.path or '<its libmpi>'}) or put that MPI's lib folder first "
         "on LD_LIBRARY_PATH, or rebuild ml_comm against mpi4py's MPI (MPICC=<its mpicc> pip "
-        "install --no-build-isolation --force-reinstall <ml_comm>); README, 'Which MPI'"
+        "install --no-build-isolation --force-reinstall <ml_comm>); docs/install.md, 'Which MPI'"
     )

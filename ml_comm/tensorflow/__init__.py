@@ -112,6 +112,9 @@ def gradients(
     ksteps: int = 0,
     max_steps: int = 0,
 ) -> list:
+    """The ops behind `ml_comm.gradients` with framework="tensorflow": each tensor of
+    `grads` averaged (or summed) over `nranks` ranks on the team, same order; None stays
+    None. Eagerly one fused op per dtype; in a graph one op per gradient (a keyed group)."""
     ops = load_ops()
     if not isinstance(grads, (list, tuple)):
         raise TypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
@@ -175,6 +178,8 @@ def gradients(
 
 
 def broadcast(values, team_handle: int, root: int):
+    """The ops behind `ml_comm.broadcast` with framework="tensorflow": new tensors holding
+    root's values (a list for a list, a tensor for a tensor)."""
     ops = load_ops()
     single = not isinstance(values, (list, tuple))
     items = [values] if single else list(values)
@@ -204,6 +209,7 @@ def broadcast(values, team_handle: int, root: int):
 
 
 def check_version() -> None:
+    """Raise MLCommError if the installed TensorFlow is older than 2.16."""
     major, minor = (int(x) for x in tf.__version__.split(".")[:2])
     if (major, minor) < (2, 16):
         raise MLCommError(f"ml_comm needs TensorFlow >= 2.16, found {tf.__version__}")

@@ -1,6 +1,6 @@
 """Results are bit-identical on every rank and from run to run for the same inputs,
 rank count and settings: two runs of the same 3-rank training end with the same
-weights, on every rank (README "Reproducible results").
+weights, on every rank (docs/api.md, "Results, exactly").
 
 Plain pytest around `mpiexec -n 3 python scripts/train_job.py`.
 """

@@ -3,7 +3,7 @@ they wait for (ML_COMM_STALL_WARN_SECONDS), and past ML_COMM_STALL_ABORT_SECONDS
 job ends with MPI_Abort and a non-zero exit status.
 
 Plain pytest: each test launches `mpiexec -n N python scripts/stall_job.py` under a
-timeout (README "Troubleshooting").
+timeout (docs/faults.md).
 """
 
 from __future__ import annotations

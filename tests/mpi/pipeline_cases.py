@@ -1,4 +1,4 @@
-"""Expected results of pipelined teams, written out by hand from the README's table
+"""Expected results of pipelined teams, written out by hand from the table in docs/pipelined.md
 (not computed from mlc_step_phase, which tests/unit/test_step_phase.py checks)."""
 
 from __future__ import annotations

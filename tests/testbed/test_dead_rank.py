@@ -2,7 +2,7 @@
 (two namespace nodes, one rank each) within seconds, and no process is left.
 
 SIGKILL relies on Slurm ending the step when a task dies: srun --kill-on-bad-exit=1
-(the fixture's srun passes it; README "Troubleshooting"). An uncaught exception (the
+(the fixture's srun passes it; docs/faults.md). An uncaught exception (the
 excepthook) and leaving early (finalize at exit) end it through MPI_Abort.
 """
 

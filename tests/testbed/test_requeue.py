@@ -1,5 +1,5 @@
 """Requeue on the test bed (two namespace nodes, real Slurm): an `sbatch --requeue` job
-that runs the README's batch script around a serial Keras script with
+that runs the batch script of docs/faults.md around a serial Keras script with
 BackupAndRestore is signalled (`scancel --signal=USR1`, or `--signal=USR1@60` before a
 time limit shorter than the training), stops on every rank with status 75, requeues
 itself (`scontrol requeue`), resumes from the backup in the next allocation, and ends

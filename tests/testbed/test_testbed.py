@@ -2,7 +2,7 @@
 
 (a) an exact allreduce check through ml_comm (allreduce_worker.py), (b) the digits
 training example, (c) the veth byte counters prove that (a)'s data crossed the emulated
-network instead of shared memory. See tools/testbed.sh and docs/launch.md.
+network instead of shared memory. See tools/testbed.sh and docs/developer.md.
 """
 
 from __future__ import annotations

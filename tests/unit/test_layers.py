@@ -1,4 +1,4 @@
-"""The C core's layers run one way (README, "Developer notes").
+"""The C core's layers run one way (docs/developer.md).
 
     team -> agree, plan -> algos -> transport -> base
 

@@ -21,5 +21,8 @@ def test_mpi4py_without_a_library_names_the_mpich_extra_and_site_modules(tmp_pat
     )
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "ImportError: mpi4py could not load an MPI library" in proc.stderr, proc.stderr
-    assert "pip install 'ml_comm[mpich]'" in proc.stderr, proc.stderr
+    # ml_comm is installed from its checkout: a bare `pip install ml_comm[...]` would fetch
+    # whatever a stranger published under that name.
+    assert "pip install 'mpich==5.0.2'" in proc.stderr, proc.stderr
+    assert "install 'ml_comm" not in proc.stderr, proc.stderr
     assert "module load" in proc.stderr, proc.stderr

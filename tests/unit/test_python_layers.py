@@ -1,4 +1,4 @@
-"""The Python layers (README, "The Python layers"): each folder of ml_comm imports only
+"""The Python layers (docs/developer.md, "The Python layers"): each folder of ml_comm imports only
 the folders below it, its modules form no import circle, and the NumPy API runs without
 importing any framework (a framework comes in only through its backend, when init
 names it).

@@ -12,7 +12,7 @@ OUT/weights.rank<R>.npz and prints "done rank R"; rank 0 prints "epoch E" as eac
 epoch begins. ML_COMM_TEST_BATCH_SLEEP=S: sleep S seconds after each batch (a slower
 training, so that a signal from outside finds it running); ML_COMM_TEST_EPOCHS:
 epochs (default 5); ML_COMM_TEST_CATCH_AT_INIT=1: catch the stop signals from init on
-(as the README advises where a signal may come during start-up), not only from fit on.
+(as docs/faults.md advises where a signal may come during start-up), not only from fit on.
 TOKEN is only there for the test's process search.
 """
 
@@ -25,7 +25,7 @@ import time
 
 import ml_comm as mc
 
-mc.init_mpi()  # before TensorFlow (README: Launch)
+mc.init_mpi()  # before TensorFlow (docs/launch.md)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

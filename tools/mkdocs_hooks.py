@@ -1,0 +1,134 @@
+"""MkDocs hooks for the documentation site (mkdocs.yml names this file).
+
+- Pages under docs/ that `nav` does not list are added under "More", so a new page
+  appears in the site without an edit of mkdocs.yml (and `omitted_files: warn` then
+  catches only what this missed).
+- The marker SETTINGS_MARKER becomes the table of environment variables, made from
+  `SETTINGS` in ml_comm/core/settings.py: the table the code reads its variables through.
+  That module is pure Python and is loaded from its file, without running ml_comm's
+  `__init__` (which loads the compiled core and MPI). Without it the build fails.
+- A link to a file of the repository outside docs/ (`[text](../examples/x.py)`, which
+  works where the Markdown is read in the repository) must name a file that exists, and
+  becomes its path in the site, which holds no copy of it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import types
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_MARKER = "<!-- ml_comm: settings table -->"
+SETTINGS_FILE = Path("ml_comm") / "core" / "settings.py"
+SETTING_FIELDS = ("name", "default", "type", "compared", "effect")
+OUTSIDE_LINK = re.compile(r"\[([^\]]+)\]\((\.\./[^)\s#]+)(#[^)\s]*)?\)")
+
+
+# ---------------------------------------------------------------- nav
+
+
+def _nav_files(nav) -> set[str]:
+    found: set[str] = set()
+    for item in nav or []:
+        values = item.values() if isinstance(item, dict) else [item]
+        for value in values:
+            if isinstance(value, list):
+                found |= _nav_files(value)
+            elif isinstance(value, str):
+                found.add(value)
+    return found
+
+
+def on_config(config):
+    docs = Path(config["docs_dir"])
+    listed = _nav_files(config["nav"])
+    extra = sorted(
+        p.relative_to(docs).as_posix()
+        for p in docs.rglob("*.md")
+        if p.relative_to(docs).as_posix() not in listed
+    )
+    if config["nav"] is not None and extra:
+        config["nav"].append({"More": extra})
+    return config
+
+
+# ---------------------------------------------------------------- settings table
+
+
+def load_settings(root: Path = ROOT) -> tuple:
+    """ml_comm.core.settings.SETTINGS, imported from `root` without ml_comm's __init__."""
+    path = root / SETTINGS_FILE
+    if not path.is_file():
+        raise PluginError(
+            f"the environment-variable table is made from {SETTINGS_FILE} (its SETTINGS), "
+            f"which is missing under {root}; the site is not built without it"
+        )
+    names = ("ml_comm", "ml_comm.core", "ml_comm.core.settings")
+    saved = {name: sys.modules.pop(name, None) for name in names}
+    try:
+        # Namespace stand-ins for the two packages: their __init__ would load the core.
+        for name, folder in ((names[0], root / "ml_comm"), (names[1], root / "ml_comm" / "core")):
+            package = types.ModuleType(name)
+            package.__path__ = [str(folder)]
+            sys.modules[name] = package
+        settings = importlib.import_module(names[2]).SETTINGS
+    except Exception as exc:
+        raise PluginError(f"could not read SETTINGS from {path}: {exc!r}") from exc
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+            if saved[name] is not None:
+                sys.modules[name] = saved[name]
+    if not settings:
+        raise PluginError(f"SETTINGS in {path} is empty: no environment variables to list")
+    for setting in settings:
+        missing = [f for f in SETTING_FIELDS if not hasattr(setting, f)]
+        if missing:
+            raise PluginError(f"a setting in {path} has no {', '.join(missing)}: {setting!r}")
+    return tuple(settings)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def settings_table(settings) -> str:
+    """One Markdown table row per setting, in the code's order."""
+    rows = [
+        "| Variable | Default | Type | Compared across ranks at `init` | Effect |",
+        "|---|---|---|---|---|",
+    ]
+    for s in settings:
+        compared = "yes" if s.compared else "no"
+        rows.append(
+            f"| `{_cell(s.name)}` | {_cell(s.default)} | {_cell(s.type)} | {compared} "
+            f"| {_cell(s.effect)} |"
+        )
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------- pages
+
+
+def _outside_link(page_path: Path, docs: Path, match: re.Match) -> str:
+    text, target = match.group(1), match.group(2)
+    resolved = (page_path.parent / target).resolve()
+    if resolved.is_relative_to(docs.resolve()):
+        return match.group(0)  # inside the site: MkDocs checks it
+    if not resolved.exists():
+        raise PluginError(f"{page_path.name} links to {target}, which does not exist")
+    path = resolved.relative_to(ROOT).as_posix()
+    return text if path in text else f"{text} (`{path}`)"
+
+
+def on_page_markdown(markdown, page, config, files):
+    if SETTINGS_MARKER in markdown:
+        markdown = markdown.replace(SETTINGS_MARKER, settings_table(load_settings()))
+    docs = Path(config["docs_dir"])
+    page_path = docs / page.file.src_uri
+    return OUTSIDE_LINK.sub(lambda m: _outside_link(page_path, docs, m), markdown)
