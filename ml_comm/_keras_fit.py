@@ -108,11 +108,13 @@ def prepare(model) -> int | None:
 
 def broadcast_weights(model, root: int = 0) -> None:
     optimizer = getattr(model, "optimizer", None)
+    team = 0
     if optimizer is not None:
         state = _keras_apply.known(optimizer)
         if state is not None:
             state.pending_broadcast = False
-    _keras_apply.broadcast_eagerly(_keras_apply.model_variables(model), root)
+            team = 0 if state.team is None else state.team  # the model's team (set_team)
+    _keras_apply.broadcast_eagerly(_keras_apply.model_variables(model), root, team)
 
 
 # ---------------------------------------------------------------- the wrappers

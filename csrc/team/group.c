@@ -20,7 +20,8 @@
  * that this rank's lanes carry the request to its end in step with the other
  * ranks (their messages are posted already) and every communicator is left with
  * nothing in flight. The request fails on this rank. The team counts its
- * cancelled groups and every later signature carries the count: where all ranks'
+ * cancelled groups (but not those that failed their agreement check, which every
+ * rank saw fail) and every later signature carries the count: where all ranks'
  * steps failed the counts agree and training goes on; where only some did, the
  * next request fails on every rank, naming them (with the finite check, the
  * cancelled group's own signature carries it, and no data moves).
@@ -172,7 +173,12 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
         pthread_mutex_unlock(&team->lock);
         return MLC_ERR_NOMEM;
     }
-    atomic_fetch_add(&team->aborted_groups, 1);
+    /* A group that failed its agreement check failed on every rank already: the
+     * others need not hear of it. */
+    const int known = req->status != MLC_OK ||
+                      (atomic_load(&req->agreement.state) == MLC_CHECK_DONE &&
+                       req->agreement.status != MLC_OK);
+    if (!known) atomic_fetch_add(&team->aborted_groups, 1);
     if (req->status == MLC_OK) {
         req->status = MLC_ERR_STATE;
         snprintf(req->message, MLC_MSG_LEN,
