@@ -3,7 +3,10 @@
  *
  * Several application threads drive several teams at once, mixing blocking,
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
- * the latency path, every dtype; results are checked exactly. Exit 0 on success. */
+ * the latency path, every dtype; results are checked exactly. Also: settings written
+ * while requests are planned, steps that fail part-way (cancelled groups, on every
+ * rank and on one), setters given no team, and finalize while another thread submits.
+ * Exit 0 on success. */
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
@@ -138,6 +141,26 @@ static void *timeline_toggler(void *arg) {
     for (int i = 0; atomic_load(&drivers_left) > 0; i++) {
         mlc_team_timeline_enable(team, i % 2 ? 0 : 256); /* MLC_ERR_STATE while busy: fine */
         sched_yield();
+    }
+    return NULL;
+}
+
+/* Writing the teams' settings (their current values: every rank must keep the same)
+ * while other threads plan requests: ThreadSanitizer reports a race if the setters
+ * do not take the lock that planning holds. */
+static void *settings_writer(void *arg) {
+    while (atomic_load(&drivers_left) > 0) {
+        for (int t = 0; t < NTEAMS; t++) {
+            mlc_team_settings s;
+            mlc_team_get_settings(teams[t], &s);
+            if (mlc_team_set_algorithm(teams[t], s.algorithm) ||
+                mlc_team_set_inline_threshold(teams[t], s.inline_bytes) ||
+                mlc_team_set_rabenseifner_threshold(teams[t], s.rabenseifner_bytes) ||
+                mlc_team_set_latency_threshold(teams[t], s.latency_bytes) ||
+                mlc_team_set_compression(teams[t], s.compression))
+                fail("a setter refused the team's own value", t, -1, 0, 0);
+        }
+        sleep_ms(1);
     }
     return NULL;
 }
@@ -339,6 +362,7 @@ static void *submit_until_gone(void *arg) {
         int rc = team ? mlc_team_acquire(team) : MLC_ERR_STATE;
         pthread_mutex_unlock(&registry_lock);
         if (rc != MLC_OK) break;
+        sleep_ms(2); /* an op between finding its team and using it: destroy may start */
         /* an empty first tensor opens a group whose data never comes: no messages */
         rc = mlc_team_group_arrive(team, key, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, NULL, NULL,
                                    NULL, NULL, err, sizeof err);
@@ -405,8 +429,11 @@ int main(int argc, char **argv) {
     atomic_store(&drivers_left, NTEAMS);
     for (int t = 0; t < NTEAMS; t++) pthread_create(&th[t], NULL, driver, (void *)(intptr_t)t);
     pthread_create(&toggler, NULL, timeline_toggler, teams[1]);
+    pthread_t writer;
+    pthread_create(&writer, NULL, settings_writer, NULL);
     for (int t = 0; t < NTEAMS; t++) pthread_join(th[t], NULL);
     pthread_join(toggler, NULL);
+    pthread_join(writer, NULL);
     for (int t = 0; t < NTEAMS; t++) mlc_team_destroy(teams[t]);
     null_team_setters();
     if (size > 1) {
