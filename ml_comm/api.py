@@ -294,12 +294,14 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     return backend.gradients(grads, team, out)
 
 
-def broadcast(values, root: int = 0):
+def broadcast(values, root: int = 0, team: int = 0):
     """Overwrite each array in `values` with root's, in place; returns `values`.
 
-    With framework="tensorflow": returns new tensors holding root's values.
+    With framework="tensorflow": returns new tensors holding root's values. `team`: the
+    team that carries it (the model's, so that it keeps its place among that team's
+    calls when another thread drives another team).
     """
-    return _active().backend.broadcast(values, root)
+    return _active().backend.broadcast(values, root, team)
 
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:

@@ -19,9 +19,9 @@
  * and the exchange is also the reduction (algos/allreduce_direct.c sums the n
  * inputs in rank order). One message latency in all.
  *
- * Bytes on the wire per rank and request: (n-1) * 96 (the signature) sent and as
+ * Bytes on the wire per rank and request: (n-1) * 104 (the signature) sent and as
  * many received, all at once: one message latency before the data moves; for a
- * direct allreduce of N bytes, (n-1) * (96 + N) each way and nothing after.
+ * direct allreduce of N bytes, (n-1) * (104 + N) each way and nothing after.
  * Sending to every peer (not along a tree) is what lets a waiting rank name
  * exactly the ranks that have not reached the request (the stall watchdog prints
  * them). ML_COMM_CHECK_LAYOUT=0 switches the exchange off (then a mismatch hangs

@@ -1,9 +1,10 @@
-/* Signatures: what one rank submitted for one request, in 96 bytes, and the
+/* Signatures: what one rank submitted for one request, in 104 bytes, and the
  * verdict on n of them with the message that names each rank's submission.
  * Compared: kind, dtype, op (allreduce), root (broadcast), ntensors, total,
  * layout_hash, part, nparts, call_dtypes, compression (the team's 16-bit wire
  * setting, whatever the request's dtype: ranks that differ would exchange blocks
- * of different sizes on the ring). The first counts are kept for
+ * of different sizes on the ring), aborted (how many keyed groups the rank
+ * cancelled because its step failed: a rank whose step failed alone is named). The first counts are kept for
  * messages; the stop flag rides along (exchange.c). Sent as bytes: the ranks of
  * one job share one architecture. */
 #include <stdio.h>
@@ -20,6 +21,7 @@ struct mlc_signature {
     int32_t nonfinite_count;  /* how many tensors hold NaN/Inf */
     int32_t direct;           /* the input (total elements) follows */
     int32_t call_dtypes;      /* bit d: the caller's call has a part of dtype d */
+    int32_t aborted;          /* keyed groups this rank cancelled so far */
     int16_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
     int16_t compression;      /* the team's MLC_COMPRESSION_* */
     int64_t total;
@@ -27,7 +29,7 @@ struct mlc_signature {
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
 };
 
-_Static_assert(sizeof(struct mlc_signature) == 96, "exchange.c gives the signature's size");
+_Static_assert(sizeof(struct mlc_signature) == 104, "exchange.c gives the signature's size");
 
 size_t mlc_signature_bytes(void) { return sizeof(mlc_signature); }
 
@@ -41,6 +43,7 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     s->part = in->part;
     s->nparts = in->nparts > 0 ? in->nparts : 1;
     s->call_dtypes = in->call_dtypes;
+    s->aborted = in->aborted;
     s->stop = (int16_t)stop;
     s->compression = (int16_t)in->compression;
     s->total = in->total;
@@ -66,7 +69,7 @@ static int same(const mlc_signature *a, const mlc_signature *b) {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
            a->ntensors == b->ntensors && a->total == b->total && a->layout_hash == b->layout_hash &&
            a->part == b->part && a->nparts == b->nparts && a->call_dtypes == b->call_dtypes &&
-           a->compression == b->compression;
+           a->compression == b->compression && a->aborted == b->aborted;
 }
 
 typedef struct table {
@@ -113,6 +116,9 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
     if (s->compression != MLC_COMPRESSION_NONE) /* the team's setting, whatever the dtype */
         mlc_append(buf, len, off, ", compression=%s", mlc_compression_name(s->compression));
+    if (s->aborted) /* the rank's own count: the ranks with the higher one had a step fail */
+        mlc_append(buf, len, off, ", after %d step%s that failed on this rank cancelled its "
+                   "gradient group", s->aborted, s->aborted == 1 ? "" : "s");
     if (s->call_dtypes & ~(1 << s->dtype)) { /* a call of several dtypes: name them all */
         mlc_append(buf, len, off, "; the call's dtypes:");
         for (int d = 0, k = 0; d < MLC_NUM_DTYPES; d++)

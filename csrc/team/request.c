@@ -87,7 +87,9 @@ static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_t
     req->root = root;
     req->part = 0;
     req->nparts = 1;
+    pthread_mutex_lock(&team->lock); /* the team's settings are written under it */
     mlc_plan_request(team, req, blocking);
+    pthread_mutex_unlock(&team->lock);
 }
 
 static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int ntensors, int dtype,
@@ -116,7 +118,8 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .call_dtypes = req->call_dtypes, .total = req->total,
                            .tensors = req->tensors, .starts = req->starts,
                            .direct = req->plan.direct, .nonfinite_tensor = -1,
-                           .compression = req->compression};
+                           .compression = req->compression,
+                           .aborted = atomic_load(&team->aborted_groups)};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))

@@ -222,7 +222,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         if (pthread_create(&team->workers[i].thread, NULL, worker_main, &team->workers[i]) != 0) {
             set_error(err, errlen, "pthread_create failed for a communication thread");
-            team->nthreads = i; /* join only those that started */
+            team->workers[i].thread = 0; /* destroy joins only those that started */
             rc = MLC_ERR_NOMEM;
         }
     }
@@ -250,6 +250,12 @@ void mlc_team_destroy(mlc_team *team) {
     mlc_agree_shutdown(&team->agree);
     for (int i = 0; team->workers && i < team->nthreads; i++)
         if (team->workers[i].thread) pthread_join(team->workers[i].thread, NULL);
+    /* Every lane's communicator is freed below, also of lanes whose thread never
+     * started. Holders (a framework op between its acquire and release) finish
+     * quickly now: each call on a shut-down team fails at once. */
+    pthread_mutex_lock(&team->lock);
+    while (team->users > 0) pthread_cond_wait(&team->done_cv, &team->lock);
+    pthread_mutex_unlock(&team->lock);
     for (int i = 0; team->workers && i < team->nthreads; i++) {
         free_comm(&team->workers[i].comm);
         free(team->workers[i].scratch);
@@ -270,42 +276,71 @@ void mlc_team_destroy(mlc_team *team) {
     free(team);
 }
 
+/* Settings are written under the team's lock: requests are planned under it
+ * (mlc_plan_request), on whatever thread submits them. */
 int mlc_team_set_algorithm(mlc_team *team, int algorithm) {
-    if (algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS) return MLC_ERR_ARG;
+    if (!team || algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
     team->algorithm = algorithm;
+    pthread_mutex_unlock(&team->lock);
     return MLC_OK;
 }
 
 int mlc_team_set_compression(mlc_team *team, int compression) {
     if (!team || compression < 0 || compression >= MLC_NUM_COMPRESSIONS) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
     team->compression = compression;
+    pthread_mutex_unlock(&team->lock);
     return MLC_OK;
 }
 
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
-    if (bytes < 0) return MLC_ERR_ARG;
+    if (!team || bytes < 0) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->caller_lock);
+    pthread_mutex_lock(&team->lock);
     int64_t old = team->latency_bytes;
     team->latency_bytes = bytes;
     int rc = resize_caller_buffers(team);
     if (rc) team->latency_bytes = old;
+    pthread_mutex_unlock(&team->lock);
     pthread_mutex_unlock(&team->caller_lock);
     return rc;
 }
 
 int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes) {
-    if (bytes < 0) return MLC_ERR_ARG;
+    if (!team || bytes < 0) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
     team->rabenseifner_bytes = bytes;
+    pthread_mutex_unlock(&team->lock);
     return MLC_OK;
 }
 
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
-    if (bytes < 0) return MLC_ERR_ARG;
+    if (!team || bytes < 0) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
     team->inline_bytes = bytes;
+    pthread_mutex_unlock(&team->lock);
     return MLC_OK;
 }
 
+int mlc_team_acquire(mlc_team *team) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    int rc = team->shutting_down ? MLC_ERR_STATE : MLC_OK;
+    if (rc == MLC_OK) team->users++;
+    pthread_mutex_unlock(&team->lock);
+    return rc;
+}
+
+void mlc_team_release(mlc_team *team) {
+    if (!team) return;
+    pthread_mutex_lock(&team->lock);
+    if (--team->users == 0) pthread_cond_broadcast(&team->done_cv);
+    pthread_mutex_unlock(&team->lock);
+}
+
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&team->lock);
     out->nthreads = team->nthreads;
     out->algorithm = team->algorithm;
     out->chunk_bytes = team->chunk_bytes;
@@ -315,6 +350,7 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->direct_bytes = team->agree.direct_bytes;
     out->compression = team->compression;
     out->rabenseifner_bytes = team->rabenseifner_bytes;
+    pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
 }
 
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {

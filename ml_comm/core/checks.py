@@ -6,7 +6,8 @@ here, once, and hands the values to every team through setters.
     ML_COMM_CHECK_LAYOUT=0         no signature exchange before each request (default 1)
     ML_COMM_CHECK_FINITE=1         fail reductions whose input holds NaN/Inf (default 0)
     ML_COMM_STALL_WARN_SECONDS=60  warn about a wait this long, again every as long (0: never)
-    ML_COMM_STALL_ABORT_SECONDS=0  abort the job (MPI_Abort) after a wait this long (0: never)
+    ML_COMM_STALL_ABORT_SECONDS=1800  abort the job (MPI_Abort) after a wait this long (0: never;
+                                   docs/fault-tolerance-defaults.md says why 30 minutes)
 
 Every rank must run with the same values (mpiexec and srun pass the environment on).
 """
@@ -26,6 +27,9 @@ CHECK_LAYOUT = "ML_COMM_CHECK_LAYOUT"
 CHECK_FINITE = "ML_COMM_CHECK_FINITE"
 STALL_WARN = "ML_COMM_STALL_WARN_SECONDS"
 STALL_ABORT = "ML_COMM_STALL_ABORT_SECONDS"
+# A lost rank must not hold the job until its time limit, and one rank's evaluation or
+# checkpoint while the others wait must not end it (docs/fault-tolerance-defaults.md).
+DEFAULT_STALL_ABORT_SECONDS = 1800.0
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -36,7 +40,7 @@ class GuardSettings:
     layout: bool = True
     finite: bool = False
     stall_warn: float = 60.0
-    stall_abort: float = 0.0
+    stall_abort: float = DEFAULT_STALL_ABORT_SECONDS
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -73,7 +77,7 @@ def from_env(env: Mapping[str, str] | None = None) -> GuardSettings:
         layout=_flag(env, CHECK_LAYOUT, True),
         finite=_flag(env, CHECK_FINITE, False),
         stall_warn=_seconds(env, STALL_WARN, 60.0),
-        stall_abort=_seconds(env, STALL_ABORT, 0.0),
+        stall_abort=_seconds(env, STALL_ABORT, DEFAULT_STALL_ABORT_SECONDS),
     )
 
 
