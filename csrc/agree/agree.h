@@ -19,6 +19,11 @@
  * sends it ceil(log2 n) times per rank, so its cost grows with log2 n, not n. */
 #define MLC_DIRECT_MAX_BYTES (64 * 1024)
 
+/* Tags on the engine's communicator: the tree's records, the full table after a
+ * disagreement, and a stall's arrival notices (arrivals.c), which a rank that
+ * never stalled leaves unreceived. */
+enum { MLC_AGREE_TREE_TAG = 0, MLC_AGREE_TABLE_TAG = 1, MLC_AGREE_NOTICE_TAG = 2 };
+
 /* What this rank submitted for one request, and how it is to be carried out. */
 typedef struct mlc_sign_input {
     int kind, dtype, op, root;
@@ -90,7 +95,10 @@ typedef struct mlc_agree {
  * communicator for this engine alone; destroy works after a failed or no open. */
 void mlc_agree_init(mlc_agree *ag);
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
-void mlc_agree_destroy(mlc_agree *ag);
+void mlc_agree_destroy(mlc_agree *ag); /* frees memory; sends and cancels nothing */
+/* Cancel what the engine keeps posted (a stall's arrival notices), while its
+ * communicator still works. */
+void mlc_agree_cancel(mlc_agree *ag);
 void mlc_agree_shutdown(mlc_agree *ag); /* agreements never made ready fail */
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes);
 

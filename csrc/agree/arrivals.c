@@ -17,57 +17,77 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arrivals.h"
-
-#define MLC_NOTICE_TAG 2
+#include "agree.h"
 
 int mlc_arrivals_open(mlc_arrivals *ar, int size) {
     memset(ar, 0, sizeof *ar);
     ar->heard = malloc(size * sizeof *ar->heard);
     ar->inbox = calloc(size, sizeof *ar->inbox);
+    ar->outbox = calloc(size, sizeof *ar->outbox);
     ar->reqs = calloc(2 * (size_t)size, sizeof *ar->reqs);
-    if (!ar->heard || !ar->inbox || !ar->reqs) return MLC_ERR_NOMEM;
+    ar->live = calloc(2 * (size_t)size, 1);
+    if (!ar->heard || !ar->inbox || !ar->outbox || !ar->reqs || !ar->live) return MLC_ERR_NOMEM;
     for (int r = 0; r < size; r++) ar->heard[r] = -1;
     return MLC_OK;
 }
 
-void mlc_arrivals_close(mlc_arrivals *ar, mlc_tp *tp) {
-    if (ar->posted && ar->reqs) mlc_tp_abandon(tp, 2 * (tp->size - 1), ar->reqs);
+void mlc_arrivals_cancel(mlc_arrivals *ar, mlc_tp *tp) {
+    for (int k = 0; ar->reqs && ar->live && k < 2 * (tp->size - 1); k++)
+        if (ar->live[k]) mlc_tp_abandon(tp, 1, &ar->reqs[k]), ar->live[k] = 0;
+}
+
+void mlc_arrivals_close(mlc_arrivals *ar) {
     free(ar->heard);
     free(ar->inbox);
+    free(ar->outbox);
     free(ar->reqs);
+    free(ar->live);
     memset(ar, 0, sizeof *ar);
 }
 
 static int peer_of(const mlc_tp *tp, int k) { return k < tp->rank ? k : k + 1; }
 
+static void post_receive(mlc_arrivals *ar, mlc_tp *tp, int k) {
+    ar->live[k] = mlc_tp_irecv(tp, &ar->inbox[k], sizeof *ar->inbox, peer_of(tp, k), MLC_AGREE_NOTICE_TAG,
+                               &ar->reqs[k]) == MLC_OK; /* one not posted: its rank reads as not heard */
+}
+
+/* 1 when the live entry k has completed (it is then no longer live). */
+static int completed(mlc_arrivals *ar, mlc_tp *tp, int k) {
+    int done = 0;
+    if (!ar->live[k]) return 0;
+    if (mlc_tp_testall(tp, 1, &ar->reqs[k], &done) != MLC_OK) {
+        mlc_tp_abandon(tp, 1, &ar->reqs[k]);
+        done = 1;
+    }
+    if (done) ar->live[k] = 0;
+    return done;
+}
+
 void mlc_arrivals_announce(mlc_arrivals *ar, mlc_tp *tp, int64_t seq) {
     const int npeers = tp->size - 1;
     if (!ar->posted) {
-        for (int k = 0; k < npeers; k++)
-            if (mlc_tp_irecv(tp, &ar->inbox[k], sizeof *ar->inbox, peer_of(tp, k), MLC_NOTICE_TAG,
-                             &ar->reqs[k]) != MLC_OK)
-                break; /* those not posted stay inactive: their ranks read as not heard */
+        for (int k = 0; k < npeers; k++) post_receive(ar, tp, k);
         ar->posted = 1;
     }
-    ar->outbox = seq;
     for (int k = 0; k < npeers; k++) {
-        mlc_tp_req *send = &ar->reqs[npeers + k];
-        int done = 0;
-        if (mlc_tp_testall(tp, 1, send, &done) != MLC_OK || !done) continue;
-        mlc_tp_isend(tp, &ar->outbox, sizeof ar->outbox, peer_of(tp, k), MLC_NOTICE_TAG, send);
+        const int s = npeers + k;
+        completed(ar, tp, s);
+        if (ar->live[s]) continue; /* the previous notice is still on its way */
+        ar->outbox[k] = seq;
+        ar->live[s] = mlc_tp_isend(tp, &ar->outbox[k], sizeof *ar->outbox, peer_of(tp, k), MLC_AGREE_NOTICE_TAG,
+                                   &ar->reqs[s]) == MLC_OK;
     }
 }
 
 /* Take every notice that came, and post the receive again. */
 static void collect(mlc_arrivals *ar, mlc_tp *tp) {
-    const int npeers = tp->size - 1;
-    for (;;) {
-        int k = -1;
-        if (mlc_tp_testany(tp, npeers, ar->reqs, &k) != MLC_OK || k < 0) return;
-        const int peer = peer_of(tp, k);
-        if (ar->inbox[k] > ar->heard[peer]) ar->heard[peer] = ar->inbox[k];
-        mlc_tp_irecv(tp, &ar->inbox[k], sizeof *ar->inbox, peer, MLC_NOTICE_TAG, &ar->reqs[k]);
+    for (int k = 0; k < tp->size - 1; k++) {
+        while (completed(ar, tp, k)) {
+            const int peer = peer_of(tp, k);
+            if (ar->inbox[k] > ar->heard[peer]) ar->heard[peer] = ar->inbox[k];
+            post_receive(ar, tp, k);
+        }
     }
 }
 

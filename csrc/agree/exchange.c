@@ -60,8 +60,6 @@
 #include "agree.h"
 #include "algos/algo.h"
 
-#define MLC_TREE_TAG 0
-#define MLC_TABLE_TAG 1
 
 /* What the tree combines: the same bits on every rank at the end. */
 typedef struct record {
@@ -122,7 +120,7 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
 }
 
 void mlc_agree_destroy(mlc_agree *ag) {
-    if (ag->arrivals.heard) mlc_arrivals_close(&ag->arrivals, &ag->tp);
+    mlc_arrivals_close(&ag->arrivals);
     free(ag->mine);
     free(ag->theirs);
     free(ag->slots);
@@ -132,6 +130,10 @@ void mlc_agree_destroy(mlc_agree *ag) {
     pthread_mutex_destroy(&ag->exchange_lock);
     pthread_mutex_destroy(&ag->list_lock);
     pthread_cond_destroy(&ag->ready_cv);
+}
+
+void mlc_agree_cancel(mlc_agree *ag) {
+    if (ag->tp.ops) mlc_arrivals_cancel(&ag->arrivals, &ag->tp);
 }
 
 void mlc_agree_shutdown(mlc_agree *ag) {
@@ -307,24 +309,24 @@ static int tree(mlc_agree *ag, mlc_agreement *a) {
     const int64_t room = (int64_t)sizeof(record) + ag->direct_bytes;
     int rc;
     if (r >= p2) { /* folded: hand the record over, take the result back */
-        if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_TREE_TAG)))
+        if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG)))
             return rc;
-        if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_TREE_TAG))) return rc;
+        if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_AGREE_TREE_TAG))) return rc;
         memcpy(ag->mine, ag->theirs, (size_t)record_bytes(a, ag->theirs));
         return MLC_OK;
     }
     if (fold >= 0) {
-        if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_TREE_TAG))) return rc;
+        if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_AGREE_TREE_TAG))) return rc;
         combine(a, ag->mine, ag->theirs);
     }
     for (int k = 0; k < mlc_rd_nsteps(n); k++) {
         int partner = mlc_rd_partner(r, n, k);
         if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), partner, ag->theirs, room, partner,
-                       MLC_TREE_TAG)))
+                       MLC_AGREE_TREE_TAG)))
             return rc;
         combine(a, ag->mine, ag->theirs);
     }
-    if (fold >= 0) return move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_TREE_TAG);
+    if (fold >= 0) return move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG);
     return MLC_OK;
 }
 
@@ -336,12 +338,12 @@ static int table(mlc_agree *ag, mlc_agreement *a) {
     int rc = MLC_OK, nrecv = 0, nsend = 0;
     for (int k = 0; k < npeers && rc == MLC_OK; k++) {
         int peer = k < me ? k : k + 1;
-        rc = mlc_tp_irecv(tp, slot(ag, peer), bytes, peer, MLC_TABLE_TAG, &ag->reqs[k]);
+        rc = mlc_tp_irecv(tp, slot(ag, peer), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[k]);
         nrecv += rc == MLC_OK;
     }
     for (int k = 0; k < npeers && rc == MLC_OK; k++) {
         int peer = k < me ? k : k + 1;
-        rc = mlc_tp_isend(tp, slot(ag, me), bytes, peer, MLC_TABLE_TAG, &ag->reqs[npeers + k]);
+        rc = mlc_tp_isend(tp, slot(ag, me), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[npeers + k]);
         nsend += rc == MLC_OK;
     }
     a->messages += nrecv + nsend;

@@ -248,7 +248,9 @@ static void shape_message(const table *t, char *buf, size_t len, size_t *off) {
         if (at(t, r)->c.ntensors == first->c.ntensors && at(t, r)->c.total == first->c.total &&
             at(t, r)->c.layout_hash != first->c.layout_hash)
             show_counts = 1;
-        show_dtypes |= at(t, r)->c.call_dtypes != first->c.call_dtypes;
+        compared x = at(t, r)->c; /* differing only in what the description leaves out */
+        x.call_dtypes = first->c.call_dtypes;
+        show_dtypes |= at(t, r)->c.call_dtypes != first->c.call_dtypes && same_shape(&(mlc_signature){.c = x}, first);
     }
     for (int r = 0, k = 0; r < t->n; r++) {
         if (!leads(t, r, shape_alike, NULL)) continue;

@@ -234,10 +234,14 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     return MLC_OK;
 }
 
-static void free_comm(MPI_Comm *comm) {
+static int mpi_finalized(void) {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (*comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(comm);
+    return finalized;
+}
+
+static void free_comm(MPI_Comm *comm) {
+    if (*comm != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(comm);
 }
 
 void mlc_team_destroy(mlc_team *team) {
@@ -255,6 +259,7 @@ void mlc_team_destroy(mlc_team *team) {
         free(team->workers[i].scratch);
     }
     free_comm(&team->caller_comm);
+    if (team->agree_comm != MPI_COMM_NULL && !mpi_finalized()) mlc_agree_cancel(&team->agree);
     free_comm(&team->agree_comm);
     mlc_agree_destroy(&team->agree);
     free(team->workers);

@@ -36,10 +36,6 @@ int mlc_tp_testall(mlc_tp *tp, int n, mlc_tp_req *reqs, int *done) {
     return tp->ops->testall(tp, n, reqs, done);
 }
 
-int mlc_tp_testany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
-    return tp->ops->testany(tp, n, reqs, index);
-}
-
 #define MLC_BUSY_POLLS 64
 #define MLC_SPIN_SECONDS 100e-6
 #define MLC_MAX_SLEEP_SECONDS 1e-3

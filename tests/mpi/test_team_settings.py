@@ -56,7 +56,10 @@ CASES = {
     "skipped": (
         dict(alg=mc.ALG_RING, ksteps=2, max_steps=5),
         None,
-        ["config_team alg: {others}: ring; {last}: auto", "config_team ksteps: {others}: 2; {last}: 0"],
+        [
+            "config_team alg: {others}: ring; {last}: auto",
+            "config_team ksteps: {others}: 2; {last}: 0",
+        ],
     ),
 }
 
