@@ -28,7 +28,8 @@ def test_config_team_differs(tf_session, case, count):
     c = Checks()
     configure_unlike(tf_session, case)
     grads = [tf.constant(make_input(tf_session.rank, (count,), np.float32, 5)), tf.ones([7])]
-    step = tf.function(lambda: mc.gradients(grads))  # traced under this rank's schedule
+    step = tf.function(lambda: mc.gradients(grads))
+    step.get_concrete_function()  # traced under this rank's schedule, before the clock starts
     expect_named(c, tf_session, case, step, errors=(tf.errors.OpError, mc.MLCommError))
     configure_alike()
     out = tf.function(lambda: mc.gradients(grads))()
