@@ -3,11 +3,7 @@ seconds, with a message that names it, and leaves no process behind; jobs in whi
 every rank ends well still exit 0 (finalize twice, at exit, a busy peer).
 
 Plain pytest: each test launches `mpiexec -n N python scripts/faulty_training.py`
-<<<<<<< HEAD
-under a timeout. See ml_comm/faults/abort.py and README "Troubleshooting".
-=======
-under a timeout. See ml_comm/_faults.py and docs/faults.md.
->>>>>>> docs
+under a timeout. See ml_comm/faults/abort.py and docs/faults.md.
 """
 
 from __future__ import annotations
