@@ -41,11 +41,11 @@ def from_env(env: Mapping[str, str] | None = None) -> GuardSettings:
     )
 
 
-def apply(handle, team: int, settings: GuardSettings) -> None:
+def apply(handle, team: int, guard: GuardSettings) -> None:
     """Hand the settings to one team of the core (team: its number in messages)."""
     for rc, what in (
-        (lib.mlc_team_set_checks(handle, settings.layout, settings.finite), "checks"),
-        (lib.mlc_team_set_stall_limits(handle, settings.stall_warn, settings.stall_abort), "stall"),
+        (lib.mlc_team_set_checks(handle, guard.layout, guard.finite), "checks"),
+        (lib.mlc_team_set_stall_limits(handle, guard.stall_warn, guard.stall_abort), "stall"),
         (lib.mlc_team_set_id(handle, team), "team id"),
     ):
         if rc != lib.MLC_OK:
