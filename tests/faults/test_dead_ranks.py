@@ -30,8 +30,8 @@ from jobs import (
 )
 
 SCRIPT = "faulty_training.py"
-# The job must end within this (the bound); the subprocess timeout is larger
-# so that a slow start on a loaded machine is reported as "too slow", not as a hang.
+# The job must end within this (it takes seconds); the subprocess timeout is larger so
+# that a slow start on a loaded machine is reported as "too slow", not as a hang.
 END_WITHIN_S = 30
 TIMEOUT_S = 90
 
