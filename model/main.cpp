@@ -4,8 +4,10 @@
 //   mlcsim PLATFORM.xml --nodes N [options] train TENSORS_FILE  training steps
 //
 // Hosts must be named node-0 .. node-(N-1) (tools/project_platforms.py writes such
-// files). TENSORS_FILE: one line per gradient in backprop order, "elements
-// backward_seconds"; --forward S is the forward pass. Prints one JSON object.
+// files). TENSORS_FILE: one line per gradient in the order backprop produces them,
+// "index elements backward_seconds" (index: the tensor's place in the request's
+// layout; the seconds of backprop before it arrives); --forward S is the forward
+// pass and the update. Prints one JSON object.
 #include <simgrid/s4u.hpp>
 
 #include <cmath>
@@ -28,8 +30,9 @@ struct Run {
     TeamConfig team;
     std::string mode;
     std::vector<int64_t> sizes;                  // sweep: bytes
-    std::vector<int64_t> counts;                 // train: elements per tensor
-    std::vector<double> backward;                // train: seconds per tensor
+    std::vector<int64_t> counts;                 // train: elements per tensor, layout order
+    std::vector<int> order;                      // train: tensor indices in arrival order
+    std::vector<double> backward;                // train: seconds before each arrival
     double forward_s = 0, jitter = 0;
     int steps = 3, iters = 2;
     bool pipelined = false;
@@ -40,7 +43,8 @@ std::vector<RankStats> stats;
 std::vector<std::vector<double>> sweep_times;    // [size][rank]
 std::vector<std::vector<double>> step_ends;      // [rank][step]
 std::vector<std::vector<double>> backprop_ends;  // [rank][step]
-std::vector<std::vector<double>> comm_starts, comm_ends;
+std::vector<std::vector<double>> comm_starts, step_starts;
+std::vector<std::shared_ptr<Request>> last_requests; // rank 0's, per step
 
 double compute(double seconds) {
     if (seconds <= 0) return 0;
@@ -69,12 +73,13 @@ void train_rank(int rank, Team &team) {
     std::shared_ptr<Request> previous;
     for (int s = 0; s < run.steps; s++) {
         double scale = run.jitter > 0 ? std::max(0.5, spread(rng)) : 1.0;
+        step_starts[rank][s] = sg4::Engine::get_clock();
         compute(run.forward_s * scale);
         std::shared_ptr<Request> req;
-        for (size_t t = 0; t < run.counts.size(); t++) {
-            compute(run.backward[t] * scale);
-            if (t == 0) req = team.submit(run.counts, true, false);
-            team.arrive(*req, (int)t);
+        for (size_t k = 0; k < run.order.size(); k++) {
+            compute(run.backward[k] * scale);
+            if (k == 0) req = team.submit(run.counts, true, false);
+            team.arrive(*req, run.order[k]);
         }
         backprop_ends[rank][s] = sg4::Engine::get_clock();
         if (run.pipelined) {
@@ -84,10 +89,23 @@ void train_rank(int rank, Team &team) {
             team.wait(*req);
         }
         comm_starts[rank][s] = req->t_start;
+        if (rank == 0) last_requests.push_back(req);
         step_ends[rank][s] = sg4::Engine::get_clock();
     }
     if (previous) team.wait(*previous);
-    comm_ends[rank].push_back(0);
+}
+
+// As benchmarks/train_scaling.py: the share of rank 0's batch time that falls inside
+// its steps' compute windows [step start, last gradient], steps after the first.
+double hidden_fraction() {
+    double busy = 0, hidden = 0;
+    for (auto [b0, b1] : stats[0].batches) {
+        if (run.steps > 1 && b0 < step_starts[0][1]) continue;
+        busy += b1 - b0;
+        for (int s = 1; s < run.steps; s++)
+            hidden += std::max(0.0, std::min(b1, backprop_ends[0][s]) - std::max(b0, step_starts[0][s]));
+    }
+    return busy > 0 ? hidden / busy : 0;
 }
 
 void rank_main(int rank) {
@@ -115,14 +133,20 @@ void usage() {
 
 void read_tensors(const char *path) {
     std::ifstream f(path);
+    int index;
     int64_t c;
     double b;
-    while (f >> c >> b) {
-        run.counts.push_back(c);
+    while (f >> index >> c >> b) {
+        if (index < 0 || index > 1000000) break;
+        if ((int)run.counts.size() <= index) run.counts.resize(index + 1, -1);
+        run.counts[index] = c;
+        run.order.push_back(index);
         run.backward.push_back(b);
     }
-    if (run.counts.empty()) {
-        std::fprintf(stderr, "%s: no tensors (lines of \"elements backward_seconds\")\n", path);
+    bool complete = !run.counts.empty();
+    for (auto count : run.counts) complete = complete && count >= 0;
+    if (!complete || run.order.size() != run.counts.size()) {
+        std::fprintf(stderr, "%s: need lines \"index elements backward_seconds\", each index 0..n-1 once\n", path);
         std::exit(2);
     }
 }
@@ -158,6 +182,7 @@ int main(int argc, char **argv) {
         else if (a == "--copy-bps") node.copy_bytes_per_s = arg_double(argv, i);
         else if (a == "--send-overhead") node.send_overhead_s = arg_double(argv, i);
         else if (a == "--recv-overhead") node.recv_overhead_s = arg_double(argv, i);
+        else if (a == "--cpu-per-byte") node.cpu_per_byte_s = arg_double(argv, i);
         else if (a == "--comm-weight") node.comm_weight = arg_double(argv, i);
         else if (a == "--compute-on-core") node.compute_on_core = true;
         else if (a == "--forward") run.forward_s = arg_double(argv, i);
@@ -181,8 +206,7 @@ int main(int argc, char **argv) {
     stats.resize(n);
     sweep_times.assign(run.sizes.size(), std::vector<double>(n, 0));
     step_ends.assign(n, std::vector<double>(run.steps, 0));
-    backprop_ends = comm_starts = step_ends;
-    comm_ends.assign(n, {});
+    backprop_ends = comm_starts = step_starts = step_ends;
     for (int r = 0; r < n; r++) {
         sg4::Host *h = e.host_by_name_or_null("node-" + std::to_string(r));
         if (!h) {
@@ -206,17 +230,19 @@ int main(int argc, char **argv) {
     } else {
         std::fprintf(out, ", \"steps\": [");
         for (int s = 0; s < run.steps; s++) {
-            double end = 0, bwd = 0, start = 0, prev = 0;
+            double end = 0, bwd = 0, start = 0, prev = 0, done = last_requests[s]->t_done;
             for (int r = 0; r < n; r++) {
                 end = std::max(end, step_ends[r][s]);
                 bwd += backprop_ends[r][s] / n;
                 start += comm_starts[r][s] / n;
                 prev = std::max(prev, s ? step_ends[r][s - 1] : 0.0);
             }
-            std::fprintf(out, "%s{\"end_s\": %.9g, \"step_s\": %.9g, \"backprop_end_s\": %.9g, \"comm_start_s\": %.9g}",
-                         s ? ", " : "", end, end - prev, bwd, start);
+            std::fprintf(out,
+                         "%s{\"end_s\": %.9g, \"step_s\": %.9g, \"backprop_end_s\": %.9g, \"comm_start_s\": %.9g, "
+                         "\"comm_done_s\": %.9g}",
+                         s ? ", " : "", end, end - prev, bwd, start, done);
         }
-        std::fprintf(out, "]");
+        std::fprintf(out, "], \"hidden_fraction\": %.6f", hidden_fraction());
     }
     std::fprintf(out, ", \"simulated_s\": %.9g}\n", sg4::Engine::get_clock());
     return 0;

@@ -15,6 +15,7 @@ struct NodeParams {
     double copy_bytes_per_s = 8e9;     // staging copies (fusion slots)
     double send_overhead_s = 1e-6;     // CPU per message posted (MPI + transport)
     double recv_overhead_s = 1e-6;     // CPU per message received
+    double cpu_per_byte_s = 0;         // CPU per byte sent and per byte received (a kernel's TCP)
     double comm_weight = 1.0;          // share weight of communication work against compute
     bool compute_on_core = false;      // backprop runs on the same simulated core (test bed)
 };

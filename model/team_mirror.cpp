@@ -107,8 +107,9 @@ std::shared_ptr<Request> Team::submit(const std::vector<int64_t> &counts, bool i
         for (size_t i = 0; i < counts.size(); i++) req->starts[i + 1] = req->starts[i] + counts[i];
         req->span = total;
     }
+    req->got.assign(counts.size(), 0);
     if (!is_group) {
-        req->arrived = (int)counts.size();
+        req->arrived = req->next_missing = (int)counts.size();
         req->ready_elems = req->span;
     }
     stats_->requests++;
@@ -131,9 +132,11 @@ std::shared_ptr<Request> Team::submit(const std::vector<int64_t> &counts, bool i
 
 void Team::arrive(Request &req, int tensor) {
     mu_->lock();
+    // As csrc/team/group.c: elements are ready up to the first tensor still missing.
     req.arrived++;
-    if (tensor + 1 == req.arrived) req.ready_elems = req.starts[tensor] + req.counts[tensor];
-    if (req.arrived == (int)req.counts.size()) req.ready_elems = req.span;
+    req.got[tensor] = 1;
+    while (req.next_missing < (int)req.counts.size() && req.got[req.next_missing]) req.next_missing++;
+    req.ready_elems = req.next_missing == (int)req.counts.size() ? req.span : req.starts[req.next_missing];
     cv_->notify_all();
     mu_->unlock();
 }
@@ -264,6 +267,7 @@ void Team::run_lane(Request &req, int lane, mlc_tp *tp, int64_t *sampled_n, doub
             }
         }
         if (staged_bytes) charge_core((double)staged_bytes / node.copy_bytes_per_s);
+        stats_->batches.emplace_back(t0, sg4::Engine::get_clock());
         staged_bytes = 0;
         nb = 0;
     }

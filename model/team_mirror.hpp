@@ -45,7 +45,8 @@ struct Request {
     mlc_plan plan{};
     bool is_group = false, blocking = false;
     int64_t ready_elems = 0; // elements [0, ready) have arrived
-    int arrived = 0;
+    int arrived = 0, next_missing = 0;
+    std::vector<char> got;       // per tensor: arrived
     bool agreed = false;
     int lanes_left = 0;
     double t_start = -1, t_agreed = -1, t_done = -1;
@@ -54,13 +55,14 @@ struct Request {
 struct RankStats {
     Counters data, agree;
     int64_t requests = 0;
+    std::vector<std::pair<double, double>> batches; // each batch's reduction, start and end
 };
 
 class Team {
   public:
     Team(int rank, const TeamConfig &cfg, RankStats *stats);
     ~Team();
-    // A request of these tensors (in arrival order); blocking runs it on the caller
+    // A request of these tensors (in layout order); blocking runs it on the caller
     // where the plan says so. Keyed groups then get arrive() per tensor, in order.
     std::shared_ptr<Request> submit(const std::vector<int64_t> &counts, bool is_group, bool blocking);
     void arrive(Request &req, int tensor);

@@ -6,8 +6,9 @@
 // destination, tag), and a mailbox delivers in posting order, as MPI does for one
 // sender, tag and communicator. Posting a message costs the sender
 // node.send_overhead_s on its host's core; completing a receive costs the receiver
-// node.recv_overhead_s (the CPU side of a message; the wire side is the platform's
-// latency and bandwidth). Waits block the actor in simulated time instead of
+// node.recv_overhead_s, and each side node.cpu_per_byte_s per byte (the CPU side of
+// a message: MPI, and on the test bed the kernel's TCP; the wire side is the
+// platform's latency and bandwidth). Waits block the actor in simulated time instead of
 // polling (csrc/transport/wait.c polls a real clock, which does not advance here),
 // so this file implements the whole of transport.h, wait functions included.
 #include <simgrid/s4u.hpp>
@@ -28,6 +29,7 @@ struct Slot {
     sg4::CommPtr comm;
     void *received = nullptr;  // where the mailbox puts the sender's (unused) payload
     bool is_recv = false;
+    int64_t bytes = 0;
 };
 
 struct Endpoint {
@@ -70,7 +72,8 @@ void release(Endpoint *ep, mlc_tp_req *req) {
 
 // A completed request: the receiver's CPU cost, then the slot is free.
 void complete(Endpoint *ep, mlc_tp_req *req) {
-    if (slot_of(ep, req)->is_recv) charge_core(node.recv_overhead_s);
+    Slot *s = slot_of(ep, req);
+    if (s->is_recv) charge_core(node.recv_overhead_s + s->bytes * node.cpu_per_byte_s);
     release(ep, req);
 }
 
@@ -80,11 +83,12 @@ int post(mlc_tp *tp, int64_t bytes, int peer, int tag, bool is_recv, mlc_tp_req 
     int s = take_slot(ep);
     Slot *slot = ep->slots[s].get();
     slot->is_recv = is_recv;
+    slot->bytes = bytes;
     if (is_recv) {
         auto *mb = sg4::Mailbox::by_name(mailbox_name(ep->comm_id, peer, tp->rank, tag));
         slot->comm = mb->get_async<void>(&slot->received);
     } else {
-        charge_core(node.send_overhead_s);
+        charge_core(node.send_overhead_s + bytes * node.cpu_per_byte_s);
         auto *mb = sg4::Mailbox::by_name(mailbox_name(ep->comm_id, tp->rank, peer, tag));
         slot->comm = mb->put_async(&token, (uint64_t)bytes);
         ep->counters->messages++;

@@ -31,6 +31,18 @@ CALIBRATION = ROOT / "model" / "calibration.json"
 RESULTS = ROOT / "benchmarks" / "results"
 # The test-bed runs the calibration reads (2 nodes) and the validation compares with (3, 4).
 SWEEP_2 = RESULTS / "testbed_2gbit_t1.json"
+# Training runs at 2 nodes (benchmarks/RESULTS.md "Training throughput and scaling"):
+# rate, batch -> the summary; the timelines of the batch-8 runs at 2 Gbit/s give the
+# gradients' sizes and the order and times of their arrival in backprop.
+TRAININGS = {
+    ("2gbit", 8): RESULTS / "train_scaling_2gbit_b8.json",
+    ("1gbit", 8): RESULTS / "train_scaling_1gbit_b8.json",
+    ("2gbit", 32): RESULTS / "train_scaling_2gbit_b32.json",
+}
+TRACE = RESULTS / "train_scaling_2gbit_b8_traces" / "mlcomm-sync_n2_rep2.rank0.json"
+# CPU of the kernel's TCP per byte sent or received: 13.7-15.4 ms per step moving
+# 19,612,968 B each way (the 2-node measurement in this file).
+TCP_CPU = RESULTS / "threads_cpu_tcp_floor_s11.txt"
 SWEEPS = {n: sorted((RESULTS / "testbed_quiet").glob(f"{n}node_gradients_r*.json")) for n in (3, 4)}
 CORE_SOURCES = [
     "csrc/plan/plan.c",
@@ -126,8 +138,19 @@ def calibrate() -> dict:
             "(no ping-pong sweep was split into wire and CPU parts)",
         },
     }
+    cal["node"]["cpu_per_byte_s"] = tcp_cpu_per_byte()
+    cal["node"]["from"] += f"; cpu_per_byte_s: the kernel's TCP, {TCP_CPU.relative_to(ROOT)}"
     fit_link(cal, r2)
     return cal
+
+
+def tcp_cpu_per_byte() -> float:
+    import re
+
+    per = []
+    for m in re.finditer(r"(\d+) B each way per step.*?CPU ([\d.]+) ms", TCP_CPU.read_text()):
+        per.append(float(m.group(2)) * 1e-3 / (2 * int(m.group(1))))
+    return statistics.median(per)
 
 
 def fit_link(cal: dict, r2: list[dict]) -> None:
@@ -170,6 +193,8 @@ def node_args(node: dict) -> list[str]:
         str(node["send_overhead_s"]),
         "--recv-overhead",
         str(node["recv_overhead_s"]),
+        "--cpu-per-byte",
+        str(node.get("cpu_per_byte_s", 0.0)),
     ]
 
 
@@ -257,6 +282,8 @@ def validate(small: bool) -> int:
                     missed.append(f"ml_comm {n} nodes {b // MIB} MiB {e1:+.1%} (bar 5 %)")
                 if abs(e2) > 0.10:
                     missed.append(f"MPICH {n} nodes {b // MIB} MiB {e2:+.1%} (bar 10 %)")
+        if not small:
+            missed += validate_training(cal, net, tmp)
     files = [SWEEP_2, *SWEEPS[3], *SWEEPS[4]]
     print(
         "calibrated on",
@@ -267,6 +294,89 @@ def validate(small: bool) -> int:
     for m in missed:
         print("missed:", m)
     return 1 if missed else 0
+
+
+def trace_profile(trace: Path) -> tuple[dict[int, int], list[tuple[int, float]], float]:
+    """From a rank's timeline: elements per tensor (by layout index), the arrival order
+    with each arrival's median offset from the step's first, and backprop's share of
+    the step (median first-to-last arrival over median time between requests)."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    per: dict[int, list[tuple[float, int, int]]] = {}
+    for e in events:
+        if e["name"] == "arrive":
+            a = e["args"]
+            per.setdefault(a["request"], []).append((e["ts"] * 1e-6, a["detail"], a["bytes"]))
+    counts: dict[int, int] = {}
+    offsets: dict[int, list[float]] = {}
+    spans = []
+    for arrivals in per.values():
+        t0 = min(t for t, _, _ in arrivals)
+        spans.append(max(t for t, _, _ in arrivals) - t0)
+        for t, index, nbytes in arrivals:
+            counts[index] = nbytes // 4
+            offsets.setdefault(index, []).append(t - t0)
+    starts = sorted(e["ts"] * 1e-6 for e in events if e["name"] == "request")
+    period = statistics.median(b - a for a, b in zip(starts[1:], starts[2:]))
+    order = sorted((statistics.median(v), i) for i, v in offsets.items())
+    return counts, [(i, t) for t, i in order], statistics.median(spans) / period
+
+
+def validate_training(cal: dict, net: platforms.Network, tmp: Path) -> list[str]:
+    """The 2-node training runs: efficiency (+-5 points) and hidden fraction (+-10)."""
+    counts, arrivals, backprop_share = trace_profile(TRACE)
+    missed = []
+    print("\n| run | mode | efficiency measured | model | hidden measured | model |")
+    print("|---|---|---:|---:|---:|---:|")
+    for (rate, batch), path in TRAININGS.items():
+        summary = json.loads(path.read_text())["summary"]
+        compute = summary["local"]["step_median_ms"]["median"] * 1e-3  # 2 nodes, no communication
+        backward = backprop_share * compute
+        span = arrivals[-1][1] or 1.0
+        lines, before = [], 0.0
+        for i, t in arrivals:
+            lines.append(f"{i} {counts[i]} {(t - before) / span * backward}\n")
+            before = t
+        tfile = tmp / "trace_tensors.txt"
+        tfile.write_text("".join(lines))
+        scale = 0.5 if rate == "1gbit" else 1.0
+        link = platforms.Network(net.bytes_per_s * scale, net.latency_s)
+        plat = write_platform(platforms.platform_xml("testbed", 2, link), tmp)
+        for mode, extra in (("mlcomm-sync", []), ("mlcomm-pipe", ["--pipelined"])):
+            m = summary[mode]
+            sim = mlcsim(
+                plat,
+                2,
+                [
+                    *node_args(cal["node"]),
+                    "--compute-on-core",
+                    "--threads",
+                    "1",
+                    "--forward",
+                    str(compute - backward),
+                    "--steps",
+                    "4",
+                    *extra,
+                    "train",
+                    str(tfile),
+                ],
+            )
+            step = statistics.median(s["step_s"] for s in sim["steps"][1:])
+            eff = m["step_median_ms_1"]["median"] * 1e-3 / step
+            real_eff, real_hidden = m["efficiency"]["median"], m["hidden_fraction"]
+            print(
+                f"| {rate} b{batch} | {mode} | {real_eff:.1%} | {eff:.1%} | "
+                f"{real_hidden:.1%} | {sim['hidden_fraction']:.1%} |"
+            )
+            if abs(eff - real_eff) > 0.05:
+                missed.append(
+                    f"{rate} b{batch} {mode} efficiency {eff - real_eff:+.1%} (bar 5 points)"
+                )
+            if abs(sim["hidden_fraction"] - real_hidden) > 0.10:
+                missed.append(
+                    f"{rate} b{batch} {mode} hidden {sim['hidden_fraction'] - real_hidden:+.1%}"
+                    " (bar 10 points)"
+                )
+    return missed
 
 
 # ---- projection ----------------------------------------------------------------------
@@ -305,7 +415,8 @@ def tensors_file(
     heavy = [c for c in counts if c > 4096] or counts
     per = backward / len(heavy)
     path = tmp / "tensors.txt"
-    path.write_text("".join(f"{c} {per if c in heavy else 0.0}\n" for c in counts))
+    lines = (f"{i} {c} {per if c in heavy else 0.0}\n" for i, c in enumerate(counts))
+    path.write_text("".join(lines))
     return path, step_s * forward_share
 
 
@@ -360,6 +471,7 @@ def project(args: argparse.Namespace) -> int:
                     "algorithm": alg,
                     "step_s": last["step_s"],
                     "exposed_s": last["step_s"] - step_s,
+                    "communication_s": last["comm_done_s"] - last["comm_start_s"],
                     "efficiency": step_s / last["step_s"],
                     "agree_messages_per_rank_per_request": sim[
                         "agree_messages_per_rank_per_request"
