@@ -108,6 +108,20 @@ double hidden_fraction() {
     return busy > 0 ? hidden / busy : 0;
 }
 
+// The share of rank 0's batches (steps after the first) that start before its backprop ends.
+double batches_before_backprop_end() {
+    int before = 0, all = 0;
+    for (auto [b0, b1] : stats[0].batches) {
+        (void)b1;
+        int s = 0;
+        while (s + 1 < run.steps && b0 >= step_starts[0][s + 1]) s++;
+        if (s == 0 && run.steps > 1) continue;
+        all++;
+        before += b0 < backprop_ends[0][s];
+    }
+    return all ? (double)before / all : 0;
+}
+
 void rank_main(int rank) {
     Team team(rank, run.team, &stats[rank]);
     if (run.mode == "sweep") sweep_rank(rank, team);
@@ -242,7 +256,8 @@ int main(int argc, char **argv) {
                          "\"comm_done_s\": %.9g}",
                          s ? ", " : "", end, end - prev, bwd, start, done);
         }
-        std::fprintf(out, "], \"hidden_fraction\": %.6f", hidden_fraction());
+        std::fprintf(out, "], \"hidden_fraction\": %.6f, \"batches_before_backprop_end\": %.6f", hidden_fraction(),
+                     batches_before_backprop_end());
     }
     std::fprintf(out, ", \"simulated_s\": %.9g}\n", sg4::Engine::get_clock());
     return 0;
