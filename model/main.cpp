@@ -36,6 +36,7 @@ struct Run {
     double forward_s = 0, jitter = 0;
     int steps = 3, iters = 2;
     bool pipelined = false;
+    bool after_backprop = false; // one blocking allreduce of every gradient after backprop
 };
 
 Run run;
@@ -78,10 +79,16 @@ void train_rank(int rank, Team &team) {
         std::shared_ptr<Request> req;
         for (size_t k = 0; k < run.order.size(); k++) {
             compute(run.backward[k] * scale);
+            if (run.after_backprop) continue;
             if (k == 0) req = team.submit(run.counts, true, false);
             team.arrive(*req, run.order[k]);
         }
         backprop_ends[rank][s] = sg4::Engine::get_clock();
+        if (run.after_backprop) { // what a script calling MPI_Allreduce on a flat buffer does
+            int64_t total = 0;
+            for (auto c : run.counts) total += c;
+            req = team.submit({total}, false, true);
+        }
         if (run.pipelined) {
             if (previous) team.wait(*previous);
             previous = req;
@@ -204,6 +211,7 @@ int main(int argc, char **argv) {
         else if (a == "--steps") run.steps = std::atoi(argv[++i]);
         else if (a == "--iters") run.iters = std::atoi(argv[++i]);
         else if (a == "--pipelined") run.pipelined = true;
+        else if (a == "--after-backprop") run.after_backprop = true;
         else usage();
     }
     if (i >= argc) usage();
