@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "model"
 MLCSIM = BUILD / "mlcsim"
 MPI_PROG = BUILD / "mpi_allreduce"
+KERNEL_SPEED = BUILD / "kernel_speed"
 CALIBRATION = ROOT / "model" / "calibration.json"
 RESULTS = ROOT / "benchmarks" / "results"
 # The test-bed runs the calibration reads (2 nodes) and the validation compares with (3, 4).
@@ -76,6 +77,13 @@ def build() -> None:
             subprocess.run([*cc, *flags], check=True)
             objs.append(obj)
         subprocess.run(["g++", "-o", MLCSIM, *objs, "-lsimgrid"], check=True)
+    speed_src = [ROOT / "model" / "kernel_speed.c"]
+    speed_src += [ROOT / "csrc" / "base" / f for f in ("reduce.c", "wire.c", "dtype.c", "clock.c")]
+    if not KERNEL_SPEED.exists() or KERNEL_SPEED.stat().st_mtime < max(
+        p.stat().st_mtime for p in speed_src
+    ):
+        flags = ["-O3", "-std=gnu11", "-Wall", "-Wextra", *inc]
+        subprocess.run(["gcc", *flags, *speed_src, "-o", KERNEL_SPEED, "-lm"], check=True)
     mpi_src = ROOT / "model" / "mpi_allreduce.c"
     if not MPI_PROG.exists() or MPI_PROG.stat().st_mtime < mpi_src.stat().st_mtime:
         subprocess.run(["smpicc", "-O2", "-Wall", "-Wextra", mpi_src, "-o", MPI_PROG], check=True)
@@ -88,28 +96,11 @@ def rows(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"]
 
 
-def measure_reduce_bps() -> tuple[float, float, float]:
-    """A float32 sum, a float32->float16 conversion and a copy on this machine's core."""
-    import numpy as np
-
-    a = np.ones(8 * MIB, dtype=np.float32)
-    b = np.ones_like(a)
-    out = np.empty_like(a)
-    h = np.empty(a.size, dtype=np.float16)
-
-    def best(fn) -> float:
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return a.nbytes / min(times)
-
-    return (
-        best(lambda: np.add(a, b, out=out)),
-        best(lambda: h.__setitem__(slice(None), a)),
-        best(lambda: np.copyto(out, a)),
-    )
+def measure_kernels() -> dict:
+    """The product's float32 sum, bfloat16 rounding and a copy, timed on this machine's
+    core (model/kernel_speed.c, built with the product's flags)."""
+    out = subprocess.run([str(KERNEL_SPEED)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 def calibrate() -> dict:
@@ -120,7 +111,7 @@ def calibrate() -> dict:
     # Below direct_bytes the data rides in the agreement's one message round: the
     # time of one round of messages, whatever the size (8 B .. 1 KiB).
     small = [r["mlcomm_time_us"] * 1e-6 for r in r2 if r["bytes"] <= 1024]
-    reduce_bps, convert_bps, copy_bps = measure_reduce_bps()
+    kernels = measure_kernels()
     cal = {
         "network": {
             "link_bytes_per_s": statistics.median(large),
@@ -129,14 +120,12 @@ def calibrate() -> dict:
             "ml_comm time at 8 B - 1 KiB (one message round, median)",
         },
         "node": {
-            "reduce_bytes_per_s": reduce_bps,
-            "convert_bytes_per_s": convert_bps,
-            "copy_bytes_per_s": copy_bps,
+            **kernels,
             "send_overhead_s": 0.0,
             "recv_overhead_s": 0.0,
-            "from": "NumPy float32 add, float32->float16 and copy of 32 MiB on this machine "
-            "(the test bed's cores); per-message CPU is inside the network latency "
-            "(no ping-pong sweep was split into wire and CPU parts)",
+            "from": "model/kernel_speed.c: the core's float32 sum, bfloat16 rounding and a "
+            "copy of 32 MiB on this machine (the test bed's cores); per-message CPU is inside "
+            "the network latency (no ping-pong sweep was split into wire and CPU parts)",
         },
     }
     cal["node"]["cpu_per_byte_s"] = tcp_cpu_per_byte()
