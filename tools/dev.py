@@ -8,6 +8,8 @@
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
     python3 tools/dev.py other-mpis  # NumPy-API MPI tests on Intel MPI, Open MPI (part of `test`)
+    python3 tools/dev.py project # the SimGrid scale model: --calibrate, --validate, projections
+                                 # (docs/scale.md; as root it installs SimGrid from Debian)
 
 Only the standard library is used here, so it runs on a bare Python 3.11.
 """
@@ -23,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from simgrid_packages import ensure_simgrid
 from suite_summary import SuiteSkips, skips_from_junit, summary_line
 from testbed_packages import ensure_testbed_packages
 
@@ -286,6 +289,14 @@ def cmd_test() -> int:
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
     if pytest_suite("tfcnn", ["tests/tfcnn"], skips, 3 * MPI_RUN_TIMEOUT_S, env) != 0:
         failures.append("tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)")
+    # The scale model (docs/scale.md): SimGrid from Debian as root, then its validation
+    # at three sizes against the 3- and 4-node test-bed sweeps.
+    why_not_simgrid = ensure_simgrid()
+    if why_not_simgrid:
+        print(f"simgrid: {why_not_simgrid}; the scale model's validation will skip", flush=True)
+        skips["project"] = SuiteSkips(total=1, skipped=1, reasons=[why_not_simgrid])
+    elif run([PY, "tools/project.py", "--validate", "--small"], timeout=MPI_RUN_TIMEOUT_S) != 0:
+        failures.append("project --validate --small (the scale model against the test bed)")
     ran = [
         "ruff",
         "docs",
@@ -297,6 +308,7 @@ def cmd_test() -> int:
         "intel-mpi and open-mpi n=" + ",".join(map(str, OTHER_MPI_RANKS)),
         "testbed",
         "tfcnn",
+        "project",
     ]
     print(summary_line(ran, failures, skips), flush=True)
     return 1 if failures else 0
@@ -313,6 +325,11 @@ def cmd_tsan() -> int:
     return run([PY, "tools/sanitizers.py", "--sanitizer", "thread"], timeout=MPI_RUN_TIMEOUT_S)
 
 
+def cmd_project() -> int:
+    ensure_venv()
+    return run([PY, "tools/project.py", *sys.argv[2:]])
+
+
 def cmd_other_mpis() -> int:
     failures = test_other_mpis(sys.argv[2:])  # names of OTHER_MPIS; none: all
     if failures:
@@ -326,6 +343,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "tsan": cmd_tsan,
     "other-mpis": cmd_other_mpis,
+    "project": cmd_project,
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""The SimGrid scale model (model/, tools/project.py) runs the core's own algorithms on sizes.
+
+Message counts are exact functions of the algorithm, the plan and the node count, so
+they check that the plan, the segments and the algorithms ran unchanged, that every
+message matched (a lost one would hang the simulation, which then ends with an error),
+and what the agreement costs per request. Skips where SimGrid is not installed (the
+test command installs it as root: tools/simgrid_packages.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import project  # noqa: E402
+import project_platforms  # noqa: E402
+from simgrid_packages import missing  # noqa: E402
+
+pytestmark = pytest.mark.skipif(bool(missing()), reason="SimGrid (libsimgrid-dev) not installed")
+
+NODE = {
+    "reduce_bytes_per_s": 4e9,
+    "convert_bytes_per_s": 2e9,
+    "copy_bytes_per_s": 8e9,
+    "send_overhead_s": 1e-6,
+    "recv_overhead_s": 1e-6,
+}
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    project.build()
+
+
+def sweep(nodes: int, args: list[str], sizes: list[int]) -> dict:
+    net = project_platforms.Network(250e6, 20e-6)
+    with tempfile.TemporaryDirectory() as d:
+        plat = project.write_platform(
+            project_platforms.platform_xml("testbed", nodes, net), Path(d)
+        )
+        return project.mlcsim(
+            plat, nodes, [*project.node_args(NODE), *args, "sweep", *map(str, sizes)]
+        )
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 5])
+def test_ring_messages(built, nodes):
+    # 8 MiB on the team's one thread: 8 segments of 1 MiB, each 2(n-1) sends; 2 calls.
+    out = sweep(nodes, ["--threads", "1", "--algorithm", "ring"], [8 * MIB])
+    assert out["data_messages_per_rank"] == 2 * 8 * 2 * (nodes - 1)
+    assert out["agree_messages_per_rank_per_request"] == nodes - 1
+
+
+@pytest.mark.parametrize("nodes,rank0_sends", [(2, 1), (4, 2), (5, 3), (16, 4)])
+def test_recursive_doubling_and_tree_agreement(built, nodes, rank0_sends):
+    # 64 KiB on the caller: one segment, log2(p2) exchanges (+1 fold send to rank p2
+    # on rank 0 when n is not a power of two); the tree agreement likewise.
+    out = sweep(nodes, ["--agree", "tree", "--algorithm", "rd"], [64 * 1024])
+    assert out["data_messages_per_rank"] == 2 * rank0_sends
+    assert out["agree_messages_per_rank_per_request"] == rank0_sends
+
+
+def test_direct_rides_in_the_agreement(built):
+    # 1 KiB is at most direct_bytes: no message of its own, n-1 agreement messages.
+    out = sweep(4, [], [1024])
+    assert out["data_messages_per_rank"] == 0
+    assert out["agree_messages_per_rank_per_request"] == 3
+
+
+def test_training_counts_every_tensor(built, tmp_path):
+    # A keyed group of 3 tensors arriving out of layout order: one request per step, and
+    # the step cannot end before the backward time of all three.
+    tensors = tmp_path / "t.txt"
+    tensors.write_text("1 262144 0.01\n0 262144 0.01\n2 1000 0.01\n")
+    net = project_platforms.Network(250e6, 20e-6)
+    plat = project.write_platform(project_platforms.platform_xml("testbed", 2, net), tmp_path)
+    args = [*project.node_args(NODE), "--forward", "0.02", "--steps", "3", "train", str(tensors)]
+    out = project.mlcsim(plat, 2, args)
+    assert len(out["steps"]) == 3
+    assert out["agree_messages_per_rank_per_request"] == 1
+    assert all(s["step_s"] >= 0.05 for s in out["steps"])
+
+
+def test_resnet50_layout():
+    counts = project.resnet50_tensors()
+    assert len(counts) == 161
+    assert sum(counts) == 25_557_032
