@@ -227,7 +227,8 @@ def config_team(
         raise ValueError(f"config_team: perf_freq must be >= 1, got {perf_freq}")
     # A new schedule starts counting calls afresh.
     s.backend.restart(team)
-    check(lib.mlc_team_set_algorithm(handle, int(alg)), "config_team")
+    # The agreement check compares the schedule across ranks on every request.
+    check(lib.mlc_team_set_schedule(handle, int(alg), int(ksteps), int(max_steps)), "config_team")
     if wire is not None:
         check(lib.mlc_team_set_compression(handle, wire), "config_team")
     s.configs[team] = TeamConfig(

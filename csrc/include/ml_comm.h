@@ -127,6 +127,10 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
                     mlc_team **out, char *err, size_t errlen);
 void mlc_team_destroy(mlc_team *team);
 int mlc_team_set_algorithm(mlc_team *team, int algorithm);
+/* config_team's schedule: the algorithm, and ksteps and max_steps (synchronous or
+ * pipelined steps, run by the framework layer); the agreement check compares all
+ * three across ranks on every request. */
+int mlc_team_set_schedule(mlc_team *team, int algorithm, int64_t ksteps, int64_t max_steps);
 /* Reductions with fewer bytes than this take the latency path under MLC_ALG_AUTO. */
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes);
 /* Under MLC_ALG_AUTO, reductions from the latency threshold up to (not including)
@@ -149,7 +153,7 @@ typedef struct mlc_team_settings {
     int64_t fusion_bytes;
     int64_t latency_bytes;
     int64_t inline_bytes;
-    int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped for this rank count */
+    int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped (65536 at most) */
     int compression;      /* MLC_COMPRESSION_* */
     int64_t rabenseifner_bytes;
 } mlc_team_settings;
@@ -218,10 +222,14 @@ int mlc_team_set_checks(mlc_team *team, int layout, int finite);
  * ranks it waits for, again every warn_seconds (0: never; default 60); past
  * abort_seconds (0: never, the default) it prints that and calls MPI_Abort. */
 int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_seconds);
-/* Allreduces of up to this many bytes (default 4096, at most 131072 / ranks)
- * travel inside the agreement check's messages under MLC_ALG_AUTO: one message
- * latency in all, each rank adding the inputs in rank order. 0: never. */
+/* Allreduces of up to this many bytes (default 4096, at most 65536 at any rank
+ * count) travel inside the agreement check's messages under MLC_ALG_AUTO:
+ * log2(n) message latencies in all, summed along the check's recursive-doubling
+ * tree (the same bits on every rank). 0: never. */
 int mlc_team_set_direct_threshold(mlc_team *team, int64_t bytes);
+/* Messages this rank sent and received for agreement checks so far, and the
+ * requests checked: at most 2 ceil(log2 n) per request where the ranks agree. */
+int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient

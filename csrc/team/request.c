@@ -36,6 +36,7 @@ static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int n
     return MLC_OK;
 }
 
+/* Under the team's lock (its settings). */
 void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
     const mlc_tensor *only = req->ntensors == 1 ? &req->tensors[0] : NULL;
     const mlc_plan_input in = {
@@ -59,6 +60,9 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
         .compression = team->compression,
     };
     req->compression = team->compression;
+    req->team_algorithm = team->algorithm;
+    req->ksteps = team->ksteps;
+    req->max_steps = team->max_steps;
     req->overflow_tensor = -1;
     req->overflow_element = 0;
     mlc_plan_make(&in, &req->plan);
@@ -87,7 +91,9 @@ static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_t
     req->root = root;
     req->part = 0;
     req->nparts = 1;
+    pthread_mutex_lock(&team->lock); /* the settings the plan reads */
     mlc_plan_request(team, req, blocking);
+    pthread_mutex_unlock(&team->lock);
 }
 
 static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int ntensors, int dtype,
@@ -116,7 +122,10 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .call_dtypes = req->call_dtypes, .total = req->total,
                            .tensors = req->tensors, .starts = req->starts,
                            .direct = req->plan.direct, .nonfinite_tensor = -1,
-                           .compression = req->compression};
+                           .compression = req->compression, .algorithm = req->plan.algorithm,
+                           .team_algorithm = req->team_algorithm, .on_caller = req->plan.on_caller,
+                           .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
+                           .ksteps = req->ksteps, .max_steps = req->max_steps};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))

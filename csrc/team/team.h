@@ -37,6 +37,8 @@ struct mlc_request {
     int heap;            /* tensors/starts/the request itself were malloc'ed */
     mlc_plan plan;       /* made once, at submission (plan/plan.c) */
     int compression;     /* the team's MLC_COMPRESSION_* at submission: signed for the check */
+    int team_algorithm;  /* and its schedule (mlc_team_set_schedule), signed alike */
+    int64_t ksteps, max_steps;
     int overflow_tensor; /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN on the wire; -1 */
     int64_t overflow_element; /* and the element in it */
     mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
@@ -77,6 +79,7 @@ struct mlc_team {
     int64_t rabenseifner_bytes; /* below (and from latency_bytes): Rabenseifner, see plan.c */
     int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
     int compression;       /* MLC_COMPRESSION_*: 16-bit values on the ring's wire (float32) */
+    int64_t ksteps, max_steps; /* config_team's schedule: only signed (ranks must agree) */
 
     pthread_mutex_t lock; /* guards the queue, request state and stats */
     pthread_cond_t work_cv, done_cv;
