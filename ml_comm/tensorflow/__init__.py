@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from .._core import ffi
 from ..core import dtypes as _dtypes
 from ..core.errors import MLCommError
 from ..core.layout import fused_order
@@ -29,6 +30,8 @@ _group_keys = itertools.count(1)
 _team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 # Per graph and team: the op that the next keyed group must wait for (see _chain).
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The live teams, by team number: (the id their ops carry, the core's handle).
+_live: list[tuple[int, object]] = []
 
 # The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
 # and their codes, for the mask of a call's dtypes that ranks compare.
@@ -66,12 +69,26 @@ def set_live_teams(handles: Sequence[int]) -> list[int]:
     with a message, even when a new team happens to reuse an old one's address.
     """
     ids = [next(_team_ids) for _ in handles]
+    _live[:] = [(i, ffi.cast("mlc_team *", h)) for i, h in zip(ids, handles)]
     if _lib is not None:
         n = max(len(handles), 1)
         _lib.mlc_tf_set_live_teams(
             (ctypes.c_int64 * n)(*ids), (ctypes.c_size_t * n)(*handles), len(handles)
         )
     return ids
+
+
+def live_team(team: int):
+    """(op id, core handle) of live team number `team`, or None."""
+    return _live[team] if type(team) is int and 0 <= team < len(_live) else None
+
+
+def team_number(team_id: int) -> int:
+    """The team number whose ops carry team_id."""
+    for number, (i, _handle) in enumerate(_live):
+        if i == team_id:
+            return number
+    raise MLCommError("ml_comm: this op belongs to a team that no longer exists")
 
 
 def _dense(value) -> tf.Tensor:
@@ -213,3 +230,8 @@ def check_version() -> None:
     major, minor = (int(x) for x in tf.__version__.split(".")[:2])
     if (major, minor) < (2, 16):
         raise MLCommError(f"ml_comm needs TensorFlow >= 2.16, found {tf.__version__}")
+
+
+from .collectives import allgather, allreduce, alltoall, reducescatter  # noqa: E402
+
+__all__ = ["allgather", "allreduce", "alltoall", "broadcast", "gradients", "reducescatter"]
