@@ -11,7 +11,7 @@ import tensorflow as tf
 from .._core import lib
 from ..arrays.collectives import op_code
 from ..core.errors import MLCommError
-from . import _chain, _last_anchor, live_team, load_ops, team_number
+from .library import _chain, _last_anchor, live_team, load_ops, team_number
 
 
 def _team(team: int) -> tuple[int, object]:
