@@ -55,7 +55,7 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int64_t row_elements, 
     if (!ones) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) ones[r] = 1;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
-                                NULL, ones, 0};
+                                NULL, ones, 0, NULL};
     int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, rows * row_elements, 1,
                       row_elements, &call, err, errlen);
     free(ones);
@@ -72,7 +72,7 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
     if ((all_rows[team->ctx->rank] * row_elements > 0 && !input) || (rows * row_elements > 0 && !output))
         return fail(err, errlen, "invalid allgather arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
-                                NULL, all_rows, 0};
+                                NULL, all_rows, 0, NULL};
     return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, rows * row_elements, 0,
                     row_elements, &call, err, errlen);
 }
@@ -88,7 +88,7 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     if (!shares) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
-                                NULL, shares, 0};
+                                NULL, shares, 0, &team->rows_staging};
     /* One request (nparts 2 would wait for a second part): part 0 of 1. */
     mlc_tensor tensor = {output, input, rows * row_elements};
     int64_t starts[2];
@@ -117,7 +117,7 @@ int mlc_team_alltoall_splits(mlc_team *team, const int64_t *send_rows, int64_t r
     if (!ones) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) ones[r] = 1;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)send_rows, (char *)recv_rows,
-                                ones, ones, 0};
+                                ones, ones, 0, NULL};
     int rc = run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 0, rows * row_elements, 1,
                       row_elements, &call, err, errlen);
     free(ones);
@@ -138,7 +138,7 @@ int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_ro
     if ((sent * row_elements > 0 && !input) || (received * row_elements > 0 && !output))
         return fail(err, errlen, "invalid alltoall arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
-                                send_rows, recv_rows, 0};
+                                send_rows, recv_rows, 0, NULL};
     return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, sent * row_elements, 1,
                     row_elements, &call, err, errlen);
 }

@@ -729,7 +729,7 @@ static void allgatherv_rank(job *j, int rank, mlc_tp *tp) {
     int64_t *in = malloc((rows[rank] * ROW + 1) * 8), *out = malloc((total * ROW + 1) * 8);
     for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
     memset(out, 0x7b, (total * ROW + 1) * 8);
-    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, (char *)out, NULL, rows, 3};
+    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, (char *)out, NULL, rows, 3, NULL};
     int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
     if (rc) fail("allgatherv", n, rank, -1, rc, 0);
     for (int q = 0, k = 0; q < n; q++)
@@ -758,7 +758,7 @@ static void reduce_scatterv_rank(job *j, int rank, mlc_tp *tp) {
     char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
     fill(in, c->dtype, count, rank, c->op);
     memset(out, 0x7b, (shares[rank] * ROW + 1) * es);
-    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4};
+    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, NULL};
     int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
     if (rc) fail("reduce_scatterv", n, rank, -1, rc, 0);
     for (int64_t i = 0; i < shares[rank] * ROW; i++) {
@@ -789,7 +789,7 @@ static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
     for (int d = 0, k = 0; d < n; d++)
         for (int64_t i = 0; i < send[d] * ROW; i++) in[k++] = rank * 10000 + d * 100 + (int32_t)i;
     memset(out, 0x7b, (received * ROW + 1) * 4);
-    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5};
+    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5, NULL};
     int rc = mlc_algo_find(MLC_ALG_ALLTOALLV_PAIRWISE)->rows(tp, &call);
     if (rc) fail("alltoallv", n, rank, -1, rc, 0);
     for (int s = 0, k = 0; s < n; s++)
