@@ -1,5 +1,5 @@
 """The CPU that moving bytes through plain TCP sockets costs, with no MPI and no ml_comm:
-a floor for any transport over the same network (RESULTS.md, issue 14's thread-CPU bar).
+a floor for any transport over the same network (RESULTS.md: the CPU of waiting threads).
 
 Two tasks, one per node, exchange --bytes in each direction per step, both directions at
 once (a receiving thread, `recv_into` a preallocated buffer; the main thread `sendall`s):

@@ -7,11 +7,16 @@ grads = mc.gradients(grads, team=0)
 mc.finalize()
 """
 
+from importlib.util import find_spec as _find_spec
+
+from .core.missing_core import missing_core_message
 from .mpi.library import missing_mpi_message
 
 try:  # the C core; the loader must find a libmpi for it
     from . import _core  # noqa: F401
 except ImportError as _exc:
+    if _find_spec(f"{__name__}._core") is None:  # not compiled: a checkout's source folder
+        raise ImportError(missing_core_message(__path__[0])) from _exc
     if "mpi" not in str(_exc).lower():
         raise
     raise ImportError(missing_mpi_message(_exc)) from _exc

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
 def check() -> int:
     """Print what ml_comm sees (mpi/check_report.py), then TensorFlow and its op library."""
     import ml_comm as mc
+    from ml_comm.core import settings
     from ml_comm.mpi import check_report
 
     rc = check_report.run(mc)
     if mc.get_rank() != 0:
         return rc
     print(f"thread level   {mc.version_info()['thread_level']}")
-    if rc == 0 and os.environ.get("ML_COMM_CHECK_SKIP_TF", "0") == "0":
+    if rc == 0 and not settings.get("ML_COMM_CHECK_SKIP_TF"):
         rc = tensorflow_check()
     return rc
 

@@ -11,7 +11,6 @@ bad call raises on every rank that makes it and leaves the process usable.
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ import numpy as np
 
 from ._core import ffi, lib
 from .arrays import broadcasts, collectives, reductions
-from .core import backend
+from .core import backend, settings
 from .core import compression as _compression
 from .core.errors import MLCommError
 from .core.session import THRESHOLD_SETTERS, Session, TeamConfig
@@ -42,8 +41,6 @@ ALGORITHMS = {
 }
 FRAMEWORKS = backend.FRAMEWORKS
 
-DEFAULT_CHUNK_BYTES = 1 << 20
-
 _session: Session | None = None
 _session_lock = threading.Lock()
 
@@ -64,16 +61,6 @@ def _positive_int(name: str, value, upper: int | None = None) -> int:
         bound = f"between 1 and {upper}" if upper is not None else "at least 1"
         raise ValueError(f"{name} must be {bound}, got {value}")
     return int(value)
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
 
 
 def _communicator(comm):
@@ -121,18 +108,17 @@ def init(
     nteams = _positive_int("nteams", nteams, 64)
     msglen = _positive_int("msglen", msglen, 1 << 40)
     framework = backend.check_name(framework)
+    settings.check_all()  # every ML_COMM_* variable parses, before anything starts
     if chunk_bytes is None:
-        chunk_bytes = _env_int("ML_COMM_CHUNK_BYTES", DEFAULT_CHUNK_BYTES)
+        chunk_bytes = settings.get("ML_COMM_CHUNK_BYTES")
     chunk_bytes = _positive_int("chunk_bytes", chunk_bytes)
     if chunk_bytes < 8:
         raise ValueError(f"chunk_bytes must be at least 8, got {chunk_bytes}")
-    thresholds = {}
-    for name in THRESHOLD_SETTERS:
-        value = _env_int(name, -1)
-        if name in os.environ and value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-        if value >= 0:
-            thresholds[name] = value
+    thresholds = {
+        name: settings.get(name)
+        for name in THRESHOLD_SETTERS
+        if settings.get(name) is not None  # unset: the core's default
+    }
     comm = _communicator(comm)
     with _session_lock:
         if _session is not None:
@@ -295,12 +281,14 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     return backend.gradients(grads, team, out)
 
 
-def broadcast(values, root: int = 0):
+def broadcast(values, root: int = 0, team: int = 0):
     """Overwrite each array in `values` with root's, in place; returns `values`.
 
-    With framework="tensorflow": returns new tensors holding root's values.
+    With framework="tensorflow": returns new tensors holding root's values. `team`: the
+    team that carries it (the model's, so that it keeps its place among that team's
+    calls when another thread drives another team).
     """
-    return _active().backend.broadcast(values, root)
+    return _active().backend.broadcast(values, root, team)
 
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:

@@ -70,6 +70,7 @@ def load_settings(root: Path = ROOT) -> tuple:
         )
     names = ("ml_comm", "ml_comm.core", "ml_comm.core.settings")
     saved = {name: sys.modules.pop(name, None) for name in names}
+    present = set(sys.modules)
     try:
         # Namespace stand-ins for the two packages: their __init__ would load the core.
         for name, folder in ((names[0], root / "ml_comm"), (names[1], root / "ml_comm" / "core")):
@@ -80,6 +81,9 @@ def load_settings(root: Path = ROOT) -> tuple:
     except Exception as exc:
         raise PluginError(f"could not read SETTINGS from {path}: {exc!r}") from exc
     finally:
+        # settings.py's own imports (core/errors.py) go too: they hang off the stand-ins.
+        for name in [n for n in sys.modules if n.startswith("ml_comm") and n not in present]:
+            sys.modules.pop(name, None)
         for name in names:
             sys.modules.pop(name, None)
             if saved[name] is not None:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The exactness check of issue 13's Done-when, for any MPI ml_comm is installed on:
+"""An exactness check of ml_comm's reductions for any MPI ml_comm is installed on:
 
     <venv>/bin/mpiexec -n 2 <venv>/bin/python tools/mpi_exactness_check.py
 

@@ -33,8 +33,8 @@
  * sends and receives (log2(p) of each, plus one of each for a rank in the fold);
  * mlc_agree_counts reports them. Bytes on the wire per message: the 40-byte
  * record, plus N for a direct allreduce of N bytes; per rank and request about
- * ceil(log2 n) (40 + N) bytes each way, where an all-to-all of the 160-byte
- * signature would send (n-1) (160 + N). The latency is
+ * ceil(log2 n) (40 + N) bytes each way, where an all-to-all of the 168-byte
+ * signature would send (n-1) (168 + N). The latency is
  * log2(p) message latencies (+2 with a fold), against one for the all-to-all:
  * at 2 ranks both are one exchange. After a disagreement: 2(n-1) more messages
  * of a signature each. Direct payloads are capped at MLC_DIRECT_MAX_BYTES at any

@@ -12,7 +12,7 @@
  * loop, not an early exit. The bfloat16 loops are built for several instruction
  * sets (MLC_VECTOR_CLONES, base.h): integer bit operations and float32 additions,
  * the same bits on every one; AVX2 about halves the time of the rounding loops against
- * the SSE2 baseline (benchmarks/RESULTS.md, stop 11). */
+ * the SSE2 baseline (benchmarks/RESULTS.md). */
 #include <string.h>
 
 #include "base.h"

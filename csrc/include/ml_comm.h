@@ -214,6 +214,18 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
                                int dtype, int op, int part, int nparts, int call_dtypes, int index,
                                const void *source, void *data, mlc_callback done, void *user_data,
                                char *err, size_t errlen);
+/* A step that failed after some of its tensors arrived: cancel the open group in
+ * which tensor `index` arrived with user_data. Its missing tensors are taken as
+ * zeros so that the request ends in step with the other ranks, and it fails on
+ * this rank (the done callbacks still run); the next tensors of key open a new
+ * group. Later signatures carry the count of cancelled groups: ranks whose
+ * steps did not fail get an error naming this rank at their next request.
+ * MLC_ERR_STATE: no such open group (it is complete, or finished). */
+int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data);
+/* Hold a team across a use from a thread that does not own it: MLC_ERR_STATE once
+ * it is shutting down. mlc_team_destroy waits until every hold is released. */
+int mlc_team_acquire(mlc_team *team);
+void mlc_team_release(mlc_team *team);
 /* Asynchronous / blocking broadcast of root's buffers into every rank's. */
 int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                              int root, mlc_callback callback, void *user_data, mlc_request **out);

@@ -13,6 +13,18 @@
  * last tensor arrived, even when the last ones are empty and so add no data.
  * With the finite check, each arrival scans its own tensor, and the last hands
  * the finished input to the agreement check.
+ *
+ * A step that fails after some of its tensors arrived (a framework op raised)
+ * cancels its open group: the group leaves the open list, so the next step's
+ * tensors open a group of their own, and its missing tensors arrive as zeros, so
+ * that this rank's lanes carry the request to its end in step with the other
+ * ranks (their messages are posted already) and every communicator is left with
+ * nothing in flight. The request fails on this rank. The team counts its
+ * cancelled groups (but not those that failed their agreement check, which every
+ * rank saw fail) and every later signature carries the count: where all ranks'
+ * steps failed the counts agree and training goes on; where only some did, the
+ * next request fails on every rank, naming them (with the finite check, the
+ * cancelled group's own signature carries it, and no data moves).
  */
 #include <sched.h>
 #include <stdio.h>
@@ -25,6 +37,7 @@
 
 struct mlc_group {
     int64_t key;
+    int ntensors;
     int narrived, next_missing;  /* under the team lock */
     unsigned char *arrived;      /* per tensor */
     _Atomic int64_t ready_elems; /* elements [0, ready_elems) may be read */
@@ -32,10 +45,13 @@ struct mlc_group {
     mlc_callback *tensor_done;
     void **tensor_user;
     int nonfinite_tensor, nonfinite_count; /* the finite check's scan so far */
+    void **zeros;                          /* per tensor: what a cancelled group filled in */
     mlc_request *next_open;                /* team->open_groups */
 };
 
 void mlc_group_free(mlc_group *g) {
+    for (int i = 0; g->zeros && i < g->ntensors; i++) free(g->zeros[i]);
+    free(g->zeros);
     free(g->arrived);
     free(g->segs_left);
     free(g->tensor_done);
@@ -47,6 +63,7 @@ static mlc_group *new_group(int64_t key, int ntensors) {
     mlc_group *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     g->key = key;
+    g->ntensors = ntensors;
     g->nonfinite_tensor = -1;
     g->arrived = calloc(ntensors, 1);
     g->segs_left = calloc(ntensors, sizeof *g->segs_left);
@@ -109,6 +126,75 @@ static void sign_input(const mlc_team *team, const mlc_request *req, mlc_sign_in
     mlc_sign_input_of(team, req, in); /* layout only: tensors may not have arrived */
     in->nonfinite_tensor = req->group->nonfinite_tensor;
     in->nonfinite_count = req->group->nonfinite_count;
+}
+
+/* Under the team lock: tensor index is in place; the group leaves the open list
+ * once complete (no later arrival may join it). */
+static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
+    mlc_group *g = req->group;
+    g->arrived[index] = 1;
+    g->narrived++;
+    while (g->next_missing < req->ntensors && g->arrived[g->next_missing]) g->next_missing++;
+    atomic_store(&g->ready_elems, req->starts[g->next_missing]);
+    if (g->narrived == req->ntensors) {
+        mlc_request **link = &team->open_groups;
+        while (*link != req) link = &(*link)->group->next_open;
+        *link = g->next_open;
+        if (team->agree.finite && mlc_agree_wants(&team->agree, req->kind, req->dtype)) {
+            mlc_sign_input in;
+            sign_input(team, req, &in);
+            mlc_agree_ready(&team->agree, &req->agreement, &in);
+        }
+    }
+    pthread_cond_broadcast(&team->ready_cv);
+}
+
+int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    mlc_request *req = team->open_groups;
+    while (req && !(req->group->key == key && index >= 0 && index < req->ntensors &&
+                    req->group->arrived[index] && req->group->tensor_user[index] == user_data))
+        req = req->group->next_open;
+    if (!req) { /* complete already (it finishes on its own), or never opened */
+        pthread_mutex_unlock(&team->lock);
+        return MLC_ERR_STATE;
+    }
+    mlc_group *g = req->group;
+    const int es = mlc_dtype_size(req->dtype);
+    int nomem = !(g->zeros = calloc(req->ntensors, sizeof *g->zeros));
+    for (int i = 0; !nomem && i < req->ntensors; i++)
+        if (!g->arrived[i] && req->tensors[i].count > 0)
+            nomem = !(g->zeros[i] = calloc(req->tensors[i].count, es));
+    if (nomem) { /* left open as it was: nothing changed but the buffers freed */
+        for (int i = 0; g->zeros && i < req->ntensors; i++) free(g->zeros[i]);
+        free(g->zeros);
+        g->zeros = NULL;
+        pthread_mutex_unlock(&team->lock);
+        return MLC_ERR_NOMEM;
+    }
+    /* A group that failed its agreement check failed on every rank already: the
+     * others need not hear of it. */
+    const int known = req->status != MLC_OK ||
+                      (atomic_load(&req->agreement.state) == MLC_CHECK_DONE &&
+                       req->agreement.status != MLC_OK);
+    if (!known) atomic_fetch_add(&team->aborted_groups, 1);
+    if (req->status == MLC_OK) {
+        req->status = MLC_ERR_STATE;
+        snprintf(req->message, MLC_MSG_LEN,
+                 "team %d request %lld (keyed group %lld) was cancelled: the step that submitted "
+                 "it failed on this rank",
+                 team->agree.dog.team_id, (long long)req->seq, (long long)key);
+        memcpy(team->last_error, req->message, MLC_MSG_LEN);
+    }
+    for (int i = 0; i < req->ntensors; i++) {
+        if (g->arrived[i]) continue;
+        req->tensors[i].data = g->zeros[i];
+        req->tensors[i].source = NULL;
+        mark_arrived(team, req, i);
+    }
+    pthread_mutex_unlock(&team->lock);
+    return MLC_OK;
 }
 
 static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *counts, int dtype,
@@ -185,8 +271,6 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
     req->tensors[index].source = source;
     g->tensor_done[index] = done;
     g->tensor_user[index] = user_data;
-    g->arrived[index] = 1;
-    g->narrived++;
     if (nonfinite) {
         g->nonfinite_count++;
         if (g->nonfinite_tensor < 0 || index < g->nonfinite_tensor) g->nonfinite_tensor = index;
@@ -195,18 +279,7 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
     req->ready_at = now;
     mlc_timeline_record(team, MLC_EVENT_ARRIVE, -1, (int64_t)req->seq, index,
                         counts[index] * mlc_dtype_size(dtype), now, now);
-    while (g->next_missing < ntensors && g->arrived[g->next_missing]) g->next_missing++;
-    atomic_store(&g->ready_elems, req->starts[g->next_missing]);
-    if (g->narrived == ntensors) { /* complete: no later arrival may join it */
-        for (link = &team->open_groups; *link != req; link = &(*link)->group->next_open) {}
-        *link = g->next_open;
-        if (team->agree.finite && mlc_agree_wants(&team->agree, req->kind, req->dtype)) {
-            mlc_sign_input in;
-            sign_input(team, req, &in);
-            mlc_agree_ready(&team->agree, &req->agreement, &in);
-        }
-    }
-    pthread_cond_broadcast(&team->ready_cv);
+    mark_arrived(team, req, index);
     int empty = counts[index] == 0;
     pthread_mutex_unlock(&team->lock);
     /* req may be gone from here on (the last arrival lets it finish). */

@@ -91,7 +91,7 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
     req->root = root;
     req->part = 0;
     req->nparts = 1;
-    pthread_mutex_lock(&team->lock); /* the settings the plan reads */
+    pthread_mutex_lock(&team->lock); /* the settings the plan reads are written under it */
     mlc_plan_request(team, req, blocking);
     pthread_mutex_unlock(&team->lock);
 }
@@ -126,7 +126,8 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .team_algorithm = req->team_algorithm, .on_caller = req->plan.on_caller,
                            .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
                            .ksteps = req->ksteps, .max_steps = req->max_steps,
-                           .sizes_vary = req->sizes_vary, .row_elements = req->row_elements};
+                           .sizes_vary = req->sizes_vary, .row_elements = req->row_elements,
+                           .aborted = atomic_load(&team->aborted_groups)};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))

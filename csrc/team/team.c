@@ -222,7 +222,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         if (pthread_create(&team->workers[i].thread, NULL, worker_main, &team->workers[i]) != 0) {
             set_error(err, errlen, "pthread_create failed for a communication thread");
-            team->nthreads = i; /* join only those that started */
+            team->workers[i].thread = 0; /* destroy joins only those that started */
             rc = MLC_ERR_NOMEM;
         }
     }
@@ -254,6 +254,12 @@ void mlc_team_destroy(mlc_team *team) {
     mlc_agree_shutdown(&team->agree);
     for (int i = 0; team->workers && i < team->nthreads; i++)
         if (team->workers[i].thread) pthread_join(team->workers[i].thread, NULL);
+    /* Every lane's communicator is freed below, also of lanes whose thread never
+     * started. Holders (a framework op between its acquire and release) finish
+     * quickly now: each call on a shut-down team fails at once. */
+    pthread_mutex_lock(&team->lock);
+    while (team->users > 0) pthread_cond_wait(&team->done_cv, &team->lock);
+    pthread_mutex_unlock(&team->lock);
     for (int i = 0; team->workers && i < team->nthreads; i++) {
         free_comm(&team->workers[i].comm);
         free(team->workers[i].scratch);
@@ -331,7 +337,24 @@ int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks
     return MLC_OK;
 }
 
+int mlc_team_acquire(mlc_team *team) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    int rc = team->shutting_down ? MLC_ERR_STATE : MLC_OK;
+    if (rc == MLC_OK) team->users++;
+    pthread_mutex_unlock(&team->lock);
+    return rc;
+}
+
+void mlc_team_release(mlc_team *team) {
+    if (!team) return;
+    pthread_mutex_lock(&team->lock);
+    if (--team->users == 0) pthread_cond_broadcast(&team->done_cv);
+    pthread_mutex_unlock(&team->lock);
+}
+
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&team->lock);
     out->nthreads = team->nthreads;
     out->algorithm = team->algorithm;
     out->chunk_bytes = team->chunk_bytes;
@@ -341,6 +364,7 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->direct_bytes = team->agree.direct_bytes;
     out->compression = team->compression;
     out->rabenseifner_bytes = team->rabenseifner_bytes;
+    pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
 }
 
 const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {

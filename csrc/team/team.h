@@ -92,6 +92,8 @@ struct mlc_team {
     uint64_t next_seq;
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
+    int users;         /* holders of mlc_team_acquire: destroy waits for them to release */
+    _Atomic int aborted_groups; /* keyed groups cancelled on this rank (group.c) */
     mlc_worker *workers;
 
     /* Blocking operations on the caller's thread run on their own communicator. */

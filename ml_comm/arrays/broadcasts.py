@@ -16,29 +16,31 @@ from .buffers import as_array, group_by_dtype, in_place_array, tensor_list
 from .reductions import reduce_in_place
 
 
-def broadcast(s: Session, values, root: int):
+def broadcast(s: Session, values, root: int, team: int = 0):
     """Overwrite each array in `values` (an array or a list of them) with root's; returns values."""
     single = isinstance(values, (np.ndarray, np.generic))  # a scalar: refused below, saying why
     arrays = [values] if single else values
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"broadcast takes a list of numpy arrays, got {type(values).__name__}")
     root = s.check_root(root)
+    s.team(team)  # a bad team id fails before anything is sent
     arrays = [in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
-    broadcast_arrays(s, arrays, root)
+    broadcast_arrays(s, arrays, root, team)
     return values
 
 
-def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int) -> None:
-    """Checked arrays, on team 0: one request per dtype."""
+def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int, team: int = 0) -> None:
+    """Checked arrays, on `team`: one request per dtype."""
     groups = group_by_dtype(arrays)
     dtypes = _dtypes.bits(groups)
     for part, (dtype, idx) in enumerate(groups.items()):
         tensors, keep = tensor_list([arrays[i] for i in idx])
         code = _dtypes.CODES[dtype]
+        err = s.team_err(team)
         rc = lib.mlc_team_broadcast_part(
-            s.teams[0], tensors, len(idx), code, root, part, len(groups), dtypes, s.err, ERR_LEN
+            s.teams[team], tensors, len(idx), code, root, part, len(groups), dtypes, err, ERR_LEN
         )
-        check(rc, "broadcast", s.err)
+        check(rc, "broadcast", err)
 
 
 def check_buffers_match(s: Session, values, flag: int) -> int:

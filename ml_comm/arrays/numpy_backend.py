@@ -33,7 +33,7 @@ class NumpyBackend:
             # either path. At 8 bytes the whole reduction takes a few microseconds.
             result = _numpy_glue.average(plain, grads[0])
             if type(result) is int:  # the core's status
-                check(result, "gradients", self.session.err)
+                check(result, "gradients", self.session.team_err(team))
             if result is not None:
                 return [result]
         s = self.session
@@ -43,11 +43,11 @@ class NumpyBackend:
         config = s.configs[team]
         pipelined = is_pipelined(config.ksteps, config.max_steps)
         if plain is None and not s.guard.finite and not pipelined:  # once, until a restart
-            self.plain[team] = bind_team(handle, pool, s.err)
+            self.plain[team] = bind_team(handle, pool, s.team_err(team))
         return reductions.gradients(s, stages, pool, grads, team, out)
 
-    def broadcast(self, values, root: int):
-        return broadcasts.broadcast(self.session, values, root)
+    def broadcast(self, values, root: int, team: int = 0):
+        return broadcasts.broadcast(self.session, values, root, team)
 
     def restart(self, team: int) -> None:
         self.plain.pop(team, None)

@@ -28,9 +28,10 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     if code is None or not (flags.writeable and flags.c_contiguous):
         arr = in_place_array(arr, what)
         code = _dtypes.CODES[arr.dtype]
-    rc = lib.mlc_team_allreduce_buffer(handle, buffer(arr), arr.size, code, op, s.err, ERR_LEN)
+    err = s.team_err(team)
+    rc = lib.mlc_team_allreduce_buffer(handle, buffer(arr), arr.size, code, op, err, ERR_LEN)
     if rc:
-        check(rc, what, s.err)
+        check(rc, what, err)
     return arr
 
 
@@ -58,7 +59,7 @@ def gradients(
         outputs = pool.arrays(grads)
         order = fused_order([g.ndim for g in grads], range(len(grads)))  # for errors too
         laid_out = [grads[i] for i in order]
-        average_blocking(handle, s.err, [outputs[i] for i in order], laid_out, order)
+        average_blocking(handle, s.team_err(team), [outputs[i] for i in order], laid_out, order)
         return outputs  # synchronous: should_stop reads the team's mark
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
@@ -72,7 +73,8 @@ def gradients(
         outputs = pool.arrays(inputs)
     if not pipelined:
         # With the finite check the requests' own reports map NaNs to list indices.
-        average_groups(handle, inputs, groups, outputs, None if s.guard.finite else s.err)
+        err = None if s.guard.finite else s.team_err(team)
+        average_groups(handle, inputs, groups, outputs, err)
     else:
         _pipelined(handle, config, stages, inputs, groups, outputs)
     stop.note_call(team)  # what this call's waits saw of a stop request (faults/stop.py)

@@ -9,7 +9,7 @@ they are destroyed:
 
     backend = factory(session)        # may raise MLCommError (e.g. TensorFlow missing)
     backend.gradients(grads, team)    # the list averaged over the session's ranks
-    backend.broadcast(values, root)   # root's values (in place or new, per framework)
+    backend.broadcast(values, root, team)  # root's values (in place or new, per framework)
     backend.restart(team)             # config_team: the team's pipelines count afresh
     backend.close()                   # finalize: before the teams go
 """
@@ -47,7 +47,7 @@ class Backend(Protocol):
 
     def gradients(self, grads: Any, team: int) -> list: ...
 
-    def broadcast(self, values: Any, root: int) -> Any: ...
+    def broadcast(self, values: Any, root: int, team: int = 0) -> Any: ...
 
     def restart(self, team: int) -> None: ...
 

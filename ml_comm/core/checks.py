@@ -1,34 +1,29 @@
 """Settings of the core's agreement checks and stall watchdog, and the text of a failed request.
 
-The core (csrc/agree/exchange.c, csrc/agree/watchdog.c) reads no environment: `init` reads it
-here, once, and hands the values to every team through setters.
-
-    ML_COMM_CHECK_LAYOUT=0         no signature exchange before each request (default 1)
-    ML_COMM_CHECK_FINITE=1         fail reductions whose input holds NaN/Inf (default 0)
-    ML_COMM_STALL_WARN_SECONDS=60  warn about a wait this long, again every as long (0: never)
-    ML_COMM_STALL_ABORT_SECONDS=0  abort the job (MPI_Abort) after a wait this long (0: never)
+The core (csrc/agree/exchange.c, csrc/agree/watchdog.c) reads no environment: `init` reads
+these four variables (their rows in settings.py) here, once, and hands the values to every
+team through setters.
 
 Every rank must run with the same values (mpiexec and srun pass the environment on).
 """
 
 from __future__ import annotations
 
-import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .._core import ffi, lib
+from . import settings
 from .errors import MLCommError
 
 CHECK_LAYOUT = "ML_COMM_CHECK_LAYOUT"
 CHECK_FINITE = "ML_COMM_CHECK_FINITE"
 STALL_WARN = "ML_COMM_STALL_WARN_SECONDS"
 STALL_ABORT = "ML_COMM_STALL_ABORT_SECONDS"
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
+# A lost rank must not hold the job until its time limit, and one rank's evaluation or
+# checkpoint while the others wait must not end it (docs/fault-tolerance-defaults.md).
+DEFAULT_STALL_ABORT_SECONDS = 1800.0
 
 
 @dataclass(frozen=True)
@@ -36,52 +31,24 @@ class GuardSettings:
     layout: bool = True
     finite: bool = False
     stall_warn: float = 60.0
-    stall_abort: float = 0.0
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(f"environment variable {name} must be 0 or 1, got {raw!r}")
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(
-            f"environment variable {name} must be a number of seconds >= 0 (0: off), got {raw!r}"
-        )
-    return value
+    stall_abort: float = DEFAULT_STALL_ABORT_SECONDS
 
 
 def from_env(env: Mapping[str, str] | None = None) -> GuardSettings:
-    """The settings that the environment asks for; ValueError names a malformed variable."""
-    env = os.environ if env is None else env
+    """The settings that the environment asks for; SettingError names a malformed variable."""
     return GuardSettings(
-        layout=_flag(env, CHECK_LAYOUT, True),
-        finite=_flag(env, CHECK_FINITE, False),
-        stall_warn=_seconds(env, STALL_WARN, 60.0),
-        stall_abort=_seconds(env, STALL_ABORT, 0.0),
+        layout=settings.get(CHECK_LAYOUT, env),
+        finite=settings.get(CHECK_FINITE, env),
+        stall_warn=settings.get(STALL_WARN, env),
+        stall_abort=settings.get(STALL_ABORT, env),
     )
 
 
-def apply(handle, team: int, settings: GuardSettings) -> None:
+def apply(handle, team: int, guard: GuardSettings) -> None:
     """Hand the settings to one team of the core (team: its number in messages)."""
     for rc, what in (
-        (lib.mlc_team_set_checks(handle, settings.layout, settings.finite), "checks"),
-        (lib.mlc_team_set_stall_limits(handle, settings.stall_warn, settings.stall_abort), "stall"),
+        (lib.mlc_team_set_checks(handle, guard.layout, guard.finite), "checks"),
+        (lib.mlc_team_set_stall_limits(handle, guard.stall_warn, guard.stall_abort), "stall"),
         (lib.mlc_team_set_id(handle, team), "team id"),
     ):
         if rc != lib.MLC_OK:

@@ -9,10 +9,10 @@ compares the variable, and each request's agreement check compares the team's va
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from .._core import ffi, lib
+from . import settings
 
 VARIABLE = "ML_COMM_COMPRESSION"
 # The names users write, and the spellings NumPy and TensorFlow use for the same types.
@@ -44,5 +44,4 @@ def name(compression: int) -> str:
 
 def from_env(env: Mapping[str, str] | None = None) -> int:
     """The code ML_COMM_COMPRESSION asks for (unset: none); ValueError names a bad value."""
-    env = os.environ if env is None else env
-    return code(env.get(VARIABLE), f"environment variable {VARIABLE}")
+    return code(settings.get(VARIABLE, env), f"environment variable {VARIABLE}")

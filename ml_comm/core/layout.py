@@ -6,7 +6,8 @@ Backprop produces the last layers' gradients first, so reverse order lets the fi
 segments start while it runs; but a segment is reduced only once every tensor before it
 has arrived, and TensorFlow computes vector gradients (BiasAddGrad, a batch norm's scale
 and offset) off backprop's critical path, often only once it has ended. A Dense bias
-first in the layout held the whole reduction back until then (issue 14).
+first in the layout held the whole reduction back until then, so that no communication
+overlapped backprop.
 
 A list that is all there at once (NumPy) gains too: each large tensor starts a segment of
 its own (the core's aligned starts), so a run of small tensors between two large ones is

@@ -70,7 +70,9 @@ class Session:
             comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds, self.compression
         )
         self.comm = comm
-        self.err = ffi.new(f"char[{ERR_LEN}]")
+        self.err = ffi.new(f"char[{ERR_LEN}]")  # init's and finalize's, on one thread
+        # Each team's own: teams run on several threads at once, with the GIL released.
+        self._team_errs: dict[int, object] = {}
         self.teams: list = []
         self.backend: backend.Backend | None = None
         self.departure = None
@@ -120,6 +122,13 @@ class Session:
         if rc != lib.MLC_OK:
             raise MLCommError(f"could not create a team: {text(self.err)}")
         return out[0]
+
+    def team_err(self, team: int):
+        """The error buffer of team `team`'s calls (a C char array of ERR_LEN)."""
+        err = self._team_errs.get(team)
+        if err is None:
+            err = self._team_errs.setdefault(team, ffi.new(f"char[{ERR_LEN}]"))
+        return err
 
     def team(self, team: int):
         """The handle of team number `team`; TypeError / ValueError name a bad id."""

@@ -19,21 +19,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import compression
+from . import compression, settings
 from .errors import MLCommError
 from .spans import spans
 
-# Environment variables that change what goes on the wire. An unset threshold is
-# compared as "unset (default)"; the flags and the chunk as their effective value.
-PROTOCOL_VARIABLES = (
-    "ML_COMM_CHECK_LAYOUT",
-    "ML_COMM_CHECK_FINITE",
-    "ML_COMM_CHUNK_BYTES",
-    "ML_COMM_LATENCY_BYTES",
-    "ML_COMM_INLINE_BYTES",
-    "ML_COMM_DIRECT_BYTES",
-    "ML_COMM_RABENSEIFNER_BYTES",
-    "ML_COMM_COMPRESSION",
+# Environment variables that change what goes on the wire: the table's `compared`
+# column. An unset threshold is compared as "unset (default)"; the flags and the chunk
+# as their effective value.
+PROTOCOL_VARIABLES = settings.compared()
+# The core's size thresholds (unset: the core's default); the chunk is compared as init's.
+THRESHOLDS = tuple(
+    name
+    for name in PROTOCOL_VARIABLES
+    if settings.setting(name).type == "bytes" and name != "ML_COMM_CHUNK_BYTES"
 )
 
 
@@ -47,7 +45,7 @@ def local_settings(
     compression_code: int = 0,
 ) -> dict[str, str]:
     """This rank's effective values, as text (what the message shows)."""
-    settings = {
+    values = {
         "nthread_per_team": str(nthreads),
         "nteams": str(nteams),
         "msglen": str(msglen),
@@ -55,11 +53,14 @@ def local_settings(
         "ML_COMM_CHECK_LAYOUT": str(int(guard.layout)),
         "ML_COMM_CHECK_FINITE": str(int(guard.finite)),
     }
-    for name in ("ML_COMM_LATENCY_BYTES", "ML_COMM_INLINE_BYTES", "ML_COMM_DIRECT_BYTES",
-                 "ML_COMM_RABENSEIFNER_BYTES"):  # fmt: skip
-        settings[name] = str(thresholds[name]) if name in thresholds else "unset (default)"
-    settings["ML_COMM_COMPRESSION"] = compression.name(compression_code)
-    return settings
+    for name in THRESHOLDS:
+        values[name] = str(thresholds[name]) if name in thresholds else "unset (default)"
+    values["ML_COMM_COMPRESSION"] = compression.name(compression_code)
+    for name in PROTOCOL_VARIABLES:  # any other compared row: its value as the table parses it
+        if name not in values and name != "ML_COMM_CHUNK_BYTES":
+            value = settings.get(name)
+            values[name] = "unset (default)" if value is None else str(value)
+    return values
 
 
 def disagreements(per_rank: list[dict[str, str]]) -> list[str]:
@@ -67,8 +68,8 @@ def disagreements(per_rank: list[dict[str, str]]) -> list[str]:
     lines = []
     for name in per_rank[0]:
         values: dict[str, list[int]] = {}
-        for rank, settings in enumerate(per_rank):
-            values.setdefault(settings.get(name, "missing"), []).append(rank)
+        for rank, theirs in enumerate(per_rank):
+            values.setdefault(theirs.get(name, "missing"), []).append(rank)
         if len(values) > 1:
             held = "; ".join(f"{_ranks(ranks)} {value}" for value, ranks in values.items())
             lines.append(f"{name}: {held}")

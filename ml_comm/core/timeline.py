@@ -12,22 +12,21 @@ gradient of its step had arrived, i.e. while backprop was still computing.
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 
 from .._core import ffi, lib
+from . import settings
 
 ENV = "ML_COMM_TIMELINE"
-DEFAULT_EVENTS = 1_000_000
 
 
 def enabled() -> bool:
-    return bool(os.environ.get(ENV))
+    return bool(settings.get(ENV))
 
 
 def enable(teams) -> None:
-    capacity = int(os.environ.get("ML_COMM_TIMELINE_EVENTS", DEFAULT_EVENTS))
+    capacity = settings.get("ML_COMM_TIMELINE_EVENTS")
     for team in teams:
         lib.mlc_team_timeline_enable(team, capacity)
 
@@ -102,7 +101,7 @@ def trace(rank: int, per_team: list[list[dict]]) -> dict:
 
 
 def path_for(rank: int, nranks: int) -> Path:
-    raw = os.environ[ENV]
+    raw = settings.get(ENV)
     if "{rank}" in raw:
         return Path(raw.replace("{rank}", str(rank)))
     p = Path(raw)

@@ -30,6 +30,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from ..core import settings
+
 ENV_ABORT_ON_EXCEPTION = "ML_COMM_ABORT_ON_EXCEPTION"
 ABORT_CODE = 1
 
@@ -62,8 +64,7 @@ def steps_text() -> str:
 
 
 def abort_on_exception_enabled() -> bool:
-    raw = os.environ.get(ENV_ABORT_ON_EXCEPTION, "1").strip().lower()
-    return raw not in ("0", "false", "no", "off")
+    return settings.get(ENV_ABORT_ON_EXCEPTION)
 
 
 def _world():

@@ -63,6 +63,7 @@ class Barrier:
             elif stuck_since is None:
                 stuck_since = time.monotonic()
             elif time.monotonic() - stuck_since > _STUCK_SECONDS:
+                self._abandon(requests)  # the next barrier must not meet these messages
                 raise MLCommError(
                     f"rank {self.rank} of {self.size} waits in barrier(){context} while rank "
                     f"{peer} waits for it in an operation on team {team} that rank {self.rank} "
@@ -70,6 +71,15 @@ class Barrier:
                 )
             time.sleep(pause)
             pause = min(2 * pause, _MAX_POLL_SECONDS)
+
+    def _abandon(self, requests) -> None:
+        """Cancel this barrier's messages still posted, and free what did not end."""
+        for request in requests:
+            if request == self.mpi.REQUEST_NULL:
+                continue
+            request.Cancel()
+            if not request.Test():
+                request.Free()
 
     def waiting_peer(self) -> int:
         """A rank that has sent this one a barrier message not yet received (it waits in

@@ -16,11 +16,13 @@ import os
 import subprocess
 import sys
 
+from ..core import settings
+
 ENV = "ML_COMM_REQUEUE_ON_STOP"
 
 
 def wanted() -> bool:
-    return os.environ.get(ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+    return settings.get(ENV)
 
 
 def requeue_slurm_job(rank: int) -> bool:

@@ -169,9 +169,10 @@ def broadcast_weights(model, root: int = 0) -> None:
 def gather(values, root: int = 0):
     """Concatenate every rank's `values` (a NumPy array such as `predict`'s output, rows
     first, any number of rows per rank) in rank order on `root`; None on the others.
-    Collective; for results, not for the training step (it pickles through mpi4py)."""
-    world = mc.init_mpi().COMM_WORLD
-    parts = world.gather(np.asarray(values), root=root)
+    Collective over init's ranks (its `comm`); for results, not for the training step
+    (it pickles through mpi4py)."""
+    comm = mc._active().comm
+    parts = comm.gather(np.asarray(values), root=root)
     return np.concatenate(parts) if parts is not None else None
 
 

@@ -182,7 +182,7 @@ def _sync_before_first_update(optimizer, state, grads, trainable_variables):
         if optimizer.built:
             variables += list(optimizer.variables)
     if tf.executing_eagerly():
-        broadcast_eagerly(variables, 0)
+        broadcast_eagerly(variables, 0, state.team)
         state.pending_broadcast = False
         return grads
     # Tracing a step. If the weights already hold values (the model was built eagerly),
@@ -192,13 +192,15 @@ def _sync_before_first_update(optimizer, state, grads, trainable_variables):
             state.pending_broadcast = False  # an earlier traced step synchronised them
             return grads
         if _have_values(variables):
-            broadcast_eagerly(variables, 0)
+            broadcast_eagerly(variables, 0, state.team)
             state.pending_broadcast = False
             return grads
     # The variables were created in this trace: broadcast inside the graph, on the first
     # update only, and let the averaging wait for it.
     first = tf.equal(tf.convert_to_tensor(optimizer.iterations), 0)
-    done = tf.cond(first, lambda: _broadcast_in_graph(variables), lambda: tf.constant(False))
+    done = tf.cond(
+        first, lambda: _broadcast_in_graph(variables, state.team), lambda: tf.constant(False)
+    )
     with tf.control_dependencies([done]):
         return [None if g is None else tf.identity(tf.convert_to_tensor(g)) for g in grads]
 
@@ -218,19 +220,21 @@ def _have_values(variables) -> bool:
         return False
 
 
-def broadcast_eagerly(variables, root: int) -> None:
+def broadcast_eagerly(variables, root: int, team: int = 0) -> None:
+    """On the model's team: a broadcast on another team could meet that team's calls
+    in a different order on each rank (two models trained by two threads)."""
     variables = _supported(variables)
     if not variables:
         return
-    values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], root)
+    values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], root, team)
     for v, value in zip(variables, values):
         v.assign(value)
 
 
-def _broadcast_in_graph(variables):
+def _broadcast_in_graph(variables, team: int):
     variables = _supported(variables)
     if variables:
-        values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], 0)
+        values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], 0, team)
         for v, value in zip(variables, values):
             v.assign(value)  # stateful: runs in the branch, in program order
     return tf.constant(True)
@@ -256,8 +260,10 @@ def steps_note() -> str:
 def broadcast_model_weights(model, root: int = 0) -> None:
     """Root's weights and built optimizer variables on every rank (collective; eager)."""
     optimizer = getattr(model, "optimizer", None)
+    team = 0
     if optimizer is not None:
         state = known(optimizer)
         if state is not None:
             state.pending_broadcast = False
-    broadcast_eagerly(model_variables(model), root)
+            team = 0 if state.team is None else state.team  # the model's team (set_team)
+    broadcast_eagerly(model_variables(model), root, team)

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from ..core import settings
 from ..core.errors import MLCommError
 from . import library as mpi_library
 
@@ -103,7 +104,7 @@ def check_launch(MPI) -> None:
     """Called by `init` on every rank before anything is created: one MPI library in this
     process, and as many MPI ranks as the launcher started tasks."""
     library = mpi_library.check_one_library(MPI)
-    if os.environ.get(OPT_OUT, "0") not in ("", "0"):
+    if settings.get(OPT_OUT):
         return
     tasks = mislaunched(MPI.COMM_WORLD.Get_size())
     if tasks:

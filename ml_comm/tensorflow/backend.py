@@ -33,8 +33,9 @@ class TensorFlowBackend:
             max_steps=config.max_steps,
         )
 
-    def broadcast(self, values, root: int):
-        return binding.broadcast(values, self.team_ids[0], self.session.check_root(root))
+    def broadcast(self, values, root: int, team: int = 0):
+        self.session.team(team)
+        return binding.broadcast(values, self.team_ids[team], self.session.check_root(root))
 
     def restart(self, team: int) -> None:
         binding.reset_pipelines(self.team_ids[team])

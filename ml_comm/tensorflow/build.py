@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..core import settings
 from ..core.errors import MLCommError
 
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ def header_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("ML_COMM_CACHE_DIR")
+    base = settings.get("ML_COMM_CACHE_DIR")
     if base:
         return Path(base)
     xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

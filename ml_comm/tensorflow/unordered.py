@@ -7,7 +7,7 @@ form one chain, submit k waiting for gradient k-1's submit. TensorFlow's executo
 produce gradients in list order: on one inter-op thread it follows backprop's critical
 path depth-first and leaves side outputs (a Dense bias's BiasAddGrad, some BatchNorm and
 filter gradients) queued until that path ends. One such gradient early in the chain held
-back every submit until the end of backprop, so no communication overlapped it (issue 14).
+back every submit until the end of backprop, so no communication overlapped it.
 
 Submits need no order among themselves: a keyed group places each tensor by its index,
 whatever order the tensors arrive in, and groups keep their order across ranks through

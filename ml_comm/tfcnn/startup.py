@@ -28,7 +28,9 @@ class TfCnnBenchmarksFinder:
 
 
 def _install():
-    if os.environ.get("ML_COMM_TFCNN", "1") == "0":
+    # Read here, not through ml_comm.core.settings (importing ml_comm would load MPI in
+    # every Python); the same spellings of "off" as the table's bool.
+    if os.environ.get("ML_COMM_TFCNN", "").strip().lower() in ("0", "false", "no", "off"):
         return
     if TfCnnBenchmarksFinder not in sys.meta_path:
         sys.meta_path.insert(0, TfCnnBenchmarksFinder)

@@ -3,7 +3,10 @@
  *
  * Several application threads drive several teams at once, mixing blocking,
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
- * the latency path, every dtype; results are checked exactly. Exit 0 on success. */
+ * the latency path, every dtype; results are checked exactly. Also: settings written
+ * while requests are planned, steps that fail part-way (cancelled groups, on every
+ * rank and on one), setters given no team, and finalize while another thread submits.
+ * Exit 0 on success. */
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
@@ -142,6 +145,26 @@ static void *timeline_toggler(void *arg) {
     return NULL;
 }
 
+/* Writing the teams' settings (their current values: every rank must keep the same)
+ * while other threads plan requests: ThreadSanitizer reports a race if the setters
+ * do not take the lock that planning holds. */
+static void *settings_writer(void *arg) {
+    while (atomic_load(&drivers_left) > 0) {
+        for (int t = 0; t < NTEAMS; t++) {
+            mlc_team_settings s;
+            mlc_team_get_settings(teams[t], &s);
+            if (mlc_team_set_algorithm(teams[t], s.algorithm) ||
+                mlc_team_set_inline_threshold(teams[t], s.inline_bytes) ||
+                mlc_team_set_rabenseifner_threshold(teams[t], s.rabenseifner_bytes) ||
+                mlc_team_set_latency_threshold(teams[t], s.latency_bytes) ||
+                mlc_team_set_compression(teams[t], s.compression))
+                fail("a setter refused the team's own value", t, -1, 0, 0);
+        }
+        sleep_ms(1);
+    }
+    return NULL;
+}
+
 /* Ranks that disagree (agree/): every rank gets MLC_ERR_MISMATCH naming both
  * layouts, on the inline path, the threads' path and a broadcast, and the team
  * goes on in step. */
@@ -200,6 +223,38 @@ static void nonfinite_round(mlc_team *team, int t, int round) {
     if (atomic_load(&done_count) != 3 * 1000) fail("group nonfinite", t, -1, atomic_load(&done_count), 3000);
 }
 
+/* A step that fails after part of its group arrived, on every rank at a different
+ * point (rank r submits tensors 0..r%2 of 3): each rank cancels its open group; the
+ * next group of the same key must get its own request and be exact. */
+static void cancel_round(mlc_team *team, int t) {
+    static const int64_t counts[3] = {700, 5, 900};
+    char err[MLC_MSG_LEN];
+    const int64_t key = 9000 + t;
+    float src[3][900], dst[3][900];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 900; j++) src[i][j] = (float)(rank + i + j);
+    atomic_int done_count = 0;
+    for (int i = 0; i <= rank % 2; i++)
+        if (mlc_team_group_arrive(team, key, 3, counts, MLC_FLOAT32, MLC_OP_SUM, i, src[i], dst[i],
+                                  on_tensor_done, &done_count, err, sizeof err))
+            fail(err, t, i, 0, 0);
+    if (mlc_team_group_cancel(team, key, 0, &done_count) != MLC_OK) fail("cancel", t, -1, 0, 1);
+    /* The cancelled request still ends (its arrived tensors hear of it) */
+    while (atomic_load(&done_count) < rank % 2 + 1) sched_yield();
+    atomic_int clean_count = 0;
+    for (int i = 2; i >= 0; i--)
+        if (mlc_team_group_arrive(team, key, 3, counts, MLC_FLOAT32, MLC_OP_SUM, i, src[i], dst[i],
+                                  on_tensor_done, &clean_count, err, sizeof err))
+            fail(err, t, i, 0, 0);
+    while (atomic_load(&clean_count) < 3) sched_yield();
+    if (atomic_load(&clean_count) != 3) fail("group after a cancelled one", t, -1, atomic_load(&clean_count), 3);
+    for (int i = 0; i < 3; i++)
+        for (int64_t j = 0; j < counts[i]; j++) {
+            double want = size * (size - 1) / 2.0 + (double)size * (i + j);
+            if (dst[i][j] != (float)want) { fail("group after a cancelled one", t, j, dst[i][j], want); break; }
+        }
+}
+
 static void *driver(void *arg) {
     int t = (int)(intptr_t)arg;
     mlc_team *team = teams[t];
@@ -256,9 +311,96 @@ static void *driver(void *arg) {
         if (size > 1 && round % 4 == t) mismatch_round(team, t);
         if (t == 0) nonfinite_round(team, t, round);
         if (round == 0) empty_last_round(team, t);
+        if (round == 1) cancel_round(team, t);
     }
     atomic_fetch_sub(&drivers_left, 1);
     return NULL;
+}
+
+/* Only rank 0's step fails: its group is cancelled, the other ranks' completes.
+ * The next request fails on every rank, naming rank 0, instead of hanging. */
+static void cancel_on_one_rank(mlc_context *ctx, int finite) {
+    static const int64_t counts[2] = {300, 4000};
+    char err[MLC_MSG_LEN] = "";
+    mlc_team *team;
+    if (mlc_team_create(ctx, 2, 4096, 512, &team, err, sizeof err)) { fail(err, -1, -1, 0, 0); return; }
+    mlc_team_set_checks(team, 1, finite);
+    static float src[2][4000], dst[2][4000];
+    atomic_int done_count = 0;
+    const int arrive = rank == 0 ? 1 : 2;
+    for (int i = 0; i < arrive; i++)
+        if (mlc_team_group_arrive(team, 1, 2, counts, MLC_FLOAT32, MLC_OP_SUM, i, src[i], dst[i],
+                                  on_tensor_done, &done_count, err, sizeof err))
+            fail(err, -1, i, 0, 0);
+    if (rank == 0 && mlc_team_group_cancel(team, 1, 0, &done_count) != MLC_OK) fail("cancel", -1, -1, 0, 1);
+    while (atomic_load(&done_count) < arrive) sched_yield();
+    /* With the finite check the cancelled group itself fails everywhere. */
+    if (finite && atomic_load(&done_count) < 1000) fail("cancelled group (finite check)", -1, -1, atomic_load(&done_count), 1000);
+    float x[3] = {1, 2, 3};
+    mlc_tensor one = {x, NULL, 3};
+    err[0] = '\0';
+    int rc = mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err);
+    if (rc != MLC_ERR_MISMATCH || !strstr(err, "rank 0 submitted") || !strstr(err, "failed on this rank"))
+        fail(err[0] ? err : "no error after one rank's cancelled group", -1, rc, rc, MLC_ERR_MISMATCH);
+    mlc_team_destroy(team);
+}
+
+/* finalize on one thread while another submits: the submitting thread holds the
+ * team (mlc_team_acquire) around each call, and finds it through a registry that
+ * the finalizing thread empties first, as the TensorFlow ops do. Under
+ * AddressSanitizer a call into the freed team would be reported. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static mlc_team *registered;
+static atomic_int submits_done;
+
+static void *submit_until_gone(void *arg) {
+    static const int64_t counts[2] = {0, 1000};
+    char err[MLC_MSG_LEN];
+    for (int64_t key = 1;; key++) {
+        pthread_mutex_lock(&registry_lock);
+        mlc_team *team = registered;
+        int rc = team ? mlc_team_acquire(team) : MLC_ERR_STATE;
+        pthread_mutex_unlock(&registry_lock);
+        if (rc != MLC_OK) break;
+        sleep_ms(2); /* an op between finding its team and using it: destroy may start */
+        /* an empty first tensor opens a group whose data never comes: no messages */
+        rc = mlc_team_group_arrive(team, key, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, NULL, NULL,
+                                   NULL, NULL, err, sizeof err);
+        if (rc != MLC_OK && rc != MLC_ERR_STATE) fail(err, -1, key, rc, 0);
+        if (rc == MLC_ERR_STATE && !strstr(err, "shut down")) fail(err, -1, key, rc, 0);
+        mlc_team_release(team);
+        atomic_fetch_add(&submits_done, 1);
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void finalize_while_submitting(mlc_context *ctx) {
+    char err[MLC_MSG_LEN];
+    mlc_team *team;
+    if (mlc_team_create(ctx, 2, 4096, 512, &team, err, sizeof err)) { fail(err, -1, -1, 0, 0); return; }
+    mlc_team_set_checks(team, 0, 0);
+    registered = team;
+    atomic_store(&submits_done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, submit_until_gone, NULL);
+    while (atomic_load(&submits_done) < 20) sched_yield();
+    pthread_mutex_lock(&registry_lock);
+    registered = NULL;
+    pthread_mutex_unlock(&registry_lock);
+    mlc_team_destroy(team); /* may run while the other thread is inside a call */
+    pthread_join(th, NULL);
+}
+
+/* Setters refuse a NULL team (an error code, no crash). */
+static void null_team_setters(void) {
+    if (mlc_team_set_algorithm(NULL, MLC_ALG_AUTO) != MLC_ERR_ARG ||
+        mlc_team_set_inline_threshold(NULL, 0) != MLC_ERR_ARG ||
+        mlc_team_set_rabenseifner_threshold(NULL, 0) != MLC_ERR_ARG ||
+        mlc_team_set_latency_threshold(NULL, 0) != MLC_ERR_ARG ||
+        mlc_team_set_compression(NULL, 0) != MLC_ERR_ARG || mlc_team_acquire(NULL) != MLC_ERR_ARG ||
+        mlc_team_group_cancel(NULL, 1, 0, NULL) != MLC_ERR_ARG)
+        fail("a setter accepted a NULL team", -1, -1, 0, MLC_ERR_ARG);
 }
 
 int main(int argc, char **argv) {
@@ -287,9 +429,18 @@ int main(int argc, char **argv) {
     atomic_store(&drivers_left, NTEAMS);
     for (int t = 0; t < NTEAMS; t++) pthread_create(&th[t], NULL, driver, (void *)(intptr_t)t);
     pthread_create(&toggler, NULL, timeline_toggler, teams[1]);
+    pthread_t writer;
+    pthread_create(&writer, NULL, settings_writer, NULL);
     for (int t = 0; t < NTEAMS; t++) pthread_join(th[t], NULL);
     pthread_join(toggler, NULL);
+    pthread_join(writer, NULL);
     for (int t = 0; t < NTEAMS; t++) mlc_team_destroy(teams[t]);
+    null_team_setters();
+    if (size > 1) {
+        cancel_on_one_rank(ctx, 0);
+        cancel_on_one_rank(ctx, 1);
+    }
+    finalize_while_submitting(ctx);
     mlc_context_destroy(ctx);
     int local = atomic_load(&failures), total = 0;
     MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

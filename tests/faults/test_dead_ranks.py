@@ -3,11 +3,7 @@ seconds, with a message that names it, and leaves no process behind; jobs in whi
 every rank ends well still exit 0 (finalize twice, at exit, a busy peer).
 
 Plain pytest: each test launches `mpiexec -n N python scripts/faulty_training.py`
-<<<<<<< HEAD
-under a timeout. See ml_comm/faults/abort.py and README "Troubleshooting".
-=======
-under a timeout. See ml_comm/_faults.py and docs/faults.md.
->>>>>>> docs
+under a timeout. See ml_comm/faults/abort.py and docs/faults.md.
 """
 
 from __future__ import annotations
@@ -34,8 +30,8 @@ from jobs import (
 )
 
 SCRIPT = "faulty_training.py"
-# The job must end within this (the issue's bound); the subprocess timeout is larger
-# so that a slow start on a loaded machine is reported as "too slow", not as a hang.
+# The job must end within this (it takes seconds); the subprocess timeout is larger so
+# that a slow start on a loaded machine is reported as "too slow", not as a hang.
 END_WITHIN_S = 30
 TIMEOUT_S = 90
 

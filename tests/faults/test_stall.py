@@ -44,7 +44,7 @@ def test_no_warning_below_the_limit():
 
 
 def test_abort_limit_ends_the_job():
-    """The issue's bound: with the abort limit at 5 s the job ends within 30 s."""
+    """With the abort limit at 5 s the job ends within 30 s."""
     job = mpiexec_job(
         2,
         SCRIPT,

@@ -1,6 +1,6 @@
 """Ranks that run different numbers of steps end the job within seconds with an error
-that says so, and a rank that leaves while the others wait in barrier() ends the job
-(issue 12). Plain pytest: each test launches a 2-rank job under a timeout."""
+that says so, and a rank that leaves while the others wait in barrier() ends the job.
+Plain pytest: each test launches a 2-rank job under a timeout."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import pytest
 from mpi_helpers import CHUNK_BYTES, Checks, comm_world, expected_average, make_input, suite_comm
 
 import ml_comm as mc
+from ml_comm.core.settings import SettingError
 
 pytestmark = pytest.mark.mpi
 
@@ -73,18 +74,18 @@ INIT_CASES = [
              kwargs={"chunk_bytes": 4}),
     InitCase("chunk_bytes='1M'", (1, 1, 64), TypeError, r"^chunk_bytes must be an int, got str$",
              kwargs={"chunk_bytes": "1M"}),
-    InitCase("ML_COMM_CHUNK_BYTES=abc", (1, 1, 64), ValueError,
+    InitCase("ML_COMM_CHUNK_BYTES=abc", (1, 1, 64), SettingError,
              r"^environment variable ML_COMM_CHUNK_BYTES must be an integer, got 'abc'$",
              env={"ML_COMM_CHUNK_BYTES": "abc"}),
     InitCase("ML_COMM_CHUNK_BYTES=0", (1, 1, 64), ValueError,
              r"^chunk_bytes must be at least 1, got 0$", env={"ML_COMM_CHUNK_BYTES": "0"}),
-    InitCase("ML_COMM_LATENCY_BYTES=-1", (1, 1, 64), ValueError,
-             r"^ML_COMM_LATENCY_BYTES must be >= 0, got -1$",
+    InitCase("ML_COMM_LATENCY_BYTES=-1", (1, 1, 64), SettingError,
+             r"^environment variable ML_COMM_LATENCY_BYTES must be >= 0, got -1$",
              env={"ML_COMM_LATENCY_BYTES": "-1"}),
-    InitCase("ML_COMM_RABENSEIFNER_BYTES=-1", (1, 1, 64), ValueError,
-             r"^ML_COMM_RABENSEIFNER_BYTES must be >= 0, got -1$",
+    InitCase("ML_COMM_RABENSEIFNER_BYTES=-1", (1, 1, 64), SettingError,
+             r"^environment variable ML_COMM_RABENSEIFNER_BYTES must be >= 0, got -1$",
              env={"ML_COMM_RABENSEIFNER_BYTES": "-1"}),
-    InitCase("ML_COMM_INLINE_BYTES=1k", (1, 1, 64), ValueError,
+    InitCase("ML_COMM_INLINE_BYTES=1k", (1, 1, 64), SettingError,
              r"^environment variable ML_COMM_INLINE_BYTES must be an integer, got '1k'$",
              env={"ML_COMM_INLINE_BYTES": "1k"}),
     InitCase("comm='world'", (1, 1, 64), TypeError,

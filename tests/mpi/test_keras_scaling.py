@@ -1,5 +1,5 @@
 """A serial Keras 3 script with only ml_comm.keras.init() and finalize() added scales:
-no set_team, no callbacks of ml_comm's (issue 12).
+no set_team, no callbacks of ml_comm's.
 
 * fit at N ranks x batch b equals one process x N*b (SGD, Adam, gradient accumulation,
   mixed_float16), the ranks' weights identical, and the team makes exactly one

@@ -1,4 +1,4 @@
-"""Inside tf.function, a reduction starts while backprop still computes (issue 14).
+"""Inside tf.function, a reduction starts while backprop still computes.
 
 An ordering check on the team's recorded timeline, not a timed one: the step's last
 gradient (a bias, like a Dense layer's BiasAddGrad, which TensorFlow computes off

@@ -1,4 +1,4 @@
-"""Numerical equivalence of data-parallel training (issue 3, "Done when").
+"""Numerical equivalence of data-parallel training with serial training.
 
 A small float32 model (dense 64 -> 16 -> 10 on sklearn's digits) is trained with
 plain SGD for 20 steps. At N ranks, rank r takes its own slice of b samples of each

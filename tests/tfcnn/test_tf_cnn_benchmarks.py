@@ -21,7 +21,7 @@ import pytest
 MPIEXEC = Path(sys.prefix) / "bin" / "mpiexec"
 TIMEOUT_S = int(os.environ.get("ML_COMM_TFCNN_TIMEOUT", "900"))
 CPU = ["--device=cpu", "--data_format=NHWC"]
-# The command line of the "done when", plus the end-of-run variable check.
+# The smallest run of ps_ml_comm (the trivial model), plus the end-of-run variable check.
 TRIVIAL = [
     "--variable_update=ps_ml_comm",
     "--number_ml_comm_threads=2",

@@ -10,7 +10,14 @@ from ml_comm.core import checks
 
 
 def test_defaults():
-    assert checks.from_env({}) == checks.GuardSettings(True, False, 60.0, 0.0)
+    assert checks.from_env({}) == checks.GuardSettings(True, False, 60.0, 1800.0)
+
+
+def test_stall_abort_on_by_default():
+    # A lost rank ends the job after 30 minutes unless told otherwise; 0 still turns it off.
+    assert checks.from_env({}).stall_abort == 1800.0
+    assert checks.GuardSettings().stall_abort == 1800.0
+    assert checks.from_env({"ML_COMM_STALL_ABORT_SECONDS": "0"}).stall_abort == 0.0
 
 
 def test_values():

@@ -51,18 +51,21 @@ class RowsKernel : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    mlc_team *team = LiveTeam(ctx, team_handle_);
-    if (team == nullptr) {
-      done();
-      return;
-    }
     OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
                       tensorflow::errors::InvalidArgument("ml_comm ", what_,
                                                           " takes a tensor with a first dimension"),
                       done);
+    // Held until the thread is done with it, so that finalize() waits for the call.
+    mlc_team *team = AcquireLive(team_handle_);
+    OP_REQUIRES_ASYNC(ctx, team != nullptr,
+                      tensorflow::errors::FailedPrecondition(
+                          "ml_comm: this op's team no longer exists or is being finalized; "
+                          "build the graph again after ml_comm.init()"),
+                      done);
     std::thread([this, ctx, team, done = std::move(done)]() {
       std::string err(512, '\0');
       int rc = Run(ctx, team, &err[0], err.size());
+      mlc_team_release(team);
       if (rc != MLC_OK && ctx->status().ok())
         ctx->SetStatus(tensorflow::errors::Internal("ml_comm ", what_, " failed: ", err.c_str()));
       done();
@@ -113,7 +116,8 @@ class AllreduceOpOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    mlc_team *team = LiveTeam(ctx, team_handle_);
+    HeldTeam held(ctx, team_handle_);
+    mlc_team *team = held.get();
     if (team == nullptr) {
       done();
       return;

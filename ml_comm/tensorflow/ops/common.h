@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "tensorflow/core/framework/cancellation.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -80,8 +82,25 @@ inline tensorflow::Status ReadCallPart(OpKernelConstruction *c, CallPart *out) {
   return c->GetAttr("call_dtypes", &out->call_dtypes);
 }
 
-// The team behind a live id, or nullptr with the op's status set (ml_comm_ops.cc).
-mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id);
+// The team behind a live id, held (mlc_team_acquire) while this object lives, so
+// that finalize() on another thread waits for the use instead of freeing the team
+// under it; get() is nullptr, with the op's status set, when the team is gone or
+// being finalized (ml_comm_ops.cc). Completion callbacks run on the team's own
+// threads, which finalize joins before it frees the team: they need no hold.
+mlc_team *AcquireLive(int64_t id, bool *registered = nullptr);  // nullptr: gone or closing
+class HeldTeam {
+ public:
+  HeldTeam(OpKernelContext *ctx, int64_t id);
+  ~HeldTeam() {
+    if (team_) mlc_team_release(team_);
+  }
+  HeldTeam(const HeldTeam &) = delete;
+  HeldTeam &operator=(const HeldTeam &) = delete;
+  mlc_team *get() const { return team_; }
+
+ private:
+  mlc_team *team_ = nullptr;
+};
 
 // The core's code of a TensorFlow dtype, or -1.
 inline int CoreDtype(DataType dt) {

@@ -21,17 +21,25 @@ namespace ml_comm_tf {
 std::mutex live_mutex;
 std::unordered_map<int64_t, uintptr_t> live_teams;
 
-mlc_team *LiveTeam(OpKernelContext *ctx, int64_t id) {
-  std::lock_guard<std::mutex> lock(live_mutex);
+mlc_team *AcquireLive(int64_t id, bool *registered) {
+  std::lock_guard<std::mutex> lock(live_mutex);  // finalize unregisters before it destroys
   auto found = live_teams.find(id);
-  if (found == live_teams.end()) {
-    ctx->SetStatus(tensorflow::errors::FailedPrecondition(
-        "ml_comm: this op belongs to a team that no longer exists (ml_comm.finalize() was "
-        "called, or the graph was built in another process); build the graph again after "
-        "ml_comm.init()"));
-    return nullptr;
-  }
-  return reinterpret_cast<mlc_team *>(found->second);
+  if (registered) *registered = found != live_teams.end();
+  if (found == live_teams.end()) return nullptr;
+  auto *team = reinterpret_cast<mlc_team *>(found->second);
+  return mlc_team_acquire(team) == MLC_OK ? team : nullptr;
+}
+
+HeldTeam::HeldTeam(OpKernelContext *ctx, int64_t id) {
+  bool registered = false;
+  team_ = AcquireLive(id, &registered);
+  if (team_) return;
+  ctx->SetStatus(tensorflow::errors::FailedPrecondition(
+      registered ? "ml_comm: this op's team is being finalized (ml_comm.finalize() was called on "
+                   "another thread)"
+                 : "ml_comm: this op belongs to a team that no longer exists (ml_comm.finalize() "
+                   "was called, or the graph was built in another process); build the graph "
+                   "again after ml_comm.init()"));
 }
 
 void FinishPending(void *user, int status) {
@@ -55,35 +63,112 @@ using namespace ml_comm_tf;
 // lets tf.function run the submits in program order, as it does with every
 // stateful op, without a submit waiting on a reduction that needs later gradients.
 
+// A submitted tensor is known by a token, an id never reused, in one registry: the
+// core's callback, the Wait op and the step's cancellation each look it up there.
+// When a step fails (TensorFlow cancels the step's CancellationManager, also where
+// a Wait never ran), the cancellation cancels the tensor's open group in the core
+// (mlc_team_group_cancel), so that the next step's tensors do not join it, and the
+// token is dropped once the core is done with it, Wait or no Wait.
+namespace {
+
 struct Completion {
-  mlc_team *team = nullptr;
+  mlc_team *team = nullptr;  // read only on the team's threads (the core's callback)
+  int64_t team_id = 0, key = 0;
+  int index = 0;
   // The core reads the input and writes the buffer after Submit has finished:
   // holding both Tensors keeps their memory alive until then.
   Tensor input, buffer;
   std::mutex mutex;
-  bool finished = false;
+  bool finished = false;   // the core's callback ran
+  bool abandoned = false;  // the step was cancelled before its Wait ran
   int status = MLC_OK;
+  std::string message;
   OpKernelContext *waiter_ctx = nullptr;
   AsyncOpKernel::DoneCallback waiter;
+  tensorflow::CancellationManager *cancellation = nullptr;
+  tensorflow::CancellationToken cancel_token = 0;
 };
 
+std::mutex tokens_mutex;
+std::unordered_map<int64_t, std::shared_ptr<Completion>> tokens;
+int64_t last_token = 0;
+
+int64_t AddToken(std::shared_ptr<Completion> c) {
+  std::lock_guard<std::mutex> lock(tokens_mutex);
+  tokens[++last_token] = std::move(c);
+  return last_token;
+}
+
+std::shared_ptr<Completion> FindToken(int64_t id) {
+  std::lock_guard<std::mutex> lock(tokens_mutex);
+  auto found = tokens.find(id);
+  return found == tokens.end() ? nullptr : found->second;
+}
+
+void DropToken(int64_t id) {
+  std::lock_guard<std::mutex> lock(tokens_mutex);
+  tokens.erase(id);
+}
+
+void *CoreUser(int64_t id) { return reinterpret_cast<void *>(static_cast<intptr_t>(id)); }
+
+void FinishWait(OpKernelContext *ctx, int status, const std::string &message,
+                AsyncOpKernel::DoneCallback done) {
+  if (status != MLC_OK) ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", message));
+  done();
+}
+
 void CompleteTensor(void *user, int status) {
-  auto *c = static_cast<Completion *>(user);
+  const int64_t id = static_cast<int64_t>(reinterpret_cast<intptr_t>(user));
+  std::shared_ptr<Completion> c = FindToken(id);
+  if (!c) return;  // the token outlives the core's use of it
   std::unique_lock<std::mutex> lock(c->mutex);
   c->input = Tensor();  // the core is done reading it
-  if (!c->waiter) {  // Wait has not run yet: it will find the result
-    c->finished = true;
-    c->status = status;
+  c->finished = true;
+  c->status = status;
+  if (status != MLC_OK) c->message = Failure(c->team, status);
+  if (c->waiter) {
+    auto done = std::move(c->waiter);
+    OpKernelContext *ctx = c->waiter_ctx;
+    const std::string message = c->message;
+    lock.unlock();
+    DropToken(id);
+    FinishWait(ctx, status, message, std::move(done));
     return;
   }
-  auto done = std::move(c->waiter);
-  OpKernelContext *ctx = c->waiter_ctx;
-  mlc_team *team = c->team;
+  const bool abandoned = c->abandoned;
   lock.unlock();
-  delete c;
-  if (status != MLC_OK)
-    ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", Failure(team, status)));
-  done();
+  if (abandoned) DropToken(id);  // else Wait will find the result
+}
+
+// The step of a submitted tensor ended without its Wait, or failed while the Wait
+// is pending: cancel the tensor's group if it is still open. A Wait already
+// pending finishes when the group ends; else the token is dropped then.
+void CancelToken(int64_t id) {
+  std::shared_ptr<Completion> c = FindToken(id);
+  if (!c) return;
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    if (!c->waiter) {
+      if (c->finished) {
+        DropToken(id);
+        return;
+      }
+      c->abandoned = true;
+    }
+  }
+  if (mlc_team *team = AcquireLive(c->team_id)) {
+    mlc_team_group_cancel(team, c->key, c->index, CoreUser(id));  // MLC_ERR_STATE: complete
+    mlc_team_release(team);
+  }
+}
+
+}  // namespace
+
+// For tests: tokens whose reduction or Wait is still to come.
+extern "C" int64_t mlc_tf_pending_tokens() {
+  std::lock_guard<std::mutex> lock(tokens_mutex);
+  return static_cast<int64_t>(tokens.size());
 }
 
 REGISTER_OP("MlCommGroupSubmit")
@@ -131,7 +216,8 @@ class GroupSubmitOp : public tensorflow::OpKernel {
                 tensorflow::errors::InvalidArgument(
                     "ml_comm: gradient ", index_, " has ", input.NumElements(),
                     " elements but the graph was built for ", counts_[index_]));
-    mlc_team *team = LiveTeam(ctx, team_handle_);
+    HeldTeam held(ctx, team_handle_);
+    mlc_team *team = held.get();
     if (team == nullptr) return;
     Tensor *token = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({}), &token));
@@ -150,23 +236,37 @@ class GroupSubmitOp : public tensorflow::OpKernel {
       token->scalar<int64_t>()() = 0;  // nothing in flight: Wait finishes at once
       return;
     }
-    auto *completion = new Completion;
+    auto completion = std::make_shared<Completion>();
     completion->team = team;
+    completion->team_id = team_handle_;
+    completion->key = group_key_;
+    completion->index = index_;
     completion->input = input;
     completion->buffer = *output;
+    const int64_t id = AddToken(completion);
     char err[256] = "";
     int rc = mlc_team_group_arrive_part(
         team, group_key_, static_cast<int>(counts_.size()), counts_.data(), CoreDtype(input.dtype()),
         average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part, part_.nparts, part_.call_dtypes, index_,
         input.tensor_data().data(),
-        const_cast<char *>(output->tensor_data().data()), CompleteTensor, completion, err,
+        const_cast<char *>(output->tensor_data().data()), CompleteTensor, CoreUser(id), err,
         sizeof err);
     if (rc != MLC_OK) {
-      delete completion;
+      DropToken(id);
       ctx->SetStatus(tensorflow::errors::Internal("ml_comm: ", err));
       return;
     }
-    token->scalar<int64_t>()() = static_cast<int64_t>(reinterpret_cast<uintptr_t>(completion));
+    token->scalar<int64_t>()() = id;
+    // Registered with the step: a step that fails cancels the group it left open.
+    tensorflow::CancellationManager *cm = ctx->cancellation_manager();
+    if (cm == nullptr) return;
+    const tensorflow::CancellationToken ct = cm->get_cancellation_token();
+    {
+      std::lock_guard<std::mutex> lock(completion->mutex);
+      completion->cancellation = cm;
+      completion->cancel_token = ct;
+    }
+    if (!cm->RegisterCallback(ct, [id] { CancelToken(id); })) CancelToken(id);  // failing already
   }
 
  private:
@@ -222,25 +322,30 @@ class GroupWaitOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
     ctx->set_output(0, ctx->input(0));
-    auto token = static_cast<uintptr_t>(ctx->input(1).scalar<int64_t>()());
-    if (token == 0) {  // one rank: nothing was submitted
+    const int64_t id = ctx->input(1).scalar<int64_t>()();
+    if (id == 0) {  // one rank, or reduced by the submit itself: nothing in flight
       done();
       return;
     }
-    auto *c = reinterpret_cast<Completion *>(token);
+    std::shared_ptr<Completion> c = FindToken(id);
+    OP_REQUIRES_ASYNC(ctx, c != nullptr,
+                      tensorflow::errors::Cancelled(
+                          "ml_comm: this reduction was cancelled with the step that submitted it"),
+                      done);
     std::unique_lock<std::mutex> lock(c->mutex);
+    // The step reached its Wait: the tensor needs no cancellation from now on
+    // (the step's end would run it otherwise).
+    if (c->cancellation) c->cancellation->TryDeregisterCallback(c->cancel_token);
     if (!c->finished) {  // CompleteTensor will call done
       c->waiter_ctx = ctx;
       c->waiter = std::move(done);
       return;
     }
-    int status = c->status;
-    mlc_team *team = c->team;
+    const int status = c->status;
+    const std::string message = c->message;
     lock.unlock();
-    delete c;
-    if (status != MLC_OK)
-      ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", Failure(team, status)));
-    done();
+    DropToken(id);
+    FinishWait(ctx, status, message, std::move(done));
   }
 };
 
@@ -337,7 +442,8 @@ class AllreduceNOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    mlc_team *team = LiveTeam(ctx, team_handle_);
+    HeldTeam held(ctx, team_handle_);
+    mlc_team *team = held.get();
     if (team == nullptr) {
       done();
       return;
@@ -375,7 +481,8 @@ class BroadcastNOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    mlc_team *team = LiveTeam(ctx, team_handle_);
+    HeldTeam held(ctx, team_handle_);
+    mlc_team *team = held.get();
     if (team == nullptr) {
       done();
       return;

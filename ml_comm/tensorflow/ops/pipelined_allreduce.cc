@@ -94,8 +94,9 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    mlc_team *team = LiveTeam(ctx, team_handle_);
-    if (team == nullptr) {
+    HeldTeam held(ctx, team_handle_);
+    mlc_team *team = held.get();  // the rest of the call, when it runs later, runs on the
+    if (team == nullptr) {        // team's own thread (StagingDone): finalize joins it first
       done();
       return;
     }
@@ -131,12 +132,17 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
   // The previous call's reduction has finished (or there was none).
   void Continue(OpKernelContext *ctx, mlc_team *team, std::shared_ptr<Pipeline> p, int phase,
                 DoneCallback done) {
-    std::vector<Tensor> previous = std::move(p->staging);
-    p->staging.clear();
-    // The failure is this call's to report, once: reset before returning, so that the
-    // next call enters the pipeline afresh (zeros), as the NumPy pipeline does.
-    const int previous_status = p->status;
-    p->status = MLC_OK;
+    std::vector<Tensor> previous;
+    int previous_status;
+    {
+      std::lock_guard<std::mutex> lock(p->mutex);  // StagingDone writes them on another thread
+      previous = std::move(p->staging);
+      p->staging.clear();
+      // The failure is this call's to report, once: reset before returning, so that the
+      // next call enters the pipeline afresh (zeros), as the NumPy pipeline does.
+      previous_status = p->status;
+      p->status = MLC_OK;
+    }
     OP_REQUIRES_ASYNC(ctx, previous_status == MLC_OK,
                       tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
                                                    Failure(team, previous_status)),

@@ -1,0 +1,189 @@
+"""The table of ml_comm's environment variables, and the functions that read them.
+
+Every `ML_COMM_*` variable ml_comm reads is a row of SETTINGS (name, default as users
+see it, type, whether `init` compares it across ranks, what it does); the code reads
+them with `get`, which parses the value by the row's type and falls back on its
+default, so the table, the code and the documentation's table (made from SETTINGS by
+tools/mkdocs_hooks.py) cannot disagree. An unset or empty variable takes the default.
+A value that does not parse raises SettingError naming the variable and the value.
+
+The C core reads no environment: `init` reads these and hands the values over.
+Three readers run where ml_comm cannot be imported and read os.environ themselves,
+under the names listed here: the build (build_ffi.py: ML_COMM_CFLAGS;
+mpi_compiler.py: ML_COMM_MPICC) and the tf_cnn_benchmarks start-up hook
+(tfcnn/startup.py: ML_COMM_TFCNN). tests/unit/test_settings_table.py keeps it so.
+
+Pure Python: no import of the compiled core or of a higher layer (the documentation
+build loads this file alone).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import MLCommError
+
+
+class SettingError(MLCommError, ValueError):
+    """An environment variable of ml_comm holds a value that does not parse."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str  # as shown to users; "unset": the variable has no value by default
+    type: str  # "bool", "int", "bytes", "seconds", "str", "path"
+    compared: bool  # compared across ranks at init (core/settings_check.py)
+    effect: str  # one sentence
+
+
+SETTINGS = (
+    # What goes on the wire: every rank must hold the same value (init compares them).
+    Setting("ML_COMM_CHUNK_BYTES", "1048576", "bytes", True,
+            "Pipeline segment size of every team when init's chunk_bytes is not given."),
+    Setting("ML_COMM_LATENCY_BYTES", "unset", "bytes", True,
+            "Reductions smaller than this take recursive doubling instead of the ring "
+            "(unset: the core's 524288)."),
+    Setting("ML_COMM_RABENSEIFNER_BYTES", "unset", "bytes", True,
+            "Up to this size, at a power-of-two rank count of 4 or more, reductions take "
+            "Rabenseifner's algorithm; 0 turns it off (unset: the core's 8388608)."),
+    Setting("ML_COMM_INLINE_BYTES", "unset", "bytes", True,
+            "Blocking calls up to this size run on the caller's thread instead of the "
+            "team's threads (unset: the core's 4194304)."),
+    Setting("ML_COMM_DIRECT_BYTES", "unset", "bytes", True,
+            "Allreduces up to this size travel inside the agreement check's message; "
+            "0 turns it off (unset: the core's 4096)."),
+    Setting("ML_COMM_COMPRESSION", "none", "str", True,
+            "none, bf16 or fp16: the values float32 reductions on the ring send, for "
+            "every team (config_team sets one team's)."),
+    Setting("ML_COMM_CHECK_LAYOUT", "1", "bool", True,
+            "0 skips the agreement check before each request (a mismatch then hangs or "
+            "reduces the wrong data instead of failing)."),
+    Setting("ML_COMM_CHECK_FINITE", "0", "bool", True,
+            "1 fails reductions whose input holds NaN or Inf, naming the ranks and tensors."),
+    # Local to each rank.
+    Setting("ML_COMM_STALL_WARN_SECONDS", "60", "seconds", False,
+            "Warn about a wait this long, naming the ranks waited for, and again every "
+            "as long; 0: never."),
+    Setting("ML_COMM_STALL_ABORT_SECONDS", "1800", "seconds", False,
+            "End the job (MPI_Abort) after a wait this long; 0: never "
+            "(docs/fault-tolerance-defaults.md says why 30 minutes)."),
+    Setting("ML_COMM_ABORT_ON_EXCEPTION", "1", "bool", False,
+            "An uncaught exception on one rank of several ends the whole job (MPI_Abort) "
+            "instead of leaving the others waiting; 0 turns it off."),
+    Setting("ML_COMM_ALLOW_ONE_RANK", "0", "bool", False,
+            "1 lets init run when the launcher started several tasks but MPI sees one rank "
+            "each (tasks meant to run alone)."),
+    Setting("ML_COMM_REQUEUE_ON_STOP", "0", "bool", False,
+            "1: after every rank stopped together on a signal, rank 0 requeues the Slurm "
+            "job (scontrol requeue)."),
+    Setting("ML_COMM_TIMELINE", "unset", "path", False,
+            "Write what the teams' threads did as a Chrome trace to this file at finalize "
+            '("{rank}" in it: the rank; otherwise one file per rank beside it).'),
+    Setting("ML_COMM_TIMELINE_EVENTS", "1000000", "int", False,
+            "How many events each team's timeline keeps."),
+    Setting("ML_COMM_CHECK_SKIP_TF", "0", "bool", False,
+            "1: `python -m ml_comm --check` leaves out TensorFlow and its op library."),
+    Setting("ML_COMM_TFCNN", "1", "bool", False,
+            "0 turns off the start-up hook that adds --variable_update=ps_ml_comm to "
+            "tf_cnn_benchmarks (read by that hook, without importing ml_comm)."),
+    Setting("ML_COMM_CACHE_DIR", "unset", "path", False,
+            "Where `python -m ml_comm build-tf` puts the TensorFlow op library "
+            "(unset: $XDG_CACHE_HOME/ml_comm, else ~/.cache/ml_comm)."),
+    # Read when the C core is compiled (pip install), not at run time.
+    Setting("ML_COMM_MPICC", "unset", "path", False,
+            "The mpicc whose flags the C core is compiled with (unset: $MPICC, else the "
+            "first mpicc on PATH); read by the build."),
+    Setting("ML_COMM_CFLAGS", "unset", "str", False,
+            "Extra C compiler flags for the C core (e.g. -DMLC_NO_LARGE_COUNT); read by "
+            "the build."),
+)  # fmt: skip
+
+BY_NAME = {s.name: s for s in SETTINGS}
+
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+
+
+def _bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in TRUE:
+        return True
+    if value in FALSE:
+        return False
+    raise SettingError(f"environment variable {name} must be 0 or 1, got {raw!r}")
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingError(f"environment variable {name} must be an integer, got {raw!r}") from None
+
+
+def _bytes(name: str, raw: str) -> int:
+    value = _int(name, raw)
+    if value < 0:
+        raise SettingError(f"environment variable {name} must be >= 0, got {value}")
+    return value
+
+
+def _seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise SettingError(
+            f"environment variable {name} must be a number of seconds >= 0 (0: off), got {raw!r}"
+        )
+    return value
+
+
+def _text(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+PARSERS = {
+    "bool": _bool,
+    "int": _int,
+    "bytes": _bytes,
+    "seconds": _seconds,
+    "str": _text,
+    "path": _text,
+}
+
+
+def setting(name: str) -> Setting:
+    """The row of `name`; KeyError for a name the table does not hold."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name} is not in ml_comm's table of settings (core/settings.py)") from None
+
+
+def get(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """The value of `name` in `env` (default os.environ), parsed by its type; its
+    default when unset or empty (None for a default of "unset")."""
+    row = setting(name)
+    raw = (os.environ if env is None else env).get(name)
+    if raw is None or not raw.strip():
+        if row.default == "unset":
+            return None
+        raw = row.default
+    return PARSERS[row.type](name, raw)
+
+
+def check_all(env: Mapping[str, str] | None = None) -> None:
+    """Parse every setting: a malformed one raises SettingError before anything starts."""
+    for row in SETTINGS:
+        get(row.name, env)
+
+
+def compared() -> tuple[str, ...]:
+    """The names that init compares across ranks."""
+    return tuple(s.name for s in SETTINGS if s.compared)
