@@ -8,9 +8,9 @@
  *             16-bit wire setting, whatever the request's dtype: ranks that
  *             differ would exchange blocks of different sizes on the ring); for
  *             kinds whose sizes differ by rank (sizes_vary) total and layout are
- *             not compared, row_elements is; aborted (how many keyed groups
- *             the rank cancelled because its step failed: a rank whose step
- *             failed alone is named);
+ *             not compared; row_elements (collectives of rows) always is; aborted
+ *             (how many keyed groups the rank cancelled because its step failed: a
+ *             rank whose step failed alone is named);
  *   settings  the team's schedule (config_team's alg, ksteps, max_steps) and the
  *             request's plan (algorithm, on the caller's thread or the team's,
  *             lanes, segment length, keyed group, direct inside the check).
@@ -68,7 +68,7 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     compared *c = &s->c;
     c->kind = in->kind;
     c->dtype = in->dtype;
-    c->op = in->kind == MLC_KIND_ALLREDUCE ? in->op : 0;
+    c->op = in->kind == MLC_KIND_ALLREDUCE || in->kind == MLC_KIND_REDUCESCATTER ? in->op : 0;
     c->root = in->kind == MLC_KIND_BROADCAST ? in->root : 0;
     c->ntensors = in->ntensors;
     c->part = in->part;
@@ -91,8 +91,8 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
         h = fnv(h, &in->tensors[i].count, sizeof in->tensors[i].count);
     }
+    c->row_elements = in->row_elements; /* 0 but for collectives of rows */
     if (c->sizes_vary) { /* each rank's own sizes; only the rows' length must agree */
-        c->row_elements = in->row_elements;
         c->layout_hash = 0;
         c->total = 0;
         c->seg_elems = 0; /* planned from each rank's own total */
@@ -121,6 +121,19 @@ int mlc_signature_stop(const mlc_signature *s) { return s->stop; }
 void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count) {
     *tensor = s->nonfinite_tensor;
     *count = s->nonfinite_count;
+}
+
+/* "sum", "average", "min", "max", "product". */
+static const char *op_name(int op) {
+    static const char *const names[] = {"sum", "average", "min", "max", "product"};
+    return op >= 0 && op < MLC_NUM_OPS ? names[op] : "unknown op";
+}
+
+static const char *rows_kind_name(int kind) {
+    return kind == MLC_KIND_ALLGATHER       ? "allgather"
+           : kind == MLC_KIND_REDUCESCATTER ? "reducescatter"
+           : kind == MLC_KIND_ALLTOALL      ? "alltoall"
+                                            : "request kind";
 }
 
 static const mlc_signature *sig(const char *slots, size_t slot_bytes, int r) {
@@ -239,8 +252,10 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
         if (s->ntensors > MLC_SIG_SHOWN_COUNTS) mlc_append(buf, len, off, ", ...");
     }
     if (s->kind == MLC_KIND_BROADCAST) mlc_append(buf, len, off, " (broadcast from rank %d", s->root);
-    else if (s->kind == MLC_KIND_ALLREDUCE) mlc_append(buf, len, off, " (%s", s->op == MLC_OP_SUM ? "sum" : "average");
-    else mlc_append(buf, len, off, " (request kind %d", s->kind);
+    else if (s->kind == MLC_KIND_ALLREDUCE) mlc_append(buf, len, off, " (%s", op_name(s->op));
+    else if (s->kind == MLC_KIND_REDUCESCATTER) mlc_append(buf, len, off, " (reducescatter, %s", op_name(s->op));
+    else mlc_append(buf, len, off, " (%s", rows_kind_name(s->kind));
+    if (s->row_elements && !s->sizes_vary) mlc_append(buf, len, off, ", rows of %lld", (long long)s->row_elements);
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
     if (s->compression != MLC_COMPRESSION_NONE) /* the team's setting, whatever the dtype */
         mlc_append(buf, len, off, ", compression=%s", mlc_compression_name(s->compression));
@@ -331,10 +346,13 @@ void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len) {
     if (in->kind == MLC_KIND_BROADCAST)
         snprintf(buf + off, len - off, "broadcast from rank %d of %d %s tensor%s, %lld elements",
                  in->root, in->ntensors, mlc_dtype_name(in->dtype), s, (long long)in->total);
+    else if (in->kind == MLC_KIND_ALLREDUCE)
+        snprintf(buf + off, len - off, "%s of %d %s tensor%s, %lld elements", op_name(in->op),
+                 in->ntensors, mlc_dtype_name(in->dtype), s, (long long)in->total);
     else
-        snprintf(buf + off, len - off, "%s of %d %s tensor%s, %lld elements",
-                 in->op == MLC_OP_SUM ? "sum" : "average", in->ntensors, mlc_dtype_name(in->dtype),
-                 s, (long long)in->total);
+        snprintf(buf + off, len - off, "%s of %s rows of %lld elements, %lld elements",
+                 rows_kind_name(in->kind), mlc_dtype_name(in->dtype), (long long)in->row_elements,
+                 (long long)in->total);
 }
 
 static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {

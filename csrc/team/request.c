@@ -29,7 +29,7 @@ static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int n
                       int op, int root) {
     if (!team || ntensors < 0 || (ntensors > 0 && !tensors) || dtype < 0 || dtype >= MLC_NUM_DTYPES)
         return MLC_ERR_ARG;
-    if (kind == MLC_KIND_ALLREDUCE && op != MLC_OP_SUM && op != MLC_OP_AVERAGE) return MLC_ERR_ARG;
+    if (kind == MLC_KIND_ALLREDUCE && (op < 0 || op >= MLC_NUM_OPS)) return MLC_ERR_ARG;
     if (kind == MLC_KIND_BROADCAST && (root < 0 || root >= team->ctx->size)) return MLC_ERR_ARG;
     for (int i = 0; i < ntensors; i++)
         if (tensors[i].count < 0 || (tensors[i].count > 0 && !tensors[i].data)) return MLC_ERR_ARG;
@@ -58,6 +58,7 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
         .inline_bytes = team->inline_bytes,
         .direct_bytes = team->agree.direct_bytes,
         .compression = team->compression,
+        .op = req->op,
     };
     req->compression = team->compression;
     req->team_algorithm = team->algorithm;
@@ -73,8 +74,7 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
     }
 }
 
-/* Fill req, whose tensors/starts arrays the caller provides (heap or stack). */
-static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
+void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
                          int ntensors, int dtype, int op, int root, int blocking) {
     req->total = 0;
     for (int i = 0; i < ntensors; i++) {
@@ -110,7 +110,7 @@ static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int
         mlc_free_request(req);
         return MLC_ERR_NOMEM;
     }
-    fill_request(req, team, kind, tensors, ntensors, dtype, op, root, blocking);
+    mlc_fill_request(req, team, kind, tensors, ntensors, dtype, op, root, blocking);
     *out = req;
     return MLC_OK;
 }
@@ -126,6 +126,7 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .team_algorithm = req->team_algorithm, .on_caller = req->plan.on_caller,
                            .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
                            .ksteps = req->ksteps, .max_steps = req->max_steps,
+                           .sizes_vary = req->sizes_vary, .row_elements = req->row_elements,
                            .aborted = atomic_load(&team->aborted_groups)};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
@@ -212,7 +213,7 @@ int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int
 
 /* Blocking form: what the plan puts on the caller's thread runs here, in the
  * team's order; the rest goes through the threads. */
-static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen) {
+int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen) {
     int rc;
     if (req->plan.nothing) {
         mlc_free_request(req);
@@ -260,7 +261,7 @@ int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     req->part = part;
     req->nparts = nparts;
     req->call_dtypes = call_dtypes;
-    return run_blocking(team, req, err, errlen);
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
@@ -281,14 +282,14 @@ int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int6
     }
     local.tensors = &tensor;
     local.starts = starts;
-    fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1);
+    mlc_fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1);
     local.call_dtypes = call_dtypes;
     if (local.plan.on_caller || local.plan.nothing)
-        return run_blocking(team, &local, err, errlen); /* the stack request suffices */
+        return mlc_run_blocking(team, &local, err, errlen); /* the stack request suffices */
     mlc_request *req; /* the threads need a request that outlives this frame */
     if ((rc = make_request(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1, &req))) return rc;
     req->call_dtypes = call_dtypes;
-    return run_blocking(team, req, err, errlen);
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
@@ -310,7 +311,7 @@ int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     req->part = part;
     req->nparts = nparts;
     req->call_dtypes = call_dtypes;
-    return run_blocking(team, req, err, errlen);
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_request_wait(mlc_request *req) {

@@ -272,6 +272,7 @@ void mlc_team_destroy(mlc_team *team) {
     free(team->fusion);
     free(team->caller_pack);
     free(team->caller_scratch);
+    free(team->rows_staging.data);
     free(team->events);
     pthread_mutex_destroy(&team->lock);
     pthread_mutex_destroy(&team->caller_lock);

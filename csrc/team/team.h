@@ -42,6 +42,9 @@ struct mlc_request {
     int overflow_tensor; /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN on the wire; -1 */
     int64_t overflow_element; /* and the element in it */
     mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
+    mlc_rows_call rows;  /* a collective of rows (rows.c): what its algorithm moves */
+    int sizes_vary;      /* signed: its sizes differ by rank, row_elements is compared */
+    int64_t row_elements;
     mlc_agreement agreement; /* the agreement check's state (agree/) */
 
     int workers_left;
@@ -100,6 +103,7 @@ struct mlc_team {
     char *caller_pack, *caller_scratch;
     int64_t caller_pack_bytes, caller_scratch_bytes;
     char caller_message[MLC_MSG_LEN];
+    mlc_buffer rows_staging; /* collectives of rows (rows.c), under caller_lock */
 
     mlc_team_stats stats;
     int64_t report_every; /* mlc_team_set_report */
@@ -121,6 +125,11 @@ struct mlc_team {
 void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *in);
 void mlc_free_request(mlc_request *req);
 void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking);
+/* Fill req, whose tensors/starts arrays the caller provides (heap or stack), and plan it. */
+void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
+                      int ntensors, int dtype, int op, int root, int blocking);
+/* Carry out a blocking request (freed after, when on the heap); err gets its message. */
+int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen);
 /* The request's description and (non-group) finished signature input. */
 void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in);
 

@@ -3,7 +3,10 @@
  * MAX_RANKS ranks. Built and run by tests/unit/test_loopback.py (also under
  * AddressSanitizer). Inputs are small integers, so every sum is exact and every
  * element's expected value is known; every rank must end with the same bits.
- * Every algorithm runs in place and out of place (input read, never written),
+ * Every op (sum, average, min, max, product) of every allreduce algorithm; the
+ * collectives of rows (allgatherv with a rank of no rows, reduce-scatterv with rows
+ * that do not divide evenly, every dtype and op, alltoallv with uneven and empty
+ * splits). Every algorithm runs in place and out of place (input read, never written),
  * and on noisy float32 values (inexact sums) whose bits must match on every rank.
  * The ring also runs with 16-bit values on the wire (float32, bf16 and fp16):
  * exactly on small integers (an average's quotient rounded to 16 bits, as the
@@ -38,6 +41,9 @@ static void fail(const char *what, int n, int rank, long long i, double got, dou
 }
 
 static int value(int r, int64_t i) { return (int)((i * 7 + r * 3) % 11) - 5; }
+/* A product's inputs: 2, -1 or 1, so that a product over 16 ranks stays exact in every dtype. */
+static int product_value(int r, int64_t i) { return (int)((i + r) % 3) == 0 ? 2 : (i + r) % 3 == 1 ? -1 : 1; }
+static int input_value(int op, int r, int64_t i) { return op == MLC_OP_PRODUCT ? product_value(r, i) : value(r, i); }
 
 /* ---- running a job: one thread per rank ---- */
 
@@ -91,9 +97,9 @@ typedef struct {
     char *results[MAX_RANKS]; /* each rank's output, compared bit for bit */
 } allreduce_case;
 
-static void fill(void *buf, int dtype, int64_t count, int rank) {
+static void fill(void *buf, int dtype, int64_t count, int rank, int op) {
     for (int64_t i = 0; i < count; i++) {
-        double v = value(rank, i);
+        double v = input_value(op, rank, i);
         switch (dtype) {
         case MLC_FLOAT32: ((float *)buf)[i] = (float)v; break;
         case MLC_FLOAT64: ((double *)buf)[i] = v; break;
@@ -139,6 +145,14 @@ static float round16(float x, int compression) {
 static float noise(int r, int64_t i) { return (float)value(r, i) * 0.1037f + (float)i * 1e-3f; }
 
 static double expected(int dtype, int op, int n, int64_t i) {
+    if (op == MLC_OP_MIN || op == MLC_OP_MAX || op == MLC_OP_PRODUCT) {
+        long long acc = input_value(op, 0, i);
+        for (int r = 1; r < n; r++) {
+            long long v = input_value(op, r, i);
+            acc = op == MLC_OP_MIN ? (v < acc ? v : acc) : op == MLC_OP_MAX ? (v > acc ? v : acc) : acc * v;
+        }
+        return (double)acc;
+    }
     long long sum = 0;
     for (int r = 0; r < n; r++) sum += value(r, i);
     if (op == MLC_OP_SUM || n == 1) return (double)sum;
@@ -153,7 +167,7 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
     char *buf = calloc(c->count + 1, es), *input = NULL;
     const int64_t scratch_bytes = (int64_t)(j->n + 1) * (c->count + 1) * es + 64;
     char *scratch = malloc(scratch_bytes);
-    fill(buf, c->dtype, c->count, rank);
+    fill(buf, c->dtype, c->count, rank, c->op);
     for (int64_t i = 0; c->noise && i < c->count; i++) ((float *)buf)[i] = noise(rank, i);
     for (int64_t i = 0; c->scale != 0 && i < c->count; i++) ((float *)buf)[i] *= c->scale;
     if (c->out_of_place) { /* the input elsewhere, the output full of garbage */
@@ -187,8 +201,8 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
         }
     }
     for (int64_t i = 0; input && !c->noise && c->scale == 0 && i < c->count; i++)
-        if (element(input, c->dtype, i) != value(rank, i)) {
-            fail("input changed", j->n, rank, i, element(input, c->dtype, i), value(rank, i));
+        if (element(input, c->dtype, i) != input_value(c->op, rank, i)) {
+            fail("input changed", j->n, rank, i, element(input, c->dtype, i), input_value(c->op, rank, i));
             break;
         }
     c->results[rank] = buf;
@@ -209,14 +223,18 @@ static void allreduce_cases(int n) {
     const int algorithms[] = {MLC_ALG_RING, MLC_ALG_RECURSIVE_DOUBLING, MLC_ALG_RABENSEIFNER, MLC_ALG_DIRECT};
     const int64_t counts[] = {0, 1, n - 1, n, n + 1, 7, 1001};
     const int nalg = sizeof algorithms / sizeof *algorithms;
-    if (nalg != mlc_algorithm_count()) fail("an algorithm of the table is not tested", n, -1, -1, nalg, mlc_algorithm_count());
+    int nrows = 0; /* the table's allreduce rows */
+    for (int id = 0; id < 64; id++) nrows += mlc_algo_find(id) && mlc_algo_find(id)->allreduce;
+    if (nalg != nrows) fail("an algorithm of the table is not tested", n, -1, -1, nalg, nrows);
     for (int a = 0; a < nalg; a++)
         for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
-            for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
+            for (int op = MLC_OP_SUM; op < MLC_NUM_OPS; op++)
                 for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
                     for (int variant = 0; variant < 4; variant++) {
                         int nseg = 1 + variant % 2, out_of_place = variant / 2;
                         if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
+                        /* The direct allreduce only adds (the plan never gives it another op). */
+                        if (op > MLC_OP_AVERAGE && algorithms[a] == MLC_ALG_DIRECT) continue;
                         allreduce_case c = {.algorithm = algorithms[a], .dtype = dtype, .op = op, .nseg = nseg,
                                             .out_of_place = out_of_place, .count = counts[k]};
                         run_case(n, &c);
@@ -528,7 +546,7 @@ static void sizes_vary_rank(job *j, int rank, mlc_tp *tp) {
     mlc_tensor t = {data, NULL, count};
     int64_t starts[2] = {0, count};
     mlc_sign_input in = plain_input(&t, starts);
-    in.kind = 2; /* a kind not yet served: the check needs only its description */
+    in.kind = MLC_KIND_ALLGATHER;
     in.sizes_vary = 1;
     in.row_elements = row;
     mlc_agreement a;
@@ -539,7 +557,7 @@ static void sizes_vary_rank(job *j, int rank, mlc_tp *tp) {
         return;
     }
     char want[128];
-    snprintf(want, sizeof want, "rank %d submitted 1 tensor, rows of 4 float32 elements (request kind 2)", odd_one);
+    snprintf(want, sizeof want, "rank %d submitted 1 tensor, rows of 4 float32 elements (allgather)", odd_one);
     if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
 }
 
@@ -696,11 +714,115 @@ static void stall_job(int n, int late, int not_ready) {
     free(text);
 }
 
+/* ---- collectives of rows: allgatherv, reduce-scatterv, alltoallv ---- */
+
+/* Rank r's rows in the allgather: 0 for rank 0, uneven after. */
+static int64_t gather_rows(int r) { return (r * 3) % 4; }
+/* Rank r's split for rank d in the alltoall: some empty, uneven. */
+static int64_t split_rows(int r, int d) { return (r + 2 * d) % 3; }
+#define ROW 3
+
+static void allgatherv_rank(job *j, int rank, mlc_tp *tp) {
+    const int n = j->n;
+    int64_t rows[MAX_RANKS], total = 0;
+    for (int r = 0; r < n; r++) total += rows[r] = gather_rows(r);
+    int64_t *in = malloc((rows[rank] * ROW + 1) * 8), *out = malloc((total * ROW + 1) * 8);
+    for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
+    memset(out, 0x7b, (total * ROW + 1) * 8);
+    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, (char *)out, NULL, rows, 3, NULL};
+    int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
+    if (rc) fail("allgatherv", n, rank, -1, rc, 0);
+    for (int q = 0, k = 0; q < n; q++)
+        for (int64_t i = 0; i < rows[q] * ROW; i++, k++)
+            if (out[k] != q * 1000 + i) {
+                fail("allgatherv value", n, rank, k, (double)out[k], q * 1000.0 + i);
+                q = n;
+                break;
+            }
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+typedef struct {
+    int dtype, op;
+    int64_t rows;
+} scatter_case;
+
+static void reduce_scatterv_rank(job *j, int rank, mlc_tp *tp) {
+    const scatter_case *c = j->arg;
+    const int n = j->n, es = mlc_dtype_size(c->dtype);
+    int64_t shares[MAX_RANKS];
+    for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(c->rows, n, r);
+    const int64_t count = c->rows * ROW, first = mlc_rows_first(c->rows, n, rank) * ROW;
+    char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
+    fill(in, c->dtype, count, rank, c->op);
+    memset(out, 0x7b, (shares[rank] * ROW + 1) * es);
+    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, NULL};
+    int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
+    if (rc) fail("reduce_scatterv", n, rank, -1, rc, 0);
+    for (int64_t i = 0; i < shares[rank] * ROW; i++) {
+        double want = expected(c->dtype, c->op, n, first + i), got = element(out, c->dtype, i);
+        if (got != want) {
+            fail("reduce_scatterv value", n, rank, i, got, want);
+            break;
+        }
+    }
+    for (int64_t i = 0; i < count; i++)
+        if (element(in, c->dtype, i) != input_value(c->op, rank, i)) {
+            fail("reduce_scatterv input changed", n, rank, i, element(in, c->dtype, i), 0);
+            break;
+        }
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
+    const int n = j->n;
+    int64_t send[MAX_RANKS], recv[MAX_RANKS], sent = 0, received = 0;
+    for (int d = 0; d < n; d++) {
+        sent += send[d] = split_rows(rank, d);
+        received += recv[d] = split_rows(d, rank);
+    }
+    int32_t *in = malloc((sent * ROW + 1) * 4), *out = malloc((received * ROW + 1) * 4);
+    for (int d = 0, k = 0; d < n; d++)
+        for (int64_t i = 0; i < send[d] * ROW; i++) in[k++] = rank * 10000 + d * 100 + (int32_t)i;
+    memset(out, 0x7b, (received * ROW + 1) * 4);
+    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5, NULL};
+    int rc = mlc_algo_find(MLC_ALG_ALLTOALLV_PAIRWISE)->rows(tp, &call);
+    if (rc) fail("alltoallv", n, rank, -1, rc, 0);
+    for (int s = 0, k = 0; s < n; s++)
+        for (int64_t i = 0; i < recv[s] * ROW; i++, k++)
+            if (out[k] != s * 10000 + rank * 100 + i) {
+                fail("alltoallv value", n, rank, k, out[k], s * 10000.0 + rank * 100 + i);
+                s = n;
+                break;
+            }
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+static void rows_cases(int n) {
+    run_job(n, allgatherv_rank, NULL);
+    run_job(n, alltoallv_rank, NULL);
+    const int64_t rows[] = {0, 1, n - 1, 2 * n + 1, 37};
+    for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
+        for (int op = MLC_OP_SUM; op < MLC_NUM_OPS; op++)
+            for (unsigned k = 0; k < sizeof rows / sizeof *rows; k++) {
+                if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
+                scatter_case c = {dtype, op, rows[k]};
+                run_job(n, reduce_scatterv_rank, &c);
+            }
+}
+
 int main(int argc, char **argv) {
     int max_ranks = argc > 1 ? atoi(argv[1]) : MAX_RANKS;
     if (max_ranks < 1 || max_ranks > MAX_RANKS) max_ranks = MAX_RANKS;
     for (int n = 1; n <= max_ranks; n++) {
         allreduce_cases(n);
+        rows_cases(n);
         for (int root = 0; root < n; root++) run_job(n, broadcast_rank, &root);
         run_job(n, agree_rank, NULL);
         if (n > 1) run_job(n, agree_compression_rank, NULL);
