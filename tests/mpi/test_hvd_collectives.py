@@ -1,0 +1,128 @@
+"""ml_comm.horovod's collectives as Horovod documents them, exact integer-valued inputs:
+Sum vs Average (= sum / size), pre- and postscale factors, fp16 compression, integer
+tensors, grouped calls, eager and in tf.function; broadcast of every variable dtype;
+objects; what is not supported raises. The rules of mpi_helpers.py hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hvd_helpers import hvd_session  # noqa: F401
+from mpi_helpers import Checks
+
+import ml_comm as mc
+import ml_comm.horovod.tensorflow as hvd
+
+pytestmark = pytest.mark.mpi
+
+
+def ramp(rank, n=5, dtype=np.float32):
+    return (np.arange(n) + 10 * rank).astype(dtype)
+
+
+def total(nranks, n=5, dtype=np.float32):
+    return sum(ramp(r, n, np.float64) for r in range(nranks)).astype(dtype)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_sum_average_and_scaling(hvd_session, mode):  # noqa: F811
+    rank, n = hvd_session
+    c = Checks()
+
+    def calls(x, i):
+        return [
+            hvd.allreduce(x, op=hvd.Sum),
+            hvd.allreduce(x),  # Average by default
+            hvd.allreduce(x, average=False),
+            hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5),
+            hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16),
+            hvd.allreduce(i, op=hvd.Sum),
+            *hvd.grouped_allreduce([x, i], op=hvd.Sum),
+        ]
+
+    run = tf.function(calls) if mode == "function" else calls
+    out = [o.numpy() for o in run(tf.constant(ramp(rank)), tf.constant(ramp(rank, 3, np.int64)))]
+    want = total(n)
+    c.equal(out[0], want, "Sum")
+    c.equal(out[1], (want.astype(np.float64) / n).astype(np.float32), "Average")
+    c.equal(out[2], want, "average=False")
+    c.equal(out[3], want, "prescale 2 postscale 0.5")
+    c.equal(out[4], want, "fp16 compression (exact small integers), cast back")
+    c.equal(out[5], total(n, 3, np.int64), "int64 Sum")
+    c.equal(out[6], want, "grouped float32")
+    c.equal(out[7], total(n, 3, np.int64), "grouped int64")
+    c.finish()
+
+
+def test_unsupported_ops_raise_naming_the_alternative(hvd_session):  # noqa: F811
+    c = Checks()
+    x = tf.constant([1.0])
+    c.raises(NotImplementedError, hvd.allreduce, x, op=hvd.Adasum, words=["Average"])
+    c.raises(ValueError, hvd.allreduce, x, average=True, op=hvd.Sum, words=["supersedes"])
+    c.raises(NotImplementedError, hvd.allreduce, x, process_set=object(), words=["global"])
+    c.raises(NotImplementedError, hvd.ProcessSet, [0], words=["global process set"])
+    c.raises(NotImplementedError, hvd.join, words=["equal_steps"])
+    c.raises(RuntimeError, hvd.broadcast_global_variables, 0, words=["broadcast_variables"])
+    c.finish()
+
+
+VARIABLE_DTYPES = [
+    tf.bool,
+    tf.int8,
+    tf.uint8,
+    tf.int16,
+    tf.uint16,
+    tf.int32,
+    tf.uint32,
+    tf.int64,
+    tf.uint64,
+    tf.float16,
+    tf.bfloat16,
+    tf.float32,
+    tf.float64,
+    tf.complex64,
+    tf.complex128,
+]
+
+
+def test_broadcast_every_variable_dtype(hvd_session):  # noqa: F811
+    rank, n = hvd_session
+    c = Checks()
+    root = n - 1
+
+    def values(r, dtype):
+        base = np.arange(6).reshape(2, 3) + r
+        if dtype == tf.bool:
+            return base % 2 == 0
+        if dtype.is_complex:
+            return (base + 1j * base).astype(dtype.as_numpy_dtype)
+        return base.astype(dtype.as_numpy_dtype)
+
+    for dtype in VARIABLE_DTYPES:
+        got = hvd.broadcast(tf.constant(values(rank, dtype)), root).numpy()
+        c.equal(got, values(root, dtype), f"broadcast {dtype.name}")
+    variables = [tf.Variable(values(rank, d)) for d in VARIABLE_DTYPES]
+    hvd.broadcast_variables(variables, root_rank=0)
+    for v, d in zip(variables, VARIABLE_DTYPES):
+        c.equal(v.numpy(), values(0, d), f"broadcast_variables {d.name}")
+    c.finish()
+
+
+def test_objects(hvd_session):  # noqa: F811
+    rank, n = hvd_session
+    c = Checks()
+    c.true(hvd.broadcast_object({"rank": rank}, root_rank=n - 1) == {"rank": n - 1}, "object")
+    c.true(hvd.allgather_object(("r", rank)) == [("r", r) for r in range(n)], "allgather_object")
+    c.true(hvd.broadcast_object_fn(root_rank=0)([rank]) == [0], "broadcast_object_fn")
+    c.finish()
+
+
+def test_average_is_one_fused_reduction(hvd_session):  # noqa: F811
+    rank, n = hvd_session
+    c = Checks()
+    before = mc.team_stats(0)["calls"]
+    hvd.grouped_allreduce([tf.constant(ramp(rank)), tf.constant(ramp(rank, 7))])
+    calls = mc.team_stats(0)["calls"] - before
+    c.true(calls == (1 if n > 1 else 0), f"{calls} team calls for one grouped allreduce")
+    c.finish()
