@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._core import ffi, lib
-from .arrays import broadcasts, reductions
+from .arrays import broadcasts, collectives, reductions
 from .core import backend
 from .core import compression as _compression
 from .core.errors import MLCommError
@@ -227,7 +227,8 @@ def config_team(
         raise ValueError(f"config_team: perf_freq must be >= 1, got {perf_freq}")
     # A new schedule starts counting calls afresh.
     s.backend.restart(team)
-    check(lib.mlc_team_set_algorithm(handle, int(alg)), "config_team")
+    # The agreement check compares the schedule across ranks on every request.
+    check(lib.mlc_team_set_schedule(handle, int(alg), int(ksteps), int(max_steps)), "config_team")
     if wire is not None:
         check(lib.mlc_team_set_compression(handle, wire), "config_team")
     s.configs[team] = TeamConfig(
@@ -310,6 +311,37 @@ def average(array: np.ndarray, team: int = 0) -> np.ndarray:
 def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Sum `array` over all ranks, in place; returns it."""
     return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_SUM, "allreduce_sum")
+
+
+def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
+    """A new array holding `array` reduced over all ranks; the input is not written.
+
+    op: "sum", "average", "min", "max" or "product" (docs/collectives.md).
+    """
+    return collectives.allreduce(_active(), array, op, team)
+
+
+def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
+    """Every rank's rows of `array`, concatenated in rank order along the first dimension.
+
+    The first dimension may differ by rank (0 included); the other dimensions and the
+    dtype must agree, else every rank raises MLCommError naming each rank's call.
+    """
+    return collectives.allgather(_active(), array, team)
+
+
+def reducescatter(array: np.ndarray, op: str = "average", team: int = 0) -> np.ndarray:
+    """`array` (the same shape on every rank) reduced over the ranks with op ("sum" or
+    "average"; also "min", "max", "product"), of which this rank gets its share of rows:
+    rows // size, one more on each of the first rows % size ranks, in rank order."""
+    return collectives.reducescatter(_active(), array, op, team)
+
+
+def alltoall(array: np.ndarray, splits=None, team: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Send splits[d] rows of `array` (in order) to rank d; returns (the rows received,
+    in rank order, and an int64 array of how many came from each rank). splits=None:
+    the rows split evenly over the ranks."""
+    return collectives.alltoall(_active(), array, splits, team)
 
 
 def check_buffers_match(values, flag: int = 1) -> int:

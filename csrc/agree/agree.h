@@ -9,13 +9,22 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "arrivals.h"
 #include "watchdog.h"
 
 /* Below MPICH's eager limit for shared memory (a message of 8 KiB goes slower),
  * signature included; benchmarks/RESULTS.md "Agreement check". */
 #define MLC_DEFAULT_DIRECT_BYTES 4096
+/* The most ML_COMM_DIRECT_BYTES may ask, at any rank count: recursive doubling
+ * sends it ceil(log2 n) times per rank, so its cost grows with log2 n, not n. */
+#define MLC_DIRECT_MAX_BYTES (64 * 1024)
 
-/* What this rank submitted for one request. */
+/* Tags on the engine's communicator: the tree's records, the full table after a
+ * disagreement, and a stall's arrival notices (arrivals.c), which a rank that
+ * never stalled leaves unreceived. */
+enum { MLC_AGREE_TREE_TAG = 0, MLC_AGREE_TABLE_TAG = 1, MLC_AGREE_NOTICE_TAG = 2 };
+
+/* What this rank submitted for one request, and how it is to be carried out. */
 typedef struct mlc_sign_input {
     int kind, dtype, op, root;
     int ntensors, part, nparts, is_group;
@@ -27,6 +36,16 @@ typedef struct mlc_sign_input {
     int direct;                /* the plan sends the input along (algos/allreduce_direct.c) */
     int nonfinite_tensor;      /* first tensor holding NaN/Inf; -1: none or unchecked */
     int nonfinite_count;
+    /* The plan and the team's schedule, compared like the shape. */
+    int algorithm;      /* the plan's MLC_ALG_* (-1: a broadcast) */
+    int team_algorithm; /* the team's (config_team's alg) */
+    int on_caller, lanes;
+    int64_t seg_elems;
+    int64_t ksteps, max_steps; /* config_team's: synchronous or pipelined steps */
+    /* Kinds whose sizes differ by rank (a gather of rows): total and layout are
+     * not compared, the elements per first-dimension row are. */
+    int sizes_vary;
+    int64_t row_elements;
 } mlc_sign_input;
 
 /* Where a request stands in the check (mlc_agreement.state). */
@@ -43,6 +62,7 @@ typedef struct mlc_agreement {
     char message[MLC_MSG_LEN];
     int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
     int stop_asked; /* some rank's signature carried a stop flag (mlc_agree_request_stop) */
+    int messages;   /* sent and received by this rank for this request's check */
     struct mlc_agreement *next;
 } mlc_agreement;
 
@@ -58,11 +78,12 @@ typedef struct mlc_agree {
     pthread_cond_t ready_cv;       /* an agreement became ready, or shutdown */
     mlc_agreement *head, *tail;    /* registered, not yet exchanged, in queue order */
     int shutting_down;
-    char *slots; /* one per rank: signature, then room for a direct allreduce's input */
-    size_t slot_bytes;
-    int64_t direct_bytes;
-    char *acc; /* direct_bytes: where several tensors' direct allreduce is summed */
-    mlc_tp_req *reqs; /* 2 (size - 1) */
+    int64_t direct_bytes; /* the most a direct allreduce carries (MLC_DIRECT_MAX_BYTES) */
+    char *mine, *theirs;  /* this rank's record and a partner's, each with direct_bytes after */
+    char *slots;          /* after a disagreement: every rank's signature (signature.c) */
+    mlc_tp_req *reqs;     /* 2 (size - 1) */
+    _Atomic int64_t messages, checks; /* sent and received, and requests checked, in all */
+    mlc_arrivals arrivals; /* who reached a stalled request (arrivals.c) */
     _Atomic int stop_requested; /* this rank asked to stop: every later signature says so */
     _Atomic int64_t stop_seq;   /* first request whose verdict carried a stop; -1: none yet */
     int drop_left; /* parts of a failed multi-request call to fail without exchanging */
@@ -74,7 +95,10 @@ typedef struct mlc_agree {
  * communicator for this engine alone; destroy works after a failed or no open. */
 void mlc_agree_init(mlc_agree *ag);
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
-void mlc_agree_destroy(mlc_agree *ag);
+void mlc_agree_destroy(mlc_agree *ag); /* frees memory; sends and cancels nothing */
+/* Cancel what the engine keeps posted (a stall's arrival notices), while its
+ * communicator still works. */
+void mlc_agree_cancel(mlc_agree *ag);
 void mlc_agree_shutdown(mlc_agree *ag); /* agreements never made ready fail */
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes);
 
@@ -95,17 +119,21 @@ void mlc_agree_ready(mlc_agree *ag, mlc_agreement *a, const mlc_sign_input *in);
  * first thread that needs a verdict runs the exchanges of every registered
  * request up to a, in order; the others wait for it. */
 int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message);
+/* Messages this rank sent and received for the checks so far, and the requests checked. */
+void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks);
 
-/* signature.c: this rank's signature, comparison and the messages. */
+/* signature.c: this rank's signature, its digest, comparison and the messages. */
 typedef struct mlc_signature mlc_signature;
 size_t mlc_signature_bytes(void);
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
-/* 1 when some of the n signatures carries a stop flag. */
-int mlc_any_stop(const char *slots, size_t slot_bytes, int n);
-/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_MISMATCH or
- * MLC_ERR_NONFINITE with the message; *direct: every rank sent its input. */
-int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a,
-              int *direct);
+/* A hash of every compared field: equal digests, equal signatures. */
+uint64_t mlc_signature_digest(const mlc_signature *s);
+int mlc_signature_stop(const mlc_signature *s);
+void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
+/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_MISMATCH
+ * (naming the shapes, or the settings, that differ and their ranks) or
+ * MLC_ERR_NONFINITE with the message. */
+int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a);
 /* "average of 3 float32 tensors, 1000 elements" and the like. */
 void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len);
 

@@ -1,40 +1,58 @@
-/* The agreement exchange: every rank learns every rank's signature of a request
- * before its data moves.
+/* The agreement exchange: every rank learns that every rank submitted the same
+ * request, with the same settings, before its data moves.
  *
  * Steps, per request, n ranks: the first thread of this rank that needs the
  * verdict (a team thread starting the request, or a blocking caller about to run
  * it) takes the exchange lock and, for each registered request up to its own, in
  * queue order: waits until the team layer has made it ready (a keyed group with
- * the finite check waits for its last tensor), signs it (signature.c), posts a
- * receive from each of the n-1 peers, sends its signature to each of them, and
- * waits for all 2(n-1) messages, on a communicator that carries nothing else,
- * under one tag. Every rank exchanges its requests one at a time in the same
- * order and messages from one sender never overtake each other, so the k-th
- * signature from a peer belongs to its k-th request. Each rank then judges the n
- * signatures; the same table gives the same verdict everywhere, so either every
- * rank moves the request's data or every rank fails it with the same message and
- * goes on, in step, with the next request.
+ * the finite check waits for its last tensor), signs it (signature.c) and makes
+ * a fixed-size record of it: the signature's digest as both minimum and maximum,
+ * its stop flag, its NaN/Inf scan (count of ranks, lowest rank and its first
+ * tensor) and, for a direct allreduce, its input. The records are combined by a
+ * recursive-doubling allreduce (algos/allreduce_recursive_doubling.c's
+ * schedule, p = the largest power of two <= n): ranks r >= p fold theirs into
+ * r - p; log2(p) exchanges with r XOR 2^k, each combining both records (min,
+ * max, OR, sums, lowest rank: each the same whichever side computes it); r - p
+ * sends the result back. Every rank ends with the same record, bit for bit (the
+ * payload's additions take the same two operands on both partners, and a + b
+ * equals b + a in IEEE arithmetic). Equal minimum and maximum digests: every
+ * rank signed the same request. Then, only when the digests differ or some rank
+ * found NaN/Inf, every rank sends its full signature to every other (the old
+ * all-to-all, O(n)) and judges the table, so the message names every rank and
+ * setting. The same record and table everywhere give the same verdict
+ * everywhere: every rank moves the request's data, or every rank fails it with
+ * the same message and goes on, in step, with the next request. Requests are
+ * exchanged one at a time in queue order on a communicator that carries nothing
+ * else, and messages from one sender under one tag never overtake each other.
  *
- * Direct allreduce: when the plan says so, the signature carries the whole input
- * and the exchange is also the reduction (algos/allreduce_direct.c sums the n
- * inputs in rank order). One message latency in all.
+ * Direct allreduce: when the plan says so, the record carries the whole input
+ * and the exchange is also the reduction (summed along the tree, divided by n at
+ * the end for an average). Nothing moves after it.
  *
- * Bytes on the wire per rank and request: (n-1) * 96 (the signature) sent and as
- * many received, all at once: one message latency before the data moves; for a
- * direct allreduce of N bytes, (n-1) * (96 + N) each way and nothing after.
- * Sending to every peer (not along a tree) is what lets a waiting rank name
- * exactly the ranks that have not reached the request (the stall watchdog prints
- * them). ML_COMM_CHECK_LAYOUT=0 switches the exchange off (then a mismatch hangs
- * or corrupts, as in MPI). A single rank exchanges nothing; with the finite check
- * it still judges its own scan.
+ * Messages per rank and request when the ranks agree: 2 ceil(log2 n) at most,
+ * sends and receives (log2(p) of each, plus one of each for a rank in the fold);
+ * mlc_agree_counts reports them. Bytes on the wire per message: the 40-byte
+ * record, plus N for a direct allreduce of N bytes: ceil(log2 n) (96 + N)-ish
+ * per rank each way where the all-to-all took (n-1) times that. The latency is
+ * log2(p) message latencies (+2 with a fold), against one for the all-to-all:
+ * at 2 ranks both are one exchange. After a disagreement: 2(n-1) more messages
+ * of a signature each. Direct payloads are capped at MLC_DIRECT_MAX_BYTES at any
+ * n (each rank sends its payload ceil(log2 n) times).
+ *
+ * A stalled exchange names the late ranks through arrival notices (arrivals.c),
+ * sent only after a wait passes half the stall warning limit. ML_COMM_CHECK_LAYOUT=0
+ * switches the exchange off (then a mismatch hangs or corrupts, as in MPI). A
+ * single rank exchanges nothing; with the finite check it still judges its own
+ * scan.
  *
  * Stopping together: mlc_agree_request_stop (a signal handler's path: one atomic
- * store) makes every later signature of this rank carry a stop flag. The verdict
- * on the first request whose table holds one marks the request (stop_asked) and
- * the engine (stop_seq) alike on every rank, so all ranks learn of it at the same
- * request, without a message of its own. Without the exchange
+ * store) makes every later record of this rank carry a stop flag. The verdict on
+ * the first request whose combined record holds one marks the request
+ * (stop_asked) and the engine (stop_seq) alike on every rank, so all ranks learn
+ * of it at the same request, without a message of its own. Without the exchange
  * (ML_COMM_CHECK_LAYOUT=0) nothing carries it: the Python layer refuses to stop
  * together then; one rank answers from its own flag. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,16 +60,25 @@
 #include "agree.h"
 #include "algos/algo.h"
 
-#define MLC_SIG_TAG 0
-/* Payload room over all ranks of one exchange: caps direct_bytes at n ranks to this
- * over n, so that a rank never sends more than this per direct allreduce. */
-#define MLC_DIRECT_TABLE_BYTES (128 * 1024)
+
+/* What the tree combines: the same bits on every rank at the end. */
+typedef struct record {
+    uint64_t digest_min, digest_max;
+    int32_t ranks;            /* how many ranks' records this one combines */
+    int32_t stop;             /* some rank asked to stop */
+    int32_t nonfinite_ranks;  /* ranks whose input holds NaN/Inf */
+    int32_t nonfinite_rank;   /* the lowest of them (INT32_MAX: none) */
+    int32_t nonfinite_tensor; /* its first such tensor */
+    int32_t direct_ranks;     /* ranks whose input follows (summed) */
+} record;
+
+_Static_assert(sizeof(record) % 8 == 0, "the payload after a record stays aligned");
+
+static char *payload(char *rec) { return rec + sizeof(record); }
 
 static mlc_signature *slot(const mlc_agree *ag, int r) {
-    return (mlc_signature *)(ag->slots + (size_t)r * ag->slot_bytes);
+    return (mlc_signature *)(ag->slots + (size_t)r * mlc_signature_bytes());
 }
-
-static char *payload(const mlc_agree *ag, int r) { return (char *)slot(ag, r) + mlc_signature_bytes(); }
 
 /* ---- life cycle and settings ---- */
 
@@ -61,34 +88,19 @@ void mlc_agree_init(mlc_agree *ag) {
     ag->dog.warn = MLC_DEFAULT_STALL_WARN_SECONDS;
     atomic_init(&ag->stop_requested, 0);
     atomic_init(&ag->stop_seq, -1);
+    atomic_init(&ag->messages, 0);
+    atomic_init(&ag->checks, 0);
     pthread_mutex_init(&ag->exchange_lock, NULL);
     pthread_mutex_init(&ag->list_lock, NULL);
     pthread_cond_init(&ag->ready_cv, NULL);
 }
 
-/* Slots for direct allreduces of up to `bytes` (less at large n). */
-static int size_slots(mlc_agree *ag, int64_t bytes) {
-    const int n = ag->tp.size;
-    const int64_t cap = MLC_DIRECT_TABLE_BYTES / n;
-    bytes = (bytes < cap ? bytes : cap) / 8 * 8; /* slots stay 8-byte aligned */
-    size_t bytes_per_slot = mlc_signature_bytes() + (size_t)bytes;
-    char *slots = realloc(ag->slots, bytes_per_slot * n);
-    if (!slots) return MLC_ERR_NOMEM;
-    ag->slots = slots;
-    char *acc = realloc(ag->acc, bytes > 0 ? bytes : 8);
-    if (!acc) return MLC_ERR_NOMEM;
-    ag->acc = acc;
-    ag->slot_bytes = bytes_per_slot;
-    ag->direct_bytes = bytes;
-    return MLC_OK;
-}
-
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes) {
     if (bytes < 0) return MLC_ERR_ARG;
     pthread_mutex_lock(&ag->exchange_lock);
-    int rc = size_slots(ag, bytes);
+    ag->direct_bytes = (bytes < MLC_DIRECT_MAX_BYTES ? bytes : MLC_DIRECT_MAX_BYTES) / 8 * 8;
     pthread_mutex_unlock(&ag->exchange_lock);
-    return rc;
+    return MLC_OK;
 }
 
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
@@ -96,21 +108,32 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->tp.message = ag->tp_message;
     ag->dog.rank = tp->rank;
     const int n = tp->size;
+    const size_t rec = sizeof(record) + MLC_DIRECT_MAX_BYTES;
+    ag->direct_bytes = MLC_DEFAULT_DIRECT_BYTES;
+    ag->mine = malloc(rec);
+    ag->theirs = malloc(rec);
+    ag->slots = calloc(n, mlc_signature_bytes());
     ag->reqs = calloc(2 * (size_t)n, sizeof *ag->reqs);
-    if (!ag->reqs || size_slots(ag, MLC_DEFAULT_DIRECT_BYTES) != MLC_OK)
+    if (!ag->mine || !ag->theirs || !ag->slots || !ag->reqs || mlc_arrivals_open(&ag->arrivals, n))
         return MLC_ERR_NOMEM;
     return MLC_OK;
 }
 
 void mlc_agree_destroy(mlc_agree *ag) {
+    mlc_arrivals_close(&ag->arrivals);
+    free(ag->mine);
+    free(ag->theirs);
     free(ag->slots);
-    free(ag->acc);
     free(ag->reqs);
-    ag->slots = ag->acc = NULL;
+    ag->mine = ag->theirs = ag->slots = NULL;
     ag->reqs = NULL;
     pthread_mutex_destroy(&ag->exchange_lock);
     pthread_mutex_destroy(&ag->list_lock);
     pthread_cond_destroy(&ag->ready_cv);
+}
+
+void mlc_agree_cancel(mlc_agree *ag) {
+    if (ag->tp.ops) mlc_arrivals_cancel(&ag->arrivals, &ag->tp);
 }
 
 void mlc_agree_shutdown(mlc_agree *ag) {
@@ -124,12 +147,9 @@ void mlc_agree_request_stop(mlc_agree *ag) { atomic_store(&ag->stop_requested, 1
 
 int64_t mlc_agree_stop_seq(mlc_agree *ag) { return atomic_load(&ag->stop_seq); }
 
-/* Some rank's signature carries a stop flag: mark the request, and the engine at
- * the first such request; the table is the same on every rank, so is the mark. */
-static void note_stop(mlc_agree *ag, mlc_agreement *a) {
-    a->stop_asked = mlc_any_stop(ag->slots, ag->slot_bytes, ag->tp.size);
-    int64_t none = -1;
-    if (a->stop_asked) atomic_compare_exchange_strong(&ag->stop_seq, &none, a->seq);
+void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks) {
+    if (messages) *messages = atomic_load(&ag->messages);
+    if (checks) *checks = atomic_load(&ag->checks);
 }
 
 int mlc_agree_wants(const mlc_agree *ag, int kind, int dtype) {
@@ -158,21 +178,16 @@ void mlc_agree_ready(mlc_agree *ag, mlc_agreement *a, const mlc_sign_input *in) 
     pthread_mutex_unlock(&ag->list_lock);
 }
 
-/* ---- the exchange ---- */
+/* ---- waiting, and what a stalled wait names ---- */
 
-/* The peers whose signature has not arrived: those that have not reached the request. */
-static void describe_missing(const void *arg, char *buf, size_t len) {
-    mlc_agree *ag = (mlc_agree *)arg;
-    const int me = ag->tp.rank;
-    char ranks[MLC_MSG_LEN] = "";
-    size_t off = 0;
-    int nmissing = 0;
-    for (int k = 0; k < ag->tp.size - 1; k++) {
-        if (mlc_tp_peek(&ag->tp, &ag->reqs[k])) continue;
-        mlc_append(ranks, sizeof ranks, &off, "%s%d", nmissing++ ? ", " : "", k < me ? k : k + 1);
-    }
-    snprintf(buf, len, "%s %s to reach it", nmissing == 1 ? "rank" : "ranks", nmissing ? ranks : "?");
-}
+/* One request's wait in the exchange: its stall clock, and whether it told the
+ * other ranks where it waits (arrivals.c). */
+typedef struct waiting {
+    mlc_agree *ag;
+    mlc_agreement *a;
+    mlc_stall stall;
+    int announced;
+} waiting;
 
 static void describe_agreement(const void *arg, char *buf, size_t len) {
     mlc_describe_input(&((const mlc_agreement *)arg)->in, buf, len);
@@ -182,55 +197,192 @@ static void describe_inputs(const void *arg, char *buf, size_t len) {
     snprintf(buf, len, "this rank's own inputs of the request to be submitted");
 }
 
-static void stall_progress(void *arg, const mlc_tp *tp, int64_t poll) { mlc_stall_poll(arg); }
+static void announce(waiting *w) {
+    mlc_tp *tp = &w->ag->tp;
+    mlc_tp_set_progress(tp, NULL, NULL); /* no stall checks inside the stall's own messages */
+    mlc_arrivals_announce(&w->ag->arrivals, tp, w->a->seq);
+    w->announced = 1;
+}
 
-/* Post every receive and send, then wait for all of them. After an error nothing
- * stays posted: the next exchange reuses the handles. */
-static int exchange(mlc_agree *ag, mlc_agreement *a) {
+/* The ranks from which no arrival notice came: those that have not reached it. */
+static void describe_missing(const void *arg, char *buf, size_t len) {
+    waiting *w = (waiting *)arg;
+    mlc_tp *tp = &w->ag->tp;
+    void *progress_arg = tp->progress_arg;
+    mlc_tp_progress progress = tp->progress;
+    if (!w->announced) { /* a first report before half the limit: give notices a moment */
+        announce(w);
+        double until = mlc_now() + 0.2;
+        while (mlc_now() < until) sched_yield();
+    }
+    mlc_tp_set_progress(tp, NULL, NULL);
+    mlc_arrivals_describe(&w->ag->arrivals, tp, w->a->seq, buf, len);
+    mlc_tp_set_progress(tp, progress, progress_arg);
+}
+
+/* Every poll of the exchange's waits: the stall watchdog, and the arrival notice
+ * once the wait has lasted half the warning (or abort) limit. */
+static void exchange_progress(void *arg, const mlc_tp *tp, int64_t poll) {
+    waiting *w = arg;
+    mlc_stall_poll(&w->stall);
+    if (w->announced || w->stall.start == 0 || w->stall.polls % 64 != 1) return;
+    const mlc_watchdog *d = w->stall.dog;
+    double limit = d->warn > 0 ? d->warn : d->abort;
+    if (limit > 0 && mlc_now() - w->stall.start >= limit / 2) {
+        announce(w);
+        mlc_tp_set_progress(&w->ag->tp, exchange_progress, w);
+    }
+}
+
+static int failed(mlc_agree *ag, mlc_agreement *a, int rc) {
+    snprintf(a->message, MLC_MSG_LEN, "%.480s (agreement check)", ag->tp_message);
+    return rc;
+}
+
+/* Post the receive (src >= 0) and the send (dest >= 0), then wait for both.
+ * After an error nothing stays posted. */
+static int move(mlc_agree *ag, mlc_agreement *a, const void *out, int64_t out_bytes, int dest,
+                void *in, int64_t in_bytes, int src, int tag) {
+    mlc_tp *tp = &ag->tp;
+    int rc = MLC_OK, posted = 0;
+    if (src >= 0 && (rc = mlc_tp_irecv(tp, in, in_bytes, src, tag, &ag->reqs[posted])) == MLC_OK) posted++;
+    if (rc == MLC_OK && dest >= 0 && (rc = mlc_tp_isend(tp, out, out_bytes, dest, tag, &ag->reqs[posted])) == MLC_OK)
+        posted++;
+    a->messages += posted;
+    if (rc == MLC_OK) rc = mlc_tp_waitall(tp, posted, ag->reqs);
+    if (rc != MLC_OK) {
+        mlc_tp_abandon(tp, posted, ag->reqs);
+        return failed(ag, a, rc);
+    }
+    return MLC_OK;
+}
+
+/* ---- the tree ---- */
+
+static int64_t payload_bytes(const mlc_agreement *a) { return a->in.total * mlc_dtype_size(a->in.dtype); }
+
+/* A record's bytes on the wire: its payload only while every rank in it sent one. */
+static int64_t record_bytes(const mlc_agreement *a, const char *rec) {
+    const record *r = (const record *)rec;
+    return (int64_t)sizeof(record) + (r->direct_ranks == r->ranks ? payload_bytes(a) : 0);
+}
+
+static void make_record(mlc_agree *ag, mlc_agreement *a) {
+    const mlc_signature *s = slot(ag, ag->tp.rank);
+    record *r = (record *)ag->mine;
+    int tensor, count;
+    mlc_signature_nonfinite(s, &tensor, &count);
+    *r = (record){.ranks = 1, .stop = mlc_signature_stop(s), .nonfinite_rank = INT32_MAX,
+                  .direct_ranks = a->in.direct != 0};
+    r->digest_min = r->digest_max = mlc_signature_digest(s);
+    if (tensor >= 0) {
+        r->nonfinite_ranks = 1;
+        r->nonfinite_rank = ag->tp.rank;
+        r->nonfinite_tensor = tensor;
+    }
+    if (a->in.direct)
+        mlc_gather_range(a->in.tensors, a->in.starts, a->in.ntensors, a->in.dtype, 0, a->in.total,
+                         payload(ag->mine));
+}
+
+/* mine = mine (+) theirs; every field is symmetric in its two operands. */
+static void combine(mlc_agreement *a, char *mine, const char *theirs) {
+    record *x = (record *)mine;
+    const record *y = (const record *)theirs;
+    if (x->direct_ranks == x->ranks && y->direct_ranks == y->ranks && a->in.direct)
+        mlc_reduce_sum_into(payload(mine), theirs + sizeof(record), a->in.total, a->in.dtype);
+    if (y->digest_min < x->digest_min) x->digest_min = y->digest_min;
+    if (y->digest_max > x->digest_max) x->digest_max = y->digest_max;
+    x->ranks += y->ranks;
+    x->stop |= y->stop;
+    x->nonfinite_ranks += y->nonfinite_ranks;
+    if (y->nonfinite_rank < x->nonfinite_rank) {
+        x->nonfinite_rank = y->nonfinite_rank;
+        x->nonfinite_tensor = y->nonfinite_tensor;
+    }
+    x->direct_ranks += y->direct_ranks;
+}
+
+static int tree(mlc_agree *ag, mlc_agreement *a) {
+    const int r = ag->tp.rank, n = ag->tp.size, p2 = mlc_rd_pow2_floor(n);
+    const int fold = mlc_rd_fold_partner(r, n);
+    const int64_t room = (int64_t)sizeof(record) + ag->direct_bytes;
+    int rc;
+    if (r >= p2) { /* folded: hand the record over, take the result back */
+        if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG)))
+            return rc;
+        if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_AGREE_TREE_TAG))) return rc;
+        memcpy(ag->mine, ag->theirs, (size_t)record_bytes(a, ag->theirs));
+        return MLC_OK;
+    }
+    if (fold >= 0) {
+        if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_AGREE_TREE_TAG))) return rc;
+        combine(a, ag->mine, ag->theirs);
+    }
+    for (int k = 0; k < mlc_rd_nsteps(n); k++) {
+        int partner = mlc_rd_partner(r, n, k);
+        if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), partner, ag->theirs, room, partner,
+                       MLC_AGREE_TREE_TAG)))
+            return rc;
+        combine(a, ag->mine, ag->theirs);
+    }
+    if (fold >= 0) return move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG);
+    return MLC_OK;
+}
+
+/* Every rank's signature to every rank (after a disagreement or NaN/Inf). */
+static int table(mlc_agree *ag, mlc_agreement *a) {
     mlc_tp *tp = &ag->tp;
     const int n = tp->size, me = tp->rank, npeers = n - 1;
-    const mlc_signature *mine = slot(ag, me);
-    const int64_t bytes = (int64_t)mlc_signature_bytes() +
-                          (a->in.direct ? a->in.total * mlc_dtype_size(a->in.dtype) : 0);
+    const int64_t bytes = (int64_t)mlc_signature_bytes();
     int rc = MLC_OK, nrecv = 0, nsend = 0;
     for (int k = 0; k < npeers && rc == MLC_OK; k++) {
         int peer = k < me ? k : k + 1;
-        rc = mlc_tp_irecv(tp, slot(ag, peer), (int64_t)ag->slot_bytes, peer, MLC_SIG_TAG, &ag->reqs[k]);
+        rc = mlc_tp_irecv(tp, slot(ag, peer), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[k]);
         nrecv += rc == MLC_OK;
     }
     for (int k = 0; k < npeers && rc == MLC_OK; k++) {
         int peer = k < me ? k : k + 1;
-        rc = mlc_tp_isend(tp, mine, bytes, peer, MLC_SIG_TAG, &ag->reqs[npeers + k]);
+        rc = mlc_tp_isend(tp, slot(ag, me), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[npeers + k]);
         nsend += rc == MLC_OK;
     }
+    a->messages += nrecv + nsend;
     if (rc != MLC_OK) {
         mlc_tp_abandon(tp, nrecv, ag->reqs);
         mlc_tp_abandon(tp, nsend, ag->reqs + npeers);
-        snprintf(a->message, MLC_MSG_LEN, "%.480s (agreement check)", ag->tp_message);
-        return rc;
+        return failed(ag, a, rc);
     }
-    mlc_stall stall;
-    mlc_stall_begin(&stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, ag);
-    mlc_tp_set_progress(tp, stall_progress, &stall);
     if ((rc = mlc_tp_waitall(tp, 2 * npeers, ag->reqs)) != MLC_OK) {
         mlc_tp_abandon(tp, 2 * npeers, ag->reqs);
-        snprintf(a->message, MLC_MSG_LEN, "%.480s (agreement check)", ag->tp_message);
+        return failed(ag, a, rc);
     }
-    return rc;
+    return MLC_OK;
 }
 
-/* The direct allreduce: sum the n payloads in rank order where the result goes.
- * A single tensor is summed in place (this rank's input is safe in its slot);
- * several are summed in acc and unpacked. */
-static void reduce_direct(mlc_agree *ag, mlc_agreement *a) {
-    const mlc_sign_input *in = &a->in;
-    const int n = ag->tp.size;
-    const char *inputs[n];
-    for (int r = 0; r < n; r++) inputs[r] = payload(ag, r);
-    char *sum = in->ntensors == 1 ? in->tensors[0].data : ag->acc;
-    mlc_direct_sum(sum, inputs, n, in->total, in->dtype, in->op);
-    if (in->ntensors != 1) mlc_scatter_range(in->tensors, in->starts, in->ntensors, in->dtype, 0, in->total, sum);
-    a->done_by_exchange = 1;
+/* The tree, then the table when the record says the ranks differ; the verdict. */
+static int exchange(mlc_agree *ag, mlc_agreement *a) {
+    waiting w = {ag, a, {0}, 0};
+    mlc_stall_begin(&w.stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &w);
+    mlc_tp_set_progress(&ag->tp, exchange_progress, &w);
+    make_record(ag, a);
+    int rc = ag->tp.size > 1 ? tree(ag, a) : MLC_OK;
+    const record *r = (const record *)ag->mine;
+    if (rc == MLC_OK && (r->digest_min != r->digest_max || r->nonfinite_ranks > 0)) {
+        rc = ag->tp.size > 1 ? table(ag, a) : MLC_OK;
+        if (rc == MLC_OK) rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a);
+    }
+    mlc_tp_set_progress(&ag->tp, NULL, NULL);
+    if (rc != MLC_OK) return rc;
+    a->stop_asked = r->stop != 0;
+    int64_t none = -1;
+    if (a->stop_asked) atomic_compare_exchange_strong(&ag->stop_seq, &none, a->seq);
+    if (a->in.direct && r->direct_ranks == r->ranks) { /* the reduction is done: put it in place */
+        char *sum = payload(ag->mine);
+        if (a->in.op == MLC_OP_AVERAGE) mlc_divide_by_ranks(sum, a->in.total, a->in.dtype, ag->tp.size);
+        mlc_scatter_range(a->in.tensors, a->in.starts, a->in.ntensors, a->in.dtype, 0, a->in.total, sum);
+        a->done_by_exchange = 1;
+    }
+    return MLC_OK;
 }
 
 /* Wait until the team layer made a ready; MLC_ERR_STATE on shutdown. */
@@ -249,8 +401,9 @@ static int wait_ready(mlc_agree *ag, mlc_agreement *a) {
 /* Exchange and judge one request (or fail it as the rest of a failed call), then
  * publish the verdict. Called with the exchange lock held, in queue order. */
 static void check_one(mlc_agree *ag, mlc_agreement *a) {
-    int status, direct = 0;
+    int status;
     a->message[0] = '\0';
+    a->messages = 0;
     if ((status = wait_ready(ag, a)) != MLC_OK) {
         snprintf(a->message, MLC_MSG_LEN, "the team was shut down before this rank's inputs arrived");
     } else if (ag->drop_left > 0 && a->in.part > 0) {
@@ -260,13 +413,12 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
         snprintf(a->message, MLC_MSG_LEN, "%s", ag->drop_message);
     } else {
         ag->drop_left = 0;
-        if (!a->in.direct || (int64_t)(a->in.total * mlc_dtype_size(a->in.dtype)) > ag->direct_bytes)
+        if (!a->in.direct || payload_bytes(a) > ag->direct_bytes)
             a->in.direct = 0; /* the threshold shrank since the plan was made */
         mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
-        status = ag->tp.size > 1 ? exchange(ag, a) : MLC_OK;
-        if (status == MLC_OK) note_stop(ag, a);
-        if (status == MLC_OK) status = mlc_judge(ag->slots, ag->slot_bytes, ag->tp.size, ag->dog.team_id, a, &direct);
-        if (status == MLC_OK && direct) reduce_direct(ag, a);
+        status = exchange(ag, a);
+        atomic_fetch_add(&ag->messages, a->messages);
+        atomic_fetch_add(&ag->checks, 1);
         if (status != MLC_OK && a->in.nparts > 1 && a->in.part + 1 < a->in.nparts) {
             ag->drop_left = a->in.nparts - a->in.part - 1;
             ag->drop_status = status;

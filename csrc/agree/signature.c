@@ -1,73 +1,182 @@
-/* Signatures: what one rank submitted for one request, in 96 bytes, and the
- * verdict on n of them with the message that names each rank's submission.
- * Compared: kind, dtype, op (allreduce), root (broadcast), ntensors, total,
- * layout_hash, part, nparts, call_dtypes, compression (the team's 16-bit wire
- * setting, whatever the request's dtype: ranks that differ would exchange blocks
- * of different sizes on the ring). The first counts are kept for
- * messages; the stop flag rides along (exchange.c). Sent as bytes: the ranks of
- * one job share one architecture. */
+/* Signatures: what one rank submitted for one request, and how it is to be carried
+ * out, with the verdict on n of them and the message that names each rank's
+ * submission or setting.
+ *
+ * Compared, in two groups:
+ *   shape     kind, dtype, op (allreduce), root (broadcast), ntensors, total,
+ *             layout_hash, part, nparts, call_dtypes, compression (the team's
+ *             16-bit wire setting, whatever the request's dtype: ranks that
+ *             differ would exchange blocks of different sizes on the ring); for
+ *             kinds whose sizes differ by rank (sizes_vary) total and layout are
+ *             not compared; row_elements (collectives of rows) always is;
+ *   settings  the team's schedule (config_team's alg, ksteps, max_steps) and the
+ *             request's plan (algorithm, on the caller's thread or the team's,
+ *             lanes, segment length, keyed group, direct inside the check).
+ * Ranks whose settings differ would run different message patterns (a hang) or
+ * a pipelined rank would return a step early. A shape that differs makes the
+ * plans differ too, so a message names the shapes when they differ and the
+ * settings only when the shapes agree. The first counts are kept for messages;
+ * the stop flag and the NaN/Inf scan ride along (exchange.c). The digest is a
+ * hash of every compared field: equal digests, equal signatures. Sent as bytes:
+ * the ranks of one job share one architecture. */
 #include <stdio.h>
 #include <string.h>
 
 #include "agree.h"
+#include "algos/algo.h"
 
 #define MLC_SIG_SHOWN_COUNTS 4
 
-struct mlc_signature {
+/* Compared across ranks; no padding, so the digest hashes only these bytes. */
+typedef struct compared {
     int32_t kind, dtype, op, root;
-    int32_t ntensors, part, nparts;
+    int32_t ntensors, part, nparts, call_dtypes;
+    int32_t compression, sizes_vary;
+    int64_t total, row_elements;
+    uint64_t layout_hash; /* FNV-1a over every tensor's count */
+    /* settings */
+    int32_t team_algorithm, algorithm, on_caller, lanes, is_group, direct;
+    int64_t ksteps, max_steps, seg_elems;
+} compared;
+
+struct mlc_signature {
+    compared c;
     int32_t nonfinite_tensor; /* first tensor holding NaN/Inf; -1: none (or unchecked) */
     int32_t nonfinite_count;  /* how many tensors hold NaN/Inf */
-    int32_t direct;           /* the input (total elements) follows */
-    int32_t call_dtypes;      /* bit d: the caller's call has a part of dtype d */
-    int16_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
-    int16_t compression;      /* the team's MLC_COMPRESSION_* */
-    int64_t total;
-    uint64_t layout_hash;                 /* FNV-1a over every tensor's count */
+    int32_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
+    int32_t unused;
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
 };
 
-_Static_assert(sizeof(struct mlc_signature) == 96, "exchange.c gives the signature's size");
+_Static_assert(sizeof(compared) == 10 * 4 + 3 * 8 + 6 * 4 + 3 * 8, "compared has no padding");
+_Static_assert(sizeof(struct mlc_signature) % 8 == 0, "signatures stay 8-byte aligned");
 
 size_t mlc_signature_bytes(void) { return sizeof(mlc_signature); }
 
+static uint64_t fnv(uint64_t h, const void *bytes, size_t len) {
+    const unsigned char *p = bytes;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     memset(s, 0, sizeof *s);
-    s->kind = in->kind;
-    s->dtype = in->dtype;
-    s->op = in->kind == MLC_KIND_ALLREDUCE ? in->op : 0;
-    s->root = in->kind == MLC_KIND_BROADCAST ? in->root : 0;
-    s->ntensors = in->ntensors;
-    s->part = in->part;
-    s->nparts = in->nparts > 0 ? in->nparts : 1;
-    s->call_dtypes = in->call_dtypes;
-    s->stop = (int16_t)stop;
-    s->compression = (int16_t)in->compression;
-    s->total = in->total;
+    compared *c = &s->c;
+    c->kind = in->kind;
+    c->dtype = in->dtype;
+    c->op = in->kind == MLC_KIND_ALLREDUCE || in->kind == MLC_KIND_REDUCESCATTER ? in->op : 0;
+    c->root = in->kind == MLC_KIND_BROADCAST ? in->root : 0;
+    c->ntensors = in->ntensors;
+    c->part = in->part;
+    c->nparts = in->nparts > 0 ? in->nparts : 1;
+    c->call_dtypes = in->call_dtypes;
+    c->compression = in->compression;
+    c->sizes_vary = in->sizes_vary != 0;
+    c->team_algorithm = in->team_algorithm;
+    c->algorithm = in->algorithm;
+    c->on_caller = in->on_caller;
+    c->lanes = in->lanes;
+    c->is_group = in->is_group != 0;
+    c->direct = in->direct != 0;
+    c->ksteps = in->ksteps;
+    c->max_steps = in->max_steps;
+    c->seg_elems = in->seg_elems;
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < in->ntensors; i++) {
-        uint64_t c = (uint64_t)in->tensors[i].count;
-        for (int b = 0; b < 8; b++, c >>= 8) h = (h ^ (c & 0xff)) * 1099511628211ull;
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
+        h = fnv(h, &in->tensors[i].count, sizeof in->tensors[i].count);
     }
-    s->layout_hash = h;
+    c->row_elements = in->row_elements; /* 0 but for collectives of rows */
+    if (c->sizes_vary) { /* each rank's own sizes; only the rows' length must agree */
+        c->layout_hash = 0;
+        c->total = 0;
+        c->seg_elems = 0; /* planned from each rank's own total */
+    } else {
+        c->total = in->total;
+        c->layout_hash = h;
+    }
     s->nonfinite_tensor = in->nonfinite_tensor;
     s->nonfinite_count = in->nonfinite_count;
-    s->direct = in->direct;
-    if (s->direct)
-        mlc_gather_range(in->tensors, in->starts, in->ntensors, in->dtype, 0, in->total, (char *)(s + 1));
+    s->stop = stop;
+}
+
+uint64_t mlc_signature_digest(const mlc_signature *s) {
+    return fnv(1469598103934665603ull, &s->c, sizeof s->c);
+}
+
+int mlc_signature_stop(const mlc_signature *s) { return s->stop; }
+
+void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count) {
+    *tensor = s->nonfinite_tensor;
+    *count = s->nonfinite_count;
+}
+
+/* "sum", "average", "min", "max", "product". */
+static const char *op_name(int op) {
+    static const char *const names[] = {"sum", "average", "min", "max", "product"};
+    return op >= 0 && op < MLC_NUM_OPS ? names[op] : "unknown op";
+}
+
+static const char *rows_kind_name(int kind) {
+    return kind == MLC_KIND_ALLGATHER       ? "allgather"
+           : kind == MLC_KIND_REDUCESCATTER ? "reducescatter"
+           : kind == MLC_KIND_ALLTOALL      ? "alltoall"
+                                            : "request kind";
 }
 
 static const mlc_signature *sig(const char *slots, size_t slot_bytes, int r) {
     return (const mlc_signature *)(slots + (size_t)r * slot_bytes);
 }
 
-static int same(const mlc_signature *a, const mlc_signature *b) {
-    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-           a->ntensors == b->ntensors && a->total == b->total && a->layout_hash == b->layout_hash &&
-           a->part == b->part && a->nparts == b->nparts && a->call_dtypes == b->call_dtypes &&
-           a->compression == b->compression;
+static int same_shape(const mlc_signature *a, const mlc_signature *b) {
+    const compared *x = &a->c, *y = &b->c;
+    return x->kind == y->kind && x->dtype == y->dtype && x->op == y->op && x->root == y->root &&
+           x->ntensors == y->ntensors && x->total == y->total && x->layout_hash == y->layout_hash &&
+           x->part == y->part && x->nparts == y->nparts && x->call_dtypes == y->call_dtypes &&
+           x->compression == y->compression && x->sizes_vary == y->sizes_vary &&
+           x->row_elements == y->row_elements;
 }
+
+/* ---- the settings, each with its name and how its value reads ---- */
+
+typedef struct setting {
+    const char *name;
+    int team; /* the team's schedule; the others follow from the plan */
+    int64_t (*get)(const compared *c);
+    void (*show)(int64_t v, char *buf, size_t len);
+} setting;
+
+static void show_number(int64_t v, char *buf, size_t len) { snprintf(buf, len, "%lld", (long long)v); }
+static void show_algorithm(int64_t v, char *buf, size_t len) {
+    snprintf(buf, len, "%s", v < 0 ? "none (broadcast)" : mlc_algorithm_name((int)v));
+}
+static void show_yes_no(int64_t v, char *buf, size_t len) { snprintf(buf, len, "%s", v ? "yes" : "no"); }
+static void show_thread(int64_t v, char *buf, size_t len) {
+    snprintf(buf, len, "%s", v ? "the caller's" : "the team's");
+}
+
+static int64_t team_algorithm(const compared *c) { return c->team_algorithm; }
+static int64_t ksteps(const compared *c) { return c->ksteps; }
+static int64_t max_steps(const compared *c) { return c->max_steps; }
+static int64_t algorithm(const compared *c) { return c->algorithm; }
+static int64_t on_caller(const compared *c) { return c->on_caller; }
+static int64_t lanes(const compared *c) { return c->lanes; }
+static int64_t seg_elems(const compared *c) { return c->seg_elems; }
+static int64_t is_group(const compared *c) { return c->is_group; }
+static int64_t direct(const compared *c) { return c->direct; }
+
+static const setting SETTINGS[] = {
+    {"config_team alg", 1, team_algorithm, show_algorithm},
+    {"config_team ksteps", 1, ksteps, show_number},
+    {"config_team max_steps", 1, max_steps, show_number},
+    {"the planned algorithm", 0, algorithm, show_algorithm},
+    {"the thread that runs it", 0, on_caller, show_thread},
+    {"lanes (threads)", 0, lanes, show_number},
+    {"segment length (elements)", 0, seg_elems, show_number},
+    {"keyed group", 0, is_group, show_yes_no},
+    {"allreduce inside the check (ML_COMM_DIRECT_BYTES)", 0, direct, show_yes_no},
+};
+enum { NSETTINGS = sizeof SETTINGS / sizeof *SETTINGS };
 
 typedef struct table {
     const char *slots;
@@ -77,20 +186,30 @@ typedef struct table {
 
 static const mlc_signature *at(const table *t, int r) { return sig(t->slots, t->slot_bytes, r); }
 
-/* "rank 1" or "ranks 0, 2-4": the ranks whose signature equals the leader's. */
-static void append_ranks(char *buf, size_t len, size_t *off, const table *t, int leader) {
-    const mlc_signature *l = at(t, leader);
+/* Two ranks alike for the grouping: the same shape, or the same value of one setting. */
+typedef int (*alike_fn)(const table *t, int a, int b, const setting *s);
+
+static int shape_alike(const table *t, int a, int b, const setting *s) {
+    return same_shape(at(t, a), at(t, b));
+}
+static int setting_alike(const table *t, int a, int b, const setting *s) {
+    return s->get(&at(t, a)->c) == s->get(&at(t, b)->c);
+}
+
+/* "rank 1" or "ranks 0, 2-4": the ranks alike to the leader. */
+static void append_ranks(char *buf, size_t len, size_t *off, const table *t, int leader,
+                         alike_fn alike, const setting *s) {
     int count = 0;
-    for (int r = leader; r < t->n; r++) count += same(l, at(t, r));
+    for (int r = leader; r < t->n; r++) count += alike(t, leader, r, s);
     mlc_append(buf, len, off, "%s ", count == 1 ? "rank" : "ranks");
     int first = 1;
     for (int r = leader; r < t->n;) {
-        if (!same(l, at(t, r))) {
+        if (!alike(t, leader, r, s)) {
             r++;
             continue;
         }
         int end = r;
-        while (end + 1 < t->n && same(l, at(t, end + 1))) end++;
+        while (end + 1 < t->n && alike(t, leader, end + 1, s)) end++;
         if (end == r) mlc_append(buf, len, off, "%s%d", first ? "" : ", ", r);
         else mlc_append(buf, len, off, "%s%d-%d", first ? "" : ", ", r, end);
         first = 0;
@@ -98,22 +217,38 @@ static void append_ranks(char *buf, size_t len, size_t *off, const table *t, int
     }
 }
 
-static void append_signature(char *buf, size_t len, size_t *off, const mlc_signature *s,
-                             int show_counts) {
-    mlc_append(buf, len, off, "%d tensor%s, %lld %s elements", s->ntensors, s->ntensors == 1 ? "" : "s",
-               (long long)s->total, mlc_dtype_name(s->dtype));
+/* The first rank of each group of alike ranks is its leader. */
+static int leads(const table *t, int r, alike_fn alike, const setting *s) {
+    for (int q = 0; q < r; q++)
+        if (alike(t, q, r, s)) return 0;
+    return 1;
+}
+
+static void append_signature(char *buf, size_t len, size_t *off, const mlc_signature *sg,
+                             int show_counts, int show_dtypes) {
+    const compared *s = &sg->c;
+    if (s->sizes_vary)
+        mlc_append(buf, len, off, "%d tensor%s, rows of %lld %s elements", s->ntensors,
+                   s->ntensors == 1 ? "" : "s", (long long)s->row_elements, mlc_dtype_name(s->dtype));
+    else
+        mlc_append(buf, len, off, "%d tensor%s, %lld %s elements", s->ntensors, s->ntensors == 1 ? "" : "s",
+                   (long long)s->total, mlc_dtype_name(s->dtype));
     if (show_counts && s->ntensors > 0) {
         mlc_append(buf, len, off, " of sizes");
         for (int i = 0; i < s->ntensors && i < MLC_SIG_SHOWN_COUNTS; i++)
-            mlc_append(buf, len, off, "%s %lld", i ? "," : "", (long long)s->counts[i]);
+            mlc_append(buf, len, off, "%s %lld", i ? "," : "", (long long)sg->counts[i]);
         if (s->ntensors > MLC_SIG_SHOWN_COUNTS) mlc_append(buf, len, off, ", ...");
     }
     if (s->kind == MLC_KIND_BROADCAST) mlc_append(buf, len, off, " (broadcast from rank %d", s->root);
-    else mlc_append(buf, len, off, " (%s", s->op == MLC_OP_SUM ? "sum" : "average");
+    else if (s->kind == MLC_KIND_ALLREDUCE) mlc_append(buf, len, off, " (%s", op_name(s->op));
+    else if (s->kind == MLC_KIND_REDUCESCATTER) mlc_append(buf, len, off, " (reducescatter, %s", op_name(s->op));
+    else mlc_append(buf, len, off, " (%s", rows_kind_name(s->kind));
+    if (s->row_elements && !s->sizes_vary) mlc_append(buf, len, off, ", rows of %lld", (long long)s->row_elements);
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
     if (s->compression != MLC_COMPRESSION_NONE) /* the team's setting, whatever the dtype */
         mlc_append(buf, len, off, ", compression=%s", mlc_compression_name(s->compression));
-    if (s->call_dtypes & ~(1 << s->dtype)) { /* a call of several dtypes: name them all */
+    if ((s->call_dtypes & ~(1 << s->dtype)) || (show_dtypes && s->call_dtypes)) {
+        /* a call of several dtypes, or ranks whose calls say differently: name them all */
         mlc_append(buf, len, off, "; the call's dtypes:");
         for (int d = 0, k = 0; d < MLC_NUM_DTYPES; d++)
             if (s->call_dtypes & (1 << d)) mlc_append(buf, len, off, "%s %s", k++ ? "," : "", mlc_dtype_name(d));
@@ -121,27 +256,70 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     mlc_append(buf, len, off, ")");
 }
 
-static int mismatch_message(const table *t, int team_id, mlc_agreement *a) {
+static void shape_message(const table *t, char *buf, size_t len, size_t *off) {
     const mlc_signature *first = at(t, 0);
-    int show_counts = 0;
-    for (int r = 1; r < t->n; r++)
-        if (at(t, r)->ntensors == first->ntensors && at(t, r)->total == first->total &&
-            at(t, r)->layout_hash != first->layout_hash)
+    int show_counts = 0, show_dtypes = 0;
+    for (int r = 1; r < t->n; r++) {
+        if (at(t, r)->c.ntensors == first->c.ntensors && at(t, r)->c.total == first->c.total &&
+            at(t, r)->c.layout_hash != first->c.layout_hash)
             show_counts = 1;
+        compared x = at(t, r)->c; /* differing only in what the description leaves out */
+        x.call_dtypes = first->c.call_dtypes;
+        show_dtypes |= at(t, r)->c.call_dtypes != first->c.call_dtypes && same_shape(&(mlc_signature){.c = x}, first);
+    }
+    for (int r = 0, k = 0; r < t->n; r++) {
+        if (!leads(t, r, shape_alike, NULL)) continue;
+        if (k++) mlc_append(buf, len, off, "; ");
+        append_ranks(buf, len, off, t, r, shape_alike, NULL);
+        mlc_append(buf, len, off, " submitted ");
+        append_signature(buf, len, off, at(t, r), show_counts, show_dtypes);
+    }
+    mlc_append(buf, len, off, ". Every rank must make the same calls, with the same tensors, in the same order");
+}
+
+/* "config_team ksteps: ranks 0, 2: 3; rank 1: 0", for each setting of the team's
+ * schedule (team = 1) or of the plan (team = 0) that differs; how many. */
+static int append_settings(const table *t, int team, char *buf, size_t len, size_t *off) {
+    int k = 0;
+    for (int i = 0; i < NSETTINGS; i++) {
+        const setting *s = &SETTINGS[i];
+        if (s->team != team) continue;
+        int differs = 0;
+        for (int r = 1; r < t->n; r++) differs |= !setting_alike(t, 0, r, s);
+        if (!differs) continue;
+        mlc_append(buf, len, off, "%s%s: ", k++ ? "; " : "", s->name);
+        for (int r = 0, g = 0; r < t->n; r++) {
+            if (!leads(t, r, setting_alike, s)) continue;
+            char value[64];
+            s->show(s->get(&at(t, r)->c), value, sizeof value);
+            if (g++) mlc_append(buf, len, off, "; ");
+            append_ranks(buf, len, off, t, r, setting_alike, s);
+            mlc_append(buf, len, off, ": %s", value);
+        }
+    }
+    return k;
+}
+
+/* The team's schedule first (a pipelined rank also submits differently), then the
+ * shapes, or else the plan's settings (they follow from the shapes). */
+static int mismatch_message(const table *t, int team_id, mlc_agreement *a) {
     char *buf = a->message;
     size_t off = 0, len = MLC_MSG_LEN;
     buf[0] = '\0';
     mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);
-    for (int r = 0; r < t->n; r++) {
-        int leader = 1;
-        for (int q = 0; q < r && leader; q++) leader = !same(at(t, q), at(t, r));
-        if (!leader) continue;
-        if (r > 0) mlc_append(buf, len, &off, "; ");
-        append_ranks(buf, len, &off, t, r);
-        mlc_append(buf, len, &off, " submitted ");
-        append_signature(buf, len, &off, at(t, r), show_counts);
+    int shapes_differ = 0;
+    for (int r = 1; r < t->n; r++) shapes_differ |= !same_shape(at(t, 0), at(t, r));
+    int named = append_settings(t, 1, buf, len, &off);
+    if (named) mlc_append(buf, len, &off, ". Every rank must call config_team alike");
+    if (shapes_differ) {
+        if (named) mlc_append(buf, len, &off, "; and ");
+        shape_message(t, buf, len, &off);
+    } else if (!named) {
+        append_settings(t, 0, buf, len, &off);
+        mlc_append(buf, len, &off, ". Every rank must configure the team alike (config_team, "
+                                   "ML_COMM_* variables) and call it alike (blocking or not, "
+                                   "keyed group or not)");
     }
-    mlc_append(buf, len, &off, ". Every rank must make the same calls, with the same tensors, in the same order");
     return MLC_ERR_MISMATCH;
 }
 
@@ -153,10 +331,13 @@ void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len) {
     if (in->kind == MLC_KIND_BROADCAST)
         snprintf(buf + off, len - off, "broadcast from rank %d of %d %s tensor%s, %lld elements",
                  in->root, in->ntensors, mlc_dtype_name(in->dtype), s, (long long)in->total);
+    else if (in->kind == MLC_KIND_ALLREDUCE)
+        snprintf(buf + off, len - off, "%s of %d %s tensor%s, %lld elements", op_name(in->op),
+                 in->ntensors, mlc_dtype_name(in->dtype), s, (long long)in->total);
     else
-        snprintf(buf + off, len - off, "%s of %d %s tensor%s, %lld elements",
-                 in->op == MLC_OP_SUM ? "sum" : "average", in->ntensors, mlc_dtype_name(in->dtype),
-                 s, (long long)in->total);
+        snprintf(buf + off, len - off, "%s of %s rows of %lld elements, %lld elements",
+                 rows_kind_name(in->kind), mlc_dtype_name(in->dtype), (long long)in->row_elements,
+                 (long long)in->total);
 }
 
 static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {
@@ -183,29 +364,11 @@ static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {
     return MLC_ERR_NONFINITE;
 }
 
-int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a, int *direct) {
+int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a) {
     const table t = {slots, slot_bytes, n};
-    *direct = 1;
     for (int r = 1; r < n; r++)
-        if (!same(at(&t, 0), at(&t, r))) return mismatch_message(&t, team_id, a);
-    int ndirect = 0;
-    for (int r = 0; r < n; r++) {
-        if (at(&t, r)->nonfinite_tensor >= 0) return nonfinite_message(&t, team_id, a);
-        ndirect += at(&t, r)->direct != 0;
-    }
-    *direct = ndirect == n;
-    if (ndirect == 0 || ndirect == n) return MLC_OK;
-    /* Some ranks sent their input along and some did not: their settings differ. */
-    snprintf(a->message, MLC_MSG_LEN,
-             "ranks disagree on team %d request %lld: %d of %d ranks send allreduces of this size "
-             "inside the agreement check and the others do not; every rank must use the same "
-             "ML_COMM_DIRECT_BYTES and algorithm",
-             team_id, (long long)a->seq, ndirect, n);
-    return MLC_ERR_MISMATCH;
-}
-
-int mlc_any_stop(const char *slots, size_t slot_bytes, int n) {
+        if (memcmp(&at(&t, 0)->c, &at(&t, r)->c, sizeof(compared))) return mismatch_message(&t, team_id, a);
     for (int r = 0; r < n; r++)
-        if (sig(slots, slot_bytes, r)->stop) return 1;
-    return 0;
+        if (at(&t, r)->nonfinite_tensor >= 0) return nonfinite_message(&t, team_id, a);
+    return MLC_OK;
 }

@@ -36,11 +36,30 @@ typedef struct mlc_algo_call {
 
 typedef int (*mlc_allreduce_fn)(mlc_tp *tp, const mlc_algo_call *call);
 
-/* A row of the table: the algorithm's id (MLC_ALG_*), name and entry point. */
+/* One collective of rows (allgather, reduce-scatter, alltoall): whole buffers of
+ * rows of row_elements elements, the number of rows per peer in rows arrays of
+ * size entries. */
+typedef struct mlc_rows_call {
+    int dtype, elem_size, op;
+    int64_t row_elements;
+    const char *input;
+    char *output;
+    /* allgatherv: recv_rows[r], rank r's rows (its own included), send_rows unused;
+     * reduce-scatterv: recv_rows[r], the rows of the input that end on rank r;
+     * alltoallv: send_rows[d] to rank d, recv_rows[s] from rank s. */
+    const int64_t *send_rows, *recv_rows;
+    int tag;
+} mlc_rows_call;
+
+typedef int (*mlc_rows_fn)(mlc_tp *tp, const mlc_rows_call *call);
+
+/* A row of the table: the algorithm's id (MLC_ALG_*), name and entry point (an
+ * allreduce, or a collective of rows). */
 typedef struct mlc_algo {
     int id;
     const char *name;
     mlc_allreduce_fn allreduce;
+    mlc_rows_fn rows;
 } mlc_algo;
 
 const mlc_algo *mlc_algo_find(int id); /* NULL: no such row */
@@ -54,6 +73,13 @@ int mlc_reduce_scatter_ring(mlc_tp *tp, const mlc_algo_call *call);
 int mlc_allgather_ring(mlc_tp *tp, const mlc_algo_call *call);
 /* The direct allreduce's sum: the n ranks' inputs, in rank order (allreduce_direct.c). */
 void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, int dtype, int op);
+
+/* Collectives of rows, one file each. */
+int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *call);
+int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *call);
+int mlc_alltoallv_pairwise(mlc_tp *tp, const mlc_rows_call *call);
+/* Sum of rows[0..k) (the rows before peer k). */
+int64_t mlc_rows_before(const int64_t *rows, int k);
 
 /* Algorithms that work in place start with this: an out-of-place segment's input
  * copied to its output. */

@@ -4,13 +4,14 @@
  *
  * Steps: one, all messages at once. Bytes on the wire per rank: (n-1) * N each
  * way, which is (n-1)/2 times the ring's; one message latency in all, where
- * recursive doubling takes log2(n) (+2 for a fold). So only small buffers take
- * it: under MLC_ALG_AUTO the plan sends buffers up to the team's direct
- * threshold inside the agreement exchange (agree/exchange.c), which carries
- * every rank's signature to every rank anyway; that exchange sums them with
- * mlc_direct_sum. mlc_allreduce_direct is the same algorithm on its own, over
- * the transport (the loopback tests run it; scratch holds n-1 inputs).
+ * recursive doubling takes log2(n) (+2 for a fold). mlc_allreduce_direct runs
+ * it over the transport at any rank count (the loopback tests run it; scratch
+ * holds n-1 inputs). Under MLC_ALG_AUTO the plan's "direct" requests do not
+ * come here: their inputs ride in the agreement exchange (agree/exchange.c),
+ * which sums them along its recursive-doubling tree, so that their cost grows
+ * with log2(n), not n.
  * Compression: never (the plan keeps 16-bit values on the wire to the ring). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo.h"
@@ -22,16 +23,14 @@ void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, 
     if (op == MLC_OP_AVERAGE) mlc_divide_by_ranks(out, count, dtype, n);
 }
 
-enum { MAX_RANKS = 64 };
-
-static int one_segment(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *seg) {
+/* reqs: 2 (n-1) handles; inputs: n pointers (any rank count). */
+static int one_segment(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *seg, mlc_tp_req *reqs,
+                       const char **inputs) {
     const int n = tp->size, me = tp->rank;
     const int64_t bytes = seg->count * c->elem_size;
-    mlc_tp_req reqs[2 * MAX_RANKS];
-    const char *inputs[MAX_RANKS];
     int rc, posted = 0;
 
-    if (n > MAX_RANKS || (int64_t)(n - 1) * bytes > c->scratch_bytes) return MLC_ERR_ARG;
+    if ((int64_t)(n - 1) * bytes > c->scratch_bytes) return MLC_ERR_ARG;
     mlc_segment_copy_input(seg, c->elem_size); /* works in place */
     for (int k = 0, slot = 0; k < n; k++) {
         if (k == me) continue;
@@ -63,9 +62,11 @@ static int one_segment(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *se
 }
 
 int mlc_allreduce_direct(mlc_tp *tp, const mlc_algo_call *c) {
-    for (int d = 0; d < c->nseg; d++) {
-        int rc = one_segment(tp, c, &c->segs[d]);
-        if (rc) return rc;
-    }
-    return MLC_OK;
+    mlc_tp_req *reqs = malloc(2 * (size_t)tp->size * sizeof *reqs);
+    const char **inputs = malloc((size_t)tp->size * sizeof *inputs);
+    int rc = reqs && inputs ? MLC_OK : MLC_ERR_NOMEM;
+    for (int d = 0; d < c->nseg && rc == MLC_OK; d++) rc = one_segment(tp, c, &c->segs[d], reqs, inputs);
+    free(reqs);
+    free(inputs);
+    return rc;
 }

@@ -86,7 +86,7 @@ static int halve(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, in
         blocks(seg->count, p, keep, d, es, &off, &len);
         const char *in = c->scratch + idx * slot;
         if (last) mlc_reduce_sum_average_to(seg->data + off, mine + off, in, len / es, c->dtype, tp->size);
-        else mlc_reduce_sum_to(seg->data + off, mine + off, in, len / es, c->dtype);
+        else mlc_reduce_op_to(seg->data + off, mine + off, in, len / es, c->dtype, c->op);
     }
     if ((rc = mlc_tp_waitall(tp, c->nseg, reqs + c->nseg))) return fail(tp, reqs + c->nseg, c->nseg, rc);
     *lo = keep;
@@ -127,7 +127,7 @@ static int fold_in(mlc_tp *tp, const mlc_algo_call *c, mlc_segment *segs, int p)
             continue;
         }
         if ((rc = mlc_tp_recv(tp, c->scratch, bytes, partner, segs[s].tag))) return rc;
-        mlc_reduce_sum_to(segs[s].data, mine, c->scratch, segs[s].count, c->dtype);
+        mlc_reduce_op_to(segs[s].data, mine, c->scratch, segs[s].count, c->dtype, c->op);
         segs[s].input = NULL;
     }
     return MLC_OK;

@@ -8,7 +8,7 @@
  * Bytes on the wire per rank: log2(p) * N * elem_size each way (+ N for the fold):
  * more than the ring for large N, but only log2(p)+2 message latencies.
  * Determinism: both partners of an exchange compute a+b with the same operands
- * (addition commutes bit for bit), so all ranks hold the same bits after each step.
+ * (addition, multiplication, min and max of non-NaN values commute bit for bit), so all ranks hold the same bits after each step.
  * Compression: never; the plan keeps 16-bit values on the wire to the ring (this
  * path's cost is latency, not bytes). */
 #include "algo.h"
@@ -28,13 +28,13 @@ static int one_segment(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *se
     }
     if (fold >= 0) {
         if ((rc = mlc_tp_recv(tp, c->scratch, bytes, fold, seg->tag))) return rc;
-        mlc_reduce_sum_into(buf, c->scratch, seg->count, c->dtype);
+        mlc_reduce_op_to(buf, buf, c->scratch, seg->count, c->dtype, c->op);
     }
     for (int k = 0; k < mlc_rd_nsteps(n); k++) {
         int partner = mlc_rd_partner(r, n, k);
         if ((rc = mlc_tp_sendrecv(tp, buf, bytes, partner, c->scratch, bytes, partner, seg->tag)))
             return rc;
-        mlc_reduce_sum_into(buf, c->scratch, seg->count, c->dtype);
+        mlc_reduce_op_to(buf, buf, c->scratch, seg->count, c->dtype, c->op);
     }
     if (c->op == MLC_OP_AVERAGE) mlc_divide_by_ranks(buf, seg->count, c->dtype, n);
     if (fold >= 0) return mlc_tp_send(tp, buf, bytes, fold, seg->tag);

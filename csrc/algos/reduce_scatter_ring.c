@@ -65,7 +65,7 @@ static void reduce(const mlc_tp *tp, const mlc_algo_call *c, int s, int d) {
     }
     const char *in = c->scratch + d * mlc_ring_slot_bytes(tp, c);
     if (last) mlc_reduce_sum_average_to(seg->data + off, mine, in, len / c->elem_size, c->dtype, n);
-    else mlc_reduce_sum_to(seg->data + off, mine, in, len / c->elem_size, c->dtype);
+    else mlc_reduce_op_to(seg->data + off, mine, in, len / c->elem_size, c->dtype, c->op);
 }
 
 int mlc_reduce_scatter_ring(mlc_tp *tp, const mlc_algo_call *c) {

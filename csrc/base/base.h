@@ -54,6 +54,10 @@ void mlc_reduce_sum_average_to(void *dst, const void *a, const void *b, int64_t 
                                int nranks);
 void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks);
 
+/* reduce_ops.c: dst = a op b element-wise for every MLC_OP_* (sum and average add;
+ * an average's division is left to its caller); dst may be a. */
+void mlc_reduce_op_to(void *dst, const void *a, const void *b, int64_t n, int dtype, int op);
+
 /* wire.c: float32 <-> the 16-bit values that travel under MLC_COMPRESSION_BF16/FP16
  * (round to nearest even). wire_size: bytes per value on the wire (4: NONE). The
  * functions that return int return 1 when some 16-bit value they wrote or read is

@@ -122,3 +122,25 @@ int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps) {
     if (stop < 0 || call < stop) return MLC_STEP_PIPELINED;
     return call == stop ? MLC_STEP_DRAIN : MLC_STEP_SYNC;
 }
+
+/* Horovod's split of a reduce-scatter: rows / size each, the first rows % size ranks
+ * one more, in rank order. */
+int64_t mlc_rows_share(int64_t rows, int size, int rank) {
+    return rows / size + (rank < rows % size ? 1 : 0);
+}
+int64_t mlc_rows_first(int64_t rows, int size, int rank) {
+    const int64_t extra = rows % size;
+    return rank * (rows / size) + (rank < extra ? rank : extra);
+}
+
+/* Allgatherv: at step s rank r forwards block r-s (its own at step 0) to r+1 and
+ * receives block r-s-1 from r-1. */
+int mlc_ring_gatherv_send_block(int rank, int size, int step) { return mod(rank - step, size); }
+int mlc_ring_gatherv_recv_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
+/* Reduce-scatterv: at step s rank r sends its partial sum of block r-s-1 and receives
+ * block r-s-2; the last step (s = size-2) receives block r, its own, complete. */
+int mlc_ring_scatterv_send_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
+int mlc_ring_scatterv_recv_block(int rank, int size, int step) { return mod(rank - step - 2, size); }
+
+int mlc_pairwise_send_peer(int rank, int size, int step) { return mod(rank + step, size); }
+int mlc_pairwise_recv_peer(int rank, int size, int step) { return mod(rank - step, size); }

@@ -21,7 +21,11 @@ enum mlc_dtype {
 
 enum mlc_reduce_op {
     MLC_OP_SUM = 0,
-    MLC_OP_AVERAGE = 1
+    MLC_OP_AVERAGE = 1,
+    MLC_OP_MIN = 2,     /* element-wise; halves compared in float32 */
+    MLC_OP_MAX = 3,
+    MLC_OP_PRODUCT = 4, /* integers wrap around; halves multiplied in float32 */
+    MLC_NUM_OPS = 5
 };
 
 /* Algorithm ids accepted by mlc_team_set_algorithm and config_team(alg=...). */
@@ -33,13 +37,19 @@ enum mlc_algorithm {
     MLC_ALG_RABENSEIFNER = 3,       /* recursive-halving reduce-scatter + recursive-doubling
                                      * allgather: the ring's bytes in 2 log2(n) steps */
     MLC_NUM_ALGORITHMS = 4,         /* the ids a team may be set to */
-    MLC_ALG_DIRECT = 4              /* every rank's input to every rank, inside the agreement
+    MLC_ALG_DIRECT = 4,             /* every rank's input to every rank, inside the agreement
                                      * exchange; only a plan chooses it (MLC_ALG_AUTO, small) */
+    MLC_ALG_ALLGATHERV_RING = 5,    /* rows that differ per rank, passed around the ring */
+    MLC_ALG_REDUCE_SCATTERV_RING = 6, /* a block per rank (sizes may differ), summed around the ring */
+    MLC_ALG_ALLTOALLV_PAIRWISE = 7  /* n-1 pairwise exchanges, rank r with r+s and r-s */
 };
 
 enum mlc_request_kind {
     MLC_KIND_ALLREDUCE = 0,
-    MLC_KIND_BROADCAST = 1
+    MLC_KIND_BROADCAST = 1,
+    MLC_KIND_ALLGATHER = 2,     /* rows of one shape, their number may differ per rank */
+    MLC_KIND_REDUCESCATTER = 3, /* every rank's rows reduced, split by rows over the ranks */
+    MLC_KIND_ALLTOALL = 4       /* rank r's split d of rows goes to rank d */
 };
 
 enum mlc_status {
@@ -127,6 +137,10 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
                     mlc_team **out, char *err, size_t errlen);
 void mlc_team_destroy(mlc_team *team);
 int mlc_team_set_algorithm(mlc_team *team, int algorithm);
+/* config_team's schedule: the algorithm, and ksteps and max_steps (synchronous or
+ * pipelined steps, run by the framework layer); the agreement check compares all
+ * three across ranks on every request. */
+int mlc_team_set_schedule(mlc_team *team, int algorithm, int64_t ksteps, int64_t max_steps);
 /* Reductions with fewer bytes than this take the latency path under MLC_ALG_AUTO. */
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes);
 /* Under MLC_ALG_AUTO, reductions from the latency threshold up to (not including)
@@ -149,7 +163,7 @@ typedef struct mlc_team_settings {
     int64_t fusion_bytes;
     int64_t latency_bytes;
     int64_t inline_bytes;
-    int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped for this rank count */
+    int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped (65536 at most) */
     int compression;      /* MLC_COMPRESSION_* */
     int64_t rabenseifner_bytes;
 } mlc_team_settings;
@@ -206,6 +220,32 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                        int root, char *err, size_t errlen);
 
+/* ---- collectives of rows (csrc/team/rows.c): blocking, on the caller's thread ----
+ * A buffer of rows, each row_elements elements of dtype; the first dimension may
+ * differ by rank where said. Every call is checked by the agreement like an
+ * allreduce (kind, dtype, op, row_elements; layout where sizes agree), so a rank
+ * that calls another collective, another dtype or another row length fails on
+ * every rank with MLC_ERR_MISMATCH naming each rank's call. Calls that come in two
+ * steps (the sizes, then the data) are parts 1 and 2 of 2 of one call: a caller
+ * whose first step failed makes no second. */
+/* Allgather, step 1: every rank's number of rows into all_rows (size entries). */
+int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int64_t row_elements, int dtype,
+                            int64_t *all_rows, char *err, size_t errlen);
+/* Allgather, step 2: output (sum of all_rows rows) = every rank's input rows, in rank order. */
+int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const int64_t *all_rows,
+                        int64_t row_elements, int dtype, char *err, size_t errlen);
+/* Reduce-scatter: input (rows rows, alike on every rank) reduced with op over the ranks;
+ * rank r receives mlc_rows_share(rows, size, r) rows, rank order, into output. */
+int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows,
+                           int64_t row_elements, int dtype, int op, char *err, size_t errlen);
+/* Alltoall, step 1: send_rows[d] rows go to rank d; recv_rows[s]: the rows rank s sends here. */
+int mlc_team_alltoall_splits(mlc_team *team, const int64_t *send_rows, int64_t row_elements,
+                             int dtype, int64_t *recv_rows, char *err, size_t errlen);
+/* Alltoall, step 2: input holds the splits in rank order, output receives them in rank order. */
+int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_rows, void *output,
+                       const int64_t *recv_rows, int64_t row_elements, int dtype, char *err,
+                       size_t errlen);
+
 /* ---- agreement checks and the stall watchdog (csrc/agree/exchange.c, watchdog.c) ---- */
 /* Before a request moves any data, the ranks exchange its signature (kind, dtype,
  * op, root, tensor counts) and, when they differ, fail it on every rank with
@@ -218,10 +258,14 @@ int mlc_team_set_checks(mlc_team *team, int layout, int finite);
  * ranks it waits for, again every warn_seconds (0: never; default 60); past
  * abort_seconds (0: never, the default) it prints that and calls MPI_Abort. */
 int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_seconds);
-/* Allreduces of up to this many bytes (default 4096, at most 131072 / ranks)
- * travel inside the agreement check's messages under MLC_ALG_AUTO: one message
- * latency in all, each rank adding the inputs in rank order. 0: never. */
+/* Allreduces of up to this many bytes (default 4096, at most 65536 at any rank
+ * count) travel inside the agreement check's messages under MLC_ALG_AUTO:
+ * log2(n) message latencies in all, summed along the check's recursive-doubling
+ * tree (the same bits on every rank). 0: never. */
 int mlc_team_set_direct_threshold(mlc_team *team, int64_t bytes);
+/* Messages this rank sent and received for agreement checks so far, and the
+ * requests checked: at most 2 ceil(log2 n) per request where the ranks agree. */
+int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient
@@ -304,6 +348,19 @@ int mlc_segment_owner(int64_t g, int64_t window_segments, int nthreads);
  * starts has ntensors + 1 entries; returns the layout's length, gaps included. */
 int64_t mlc_segment_aligned_starts(const mlc_tensor *tensors, int ntensors, int64_t seg_elems,
                                    int64_t *starts);
+/* Rows split over the ranks as evenly as can be, the first rows % size ranks one more:
+ * rank r's share and the row it starts at. */
+int64_t mlc_rows_share(int64_t rows, int size, int rank);
+int64_t mlc_rows_first(int64_t rows, int size, int rank);
+/* Ring of variable blocks (allgatherv, reduce-scatterv): the block rank sends / receives at
+ * a step. The allgather starts from the rank's own block, the reduce-scatter ends on it. */
+int mlc_ring_gatherv_send_block(int rank, int size, int step);
+int mlc_ring_gatherv_recv_block(int rank, int size, int step);
+int mlc_ring_scatterv_send_block(int rank, int size, int step);
+int mlc_ring_scatterv_recv_block(int rank, int size, int step);
+/* Pairwise exchange, steps 1..size-1: whom rank sends to and receives from. */
+int mlc_pairwise_send_peer(int rank, int size, int step);
+int mlc_pairwise_recv_peer(int rank, int size, int step);
 /* Recursive doubling with a fold for non-powers of two. */
 int mlc_rd_pow2_floor(int size);
 int mlc_rd_fold_partner(int rank, int size); /* -1: rank takes no part in the fold */
@@ -336,6 +393,7 @@ typedef struct mlc_plan_input {
     int64_t chunk_bytes, window_segments, latency_bytes, inline_bytes, direct_bytes;
     int compression;   /* the team's: MLC_COMPRESSION_* */
     int64_t rabenseifner_bytes; /* under MLC_ALG_AUTO: Rabenseifner below, the ring from */
+    int op;            /* MLC_OP_*: min, max and product never ride the agreement exchange */
 } mlc_plan_input;
 typedef struct mlc_plan {
     int algorithm;     /* row of the algorithm table (never MLC_ALG_AUTO); broadcasts: -1 */

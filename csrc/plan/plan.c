@@ -29,8 +29,12 @@
  *              integers must stay exact, 16-bit ones save nothing), and the
  *              latency paths (direct, recursive doubling) stay float32: their
  *              cost is message latency, not bytes.
+ * Min, max and product: as a sum, but never direct (the agreement exchange only
+ * adds) and never with 16-bit values on the wire (the ring's wire path only adds).
  * Broadcast: on the caller's thread up to latency_bytes (whole tensors), else
- * segments of chunk_bytes per tensor spread over the team's threads. */
+ * segments of chunk_bytes per tensor spread over the team's threads.
+ * Collectives of rows (allgather, reduce-scatter, alltoall): their kind's row of
+ * the table, on the blocking caller's thread, whole buffers. */
 #include <string.h>
 
 #include "plan.h"
@@ -45,6 +49,9 @@ static void plan_broadcast(const mlc_plan_input *in, int64_t bytes, mlc_plan *p)
 
 static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
+/* The ring's wire path and the agreement exchange only add. */
+static int adds(const mlc_plan_input *in) { return in->op == MLC_OP_SUM || in->op == MLC_OP_AVERAGE; }
+
 /* The ring would carry it as 16-bit values: Rabenseifner must not take it. */
 static int compressed(const mlc_plan_input *in) {
     return in->dtype == MLC_FLOAT32 && in->compression != MLC_COMPRESSION_NONE;
@@ -55,9 +62,18 @@ static int choose_algorithm(const mlc_plan_input *in, int64_t bytes, int direct)
     if (in->algorithm != MLC_ALG_AUTO) return in->algorithm;
     if (in->is_group) return MLC_ALG_RING;
     if (bytes < in->latency_bytes) return MLC_ALG_RECURSIVE_DOUBLING;
-    if (bytes < in->rabenseifner_bytes && in->nranks >= 4 && power_of_two(in->nranks) && !compressed(in))
+    if (bytes < in->rabenseifner_bytes && in->nranks >= 4 && power_of_two(in->nranks) &&
+        !(compressed(in) && adds(in)))
         return MLC_ALG_RABENSEIFNER;
     return MLC_ALG_RING;
+}
+
+static void plan_rows(const mlc_plan_input *in, mlc_plan *p) {
+    p->algorithm = in->kind == MLC_KIND_ALLGATHER       ? MLC_ALG_ALLGATHERV_RING
+                   : in->kind == MLC_KIND_REDUCESCATTER ? MLC_ALG_REDUCE_SCATTERV_RING
+                                                        : MLC_ALG_ALLTOALLV_PAIRWISE;
+    p->on_caller = 1;
+    p->lanes = 1;
 }
 
 void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
@@ -69,7 +85,11 @@ void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
         plan_broadcast(in, bytes, p);
         return;
     }
-    p->direct = in->checked && in->algorithm == MLC_ALG_AUTO && !in->is_group &&
+    if (in->kind != MLC_KIND_ALLREDUCE) {
+        plan_rows(in, p);
+        return;
+    }
+    p->direct = in->checked && in->algorithm == MLC_ALG_AUTO && !in->is_group && adds(in) &&
                 bytes <= in->direct_bytes;
     p->algorithm = choose_algorithm(in, bytes, p->direct);
     p->nothing = in->blocking && !in->checked && (bytes == 0 || (in->nranks == 1 && in->in_place));
@@ -89,7 +109,7 @@ void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
     }
     p->nseg = mlc_segment_count(in->total, p->seg_elems); /* aligned: the request recounts */
     p->aligned = p->fused && p->nseg > 1;
-    p->compression = in->dtype == MLC_FLOAT32 && p->algorithm == MLC_ALG_RING && in->nranks > 1
+    p->compression = in->dtype == MLC_FLOAT32 && p->algorithm == MLC_ALG_RING && in->nranks > 1 && adds(in)
                          ? in->compression : MLC_COMPRESSION_NONE;
     if (!p->fused) p->window = p->nseg;
     else p->window = p->on_caller ? (whole ? 1 : MLC_RING_BATCH) : in->window_segments;

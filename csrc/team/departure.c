@@ -14,11 +14,11 @@
  * those. */
 #include "team.h"
 
-static int probe(MPI_Comm comm) {
+static int probe(MPI_Comm comm, int tag) {
     int flag = 0;
     MPI_Status status;
     if (comm == MPI_COMM_NULL) return -1;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &status) != MPI_SUCCESS) return -1;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &status) != MPI_SUCCESS) return -1;
     return flag ? status.MPI_SOURCE : -1;
 }
 
@@ -34,9 +34,12 @@ int mlc_team_waiting_peer(mlc_team *team) {
     if (!busy && pthread_mutex_trylock(&team->caller_lock) == 0) pthread_mutex_unlock(&team->caller_lock);
     else busy = 1;
     if (busy) return -2;
-    /* Every team operation starts with the agreement check's message (agree/exchange.c). */
-    int source = probe(team->agree_comm);
-    if (source < 0) source = probe(team->caller_comm);
-    for (int i = 0; source < 0 && i < team->nthreads; i++) source = probe(team->workers[i].comm);
+    /* Every team operation starts with the agreement check's message (agree/exchange.c);
+     * a stall's arrival notices are no operation (a rank that never stalled leaves
+     * them unreceived). */
+    int source = probe(team->agree_comm, MLC_AGREE_TREE_TAG);
+    if (source < 0) source = probe(team->agree_comm, MLC_AGREE_TABLE_TAG);
+    if (source < 0) source = probe(team->caller_comm, MPI_ANY_TAG);
+    for (int i = 0; source < 0 && i < team->nthreads; i++) source = probe(team->workers[i].comm, MPI_ANY_TAG);
     return source;
 }

@@ -173,6 +173,12 @@ static int broadcast_segments(const mlc_request *req, const mlc_lane *lane) {
     return MLC_OK;
 }
 
+/* A collective of rows: its plan's row of the table, whole buffers. */
+static int rows_collective(const mlc_request *req, const mlc_lane *lane) {
+    const mlc_algo *algo = mlc_algo_find(req->plan.algorithm);
+    return algo && algo->rows ? algo->rows(lane->tp, &req->rows) : MLC_ERR_ARG;
+}
+
 /* The agreement first (ranks agree before data moves), then the data. */
 static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
     mlc_team *team = req->team;
@@ -183,6 +189,7 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
         mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req, NULL, NULL);
         mlc_tp_set_progress(lane->tp, mlc_stall_transport_progress, &stall);
         if (req->kind == MLC_KIND_BROADCAST) rc = broadcast_segments(req, lane);
+        else if (req->kind != MLC_KIND_ALLREDUCE) rc = rows_collective(req, lane);
         else if (!req->plan.direct) rc = allreduce_segments(req, lane);
         else rc = MLC_ERR_STATE; /* planned direct, but the exchange could not carry it */
         if (rc == MLC_ERR_STATE && req->plan.direct)

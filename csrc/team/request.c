@@ -29,13 +29,14 @@ static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int n
                       int op, int root) {
     if (!team || ntensors < 0 || (ntensors > 0 && !tensors) || dtype < 0 || dtype >= MLC_NUM_DTYPES)
         return MLC_ERR_ARG;
-    if (kind == MLC_KIND_ALLREDUCE && op != MLC_OP_SUM && op != MLC_OP_AVERAGE) return MLC_ERR_ARG;
+    if (kind == MLC_KIND_ALLREDUCE && (op < 0 || op >= MLC_NUM_OPS)) return MLC_ERR_ARG;
     if (kind == MLC_KIND_BROADCAST && (root < 0 || root >= team->ctx->size)) return MLC_ERR_ARG;
     for (int i = 0; i < ntensors; i++)
         if (tensors[i].count < 0 || (tensors[i].count > 0 && !tensors[i].data)) return MLC_ERR_ARG;
     return MLC_OK;
 }
 
+/* Under the team's lock (its settings). */
 void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
     const mlc_tensor *only = req->ntensors == 1 ? &req->tensors[0] : NULL;
     const mlc_plan_input in = {
@@ -57,8 +58,12 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
         .inline_bytes = team->inline_bytes,
         .direct_bytes = team->agree.direct_bytes,
         .compression = team->compression,
+        .op = req->op,
     };
     req->compression = team->compression;
+    req->team_algorithm = team->algorithm;
+    req->ksteps = team->ksteps;
+    req->max_steps = team->max_steps;
     req->overflow_tensor = -1;
     req->overflow_element = 0;
     mlc_plan_make(&in, &req->plan);
@@ -69,8 +74,7 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
     }
 }
 
-/* Fill req, whose tensors/starts arrays the caller provides (heap or stack). */
-static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
+void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
                          int ntensors, int dtype, int op, int root, int blocking) {
     req->total = 0;
     for (int i = 0; i < ntensors; i++) {
@@ -87,7 +91,9 @@ static void fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_t
     req->root = root;
     req->part = 0;
     req->nparts = 1;
+    pthread_mutex_lock(&team->lock); /* the settings the plan reads */
     mlc_plan_request(team, req, blocking);
+    pthread_mutex_unlock(&team->lock);
 }
 
 static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int ntensors, int dtype,
@@ -104,7 +110,7 @@ static int make_request(mlc_team *team, int kind, const mlc_tensor *tensors, int
         mlc_free_request(req);
         return MLC_ERR_NOMEM;
     }
-    fill_request(req, team, kind, tensors, ntensors, dtype, op, root, blocking);
+    mlc_fill_request(req, team, kind, tensors, ntensors, dtype, op, root, blocking);
     *out = req;
     return MLC_OK;
 }
@@ -116,7 +122,11 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .call_dtypes = req->call_dtypes, .total = req->total,
                            .tensors = req->tensors, .starts = req->starts,
                            .direct = req->plan.direct, .nonfinite_tensor = -1,
-                           .compression = req->compression};
+                           .compression = req->compression, .algorithm = req->plan.algorithm,
+                           .team_algorithm = req->team_algorithm, .on_caller = req->plan.on_caller,
+                           .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
+                           .ksteps = req->ksteps, .max_steps = req->max_steps,
+                           .sizes_vary = req->sizes_vary, .row_elements = req->row_elements};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -202,7 +212,7 @@ int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int
 
 /* Blocking form: what the plan puts on the caller's thread runs here, in the
  * team's order; the rest goes through the threads. */
-static int run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen) {
+int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen) {
     int rc;
     if (req->plan.nothing) {
         mlc_free_request(req);
@@ -250,7 +260,7 @@ int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     req->part = part;
     req->nparts = nparts;
     req->call_dtypes = call_dtypes;
-    return run_blocking(team, req, err, errlen);
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
@@ -271,14 +281,14 @@ int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int6
     }
     local.tensors = &tensor;
     local.starts = starts;
-    fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1);
+    mlc_fill_request(&local, team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1);
     local.call_dtypes = call_dtypes;
     if (local.plan.on_caller || local.plan.nothing)
-        return run_blocking(team, &local, err, errlen); /* the stack request suffices */
+        return mlc_run_blocking(team, &local, err, errlen); /* the stack request suffices */
     mlc_request *req; /* the threads need a request that outlives this frame */
     if ((rc = make_request(team, MLC_KIND_ALLREDUCE, &tensor, 1, dtype, op, 0, 1, &req))) return rc;
     req->call_dtypes = call_dtypes;
-    return run_blocking(team, req, err, errlen);
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
@@ -300,7 +310,7 @@ int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntens
     req->part = part;
     req->nparts = nparts;
     req->call_dtypes = call_dtypes;
-    return run_blocking(team, req, err, errlen);
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_request_wait(mlc_request *req) {

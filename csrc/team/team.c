@@ -234,10 +234,14 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     return MLC_OK;
 }
 
-static void free_comm(MPI_Comm *comm) {
+static int mpi_finalized(void) {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (*comm != MPI_COMM_NULL && !finalized) MPI_Comm_free(comm);
+    return finalized;
+}
+
+static void free_comm(MPI_Comm *comm) {
+    if (*comm != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(comm);
 }
 
 void mlc_team_destroy(mlc_team *team) {
@@ -255,6 +259,7 @@ void mlc_team_destroy(mlc_team *team) {
         free(team->workers[i].scratch);
     }
     free_comm(&team->caller_comm);
+    if (team->agree_comm != MPI_COMM_NULL && !mpi_finalized()) mlc_agree_cancel(&team->agree);
     free_comm(&team->agree_comm);
     mlc_agree_destroy(&team->agree);
     free(team->workers);
@@ -270,38 +275,58 @@ void mlc_team_destroy(mlc_team *team) {
     free(team);
 }
 
+/* Settings are written under the team's lock: the plan reads them under it. */
+#define LOCKED_WRITE(team, stmt)           \
+    do {                                   \
+        pthread_mutex_lock(&(team)->lock); \
+        stmt;                              \
+        pthread_mutex_unlock(&(team)->lock); \
+    } while (0)
+
 int mlc_team_set_algorithm(mlc_team *team, int algorithm) {
-    if (algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS) return MLC_ERR_ARG;
-    team->algorithm = algorithm;
+    if (!team || algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS) return MLC_ERR_ARG;
+    LOCKED_WRITE(team, team->algorithm = algorithm);
+    return MLC_OK;
+}
+
+int mlc_team_set_schedule(mlc_team *team, int algorithm, int64_t ksteps, int64_t max_steps) {
+    if (!team || algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS || max_steps < 0) return MLC_ERR_ARG;
+    LOCKED_WRITE(team, (team->algorithm = algorithm, team->ksteps = ksteps, team->max_steps = max_steps));
     return MLC_OK;
 }
 
 int mlc_team_set_compression(mlc_team *team, int compression) {
     if (!team || compression < 0 || compression >= MLC_NUM_COMPRESSIONS) return MLC_ERR_ARG;
-    team->compression = compression;
+    LOCKED_WRITE(team, team->compression = compression);
     return MLC_OK;
 }
 
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
-    if (bytes < 0) return MLC_ERR_ARG;
+    if (!team || bytes < 0) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->caller_lock);
     int64_t old = team->latency_bytes;
-    team->latency_bytes = bytes;
+    LOCKED_WRITE(team, team->latency_bytes = bytes);
     int rc = resize_caller_buffers(team);
-    if (rc) team->latency_bytes = old;
+    if (rc) LOCKED_WRITE(team, team->latency_bytes = old);
     pthread_mutex_unlock(&team->caller_lock);
     return rc;
 }
 
 int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes) {
-    if (bytes < 0) return MLC_ERR_ARG;
-    team->rabenseifner_bytes = bytes;
+    if (!team || bytes < 0) return MLC_ERR_ARG;
+    LOCKED_WRITE(team, team->rabenseifner_bytes = bytes);
     return MLC_OK;
 }
 
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
-    if (bytes < 0) return MLC_ERR_ARG;
-    team->inline_bytes = bytes;
+    if (!team || bytes < 0) return MLC_ERR_ARG;
+    LOCKED_WRITE(team, team->inline_bytes = bytes);
+    return MLC_OK;
+}
+
+int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks) {
+    if (!team) return MLC_ERR_ARG;
+    mlc_agree_counts(&team->agree, messages, checks);
     return MLC_OK;
 }
 

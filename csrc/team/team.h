@@ -37,9 +37,14 @@ struct mlc_request {
     int heap;            /* tensors/starts/the request itself were malloc'ed */
     mlc_plan plan;       /* made once, at submission (plan/plan.c) */
     int compression;     /* the team's MLC_COMPRESSION_* at submission: signed for the check */
+    int team_algorithm;  /* and its schedule (mlc_team_set_schedule), signed alike */
+    int64_t ksteps, max_steps;
     int overflow_tensor; /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN on the wire; -1 */
     int64_t overflow_element; /* and the element in it */
     mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
+    mlc_rows_call rows;  /* a collective of rows (rows.c): what its algorithm moves */
+    int sizes_vary;      /* signed: its sizes differ by rank, row_elements is compared */
+    int64_t row_elements;
     mlc_agreement agreement; /* the agreement check's state (agree/) */
 
     int workers_left;
@@ -77,6 +82,7 @@ struct mlc_team {
     int64_t rabenseifner_bytes; /* below (and from latency_bytes): Rabenseifner, see plan.c */
     int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
     int compression;       /* MLC_COMPRESSION_*: 16-bit values on the ring's wire (float32) */
+    int64_t ksteps, max_steps; /* config_team's schedule: only signed (ranks must agree) */
 
     pthread_mutex_t lock; /* guards the queue, request state and stats */
     pthread_cond_t work_cv, done_cv;
@@ -116,6 +122,11 @@ struct mlc_team {
 void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *in);
 void mlc_free_request(mlc_request *req);
 void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking);
+/* Fill req, whose tensors/starts arrays the caller provides (heap or stack), and plan it. */
+void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
+                      int ntensors, int dtype, int op, int root, int blocking);
+/* Carry out a blocking request (freed after, when on the heap); err gets its message. */
+int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen);
 /* The request's description and (non-group) finished signature input. */
 void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in);
 

@@ -32,6 +32,10 @@ int mlc_tp_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_
     return tp->ops->irecv(tp, buf, bytes, src, tag, req);
 }
 
+int mlc_tp_testall(mlc_tp *tp, int n, mlc_tp_req *reqs, int *done) {
+    return tp->ops->testall(tp, n, reqs, done);
+}
+
 #define MLC_BUSY_POLLS 64
 #define MLC_SPIN_SECONDS 100e-6
 #define MLC_MAX_SLEEP_SECONDS 1e-3

@@ -3,13 +3,19 @@
  * MAX_RANKS ranks. Built and run by tests/unit/test_loopback.py (also under
  * AddressSanitizer). Inputs are small integers, so every sum is exact and every
  * element's expected value is known; every rank must end with the same bits.
- * Every algorithm runs in place and out of place (input read, never written),
+ * Every op (sum, average, min, max, product) of every allreduce algorithm; the
+ * collectives of rows (allgatherv with a rank of no rows, reduce-scatterv with rows
+ * that do not divide evenly, every dtype and op, alltoallv with uneven and empty
+ * splits). Every algorithm runs in place and out of place (input read, never written),
  * and on noisy float32 values (inexact sums) whose bits must match on every rank.
  * The ring also runs with 16-bit values on the wire (float32, bf16 and fp16):
  * exactly on small integers (an average's quotient rounded to 16 bits, as the
  * allgather sends it), bit for bit across ranks on values that 16 bits cannot
  * hold (each result must be a 16-bit value), and fp16 overflow failing on every
- * rank.
+ * rank. The agreement exchange: verdicts, messages naming each setting and its
+ * ranks, the stop flag, NaN/Inf, sizes that vary by rank, message counts, direct
+ * allreduces bit for bit, and stall warnings naming the late rank (stderr is
+ * read back from a file for those).
  * Exit 0 when everything matched; the first failures are printed. */
 #include <math.h>
 #include <pthread.h>
@@ -17,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "agree/agree.h"
 #include "algos/algo.h"
@@ -33,6 +41,9 @@ static void fail(const char *what, int n, int rank, long long i, double got, dou
 }
 
 static int value(int r, int64_t i) { return (int)((i * 7 + r * 3) % 11) - 5; }
+/* A product's inputs: 2, -1 or 1, so that a product over 16 ranks stays exact in every dtype. */
+static int product_value(int r, int64_t i) { return (int)((i + r) % 3) == 0 ? 2 : (i + r) % 3 == 1 ? -1 : 1; }
+static int input_value(int op, int r, int64_t i) { return op == MLC_OP_PRODUCT ? product_value(r, i) : value(r, i); }
 
 /* ---- running a job: one thread per rank ---- */
 
@@ -86,9 +97,9 @@ typedef struct {
     char *results[MAX_RANKS]; /* each rank's output, compared bit for bit */
 } allreduce_case;
 
-static void fill(void *buf, int dtype, int64_t count, int rank) {
+static void fill(void *buf, int dtype, int64_t count, int rank, int op) {
     for (int64_t i = 0; i < count; i++) {
-        double v = value(rank, i);
+        double v = input_value(op, rank, i);
         switch (dtype) {
         case MLC_FLOAT32: ((float *)buf)[i] = (float)v; break;
         case MLC_FLOAT64: ((double *)buf)[i] = v; break;
@@ -134,6 +145,14 @@ static float round16(float x, int compression) {
 static float noise(int r, int64_t i) { return (float)value(r, i) * 0.1037f + (float)i * 1e-3f; }
 
 static double expected(int dtype, int op, int n, int64_t i) {
+    if (op == MLC_OP_MIN || op == MLC_OP_MAX || op == MLC_OP_PRODUCT) {
+        long long acc = input_value(op, 0, i);
+        for (int r = 1; r < n; r++) {
+            long long v = input_value(op, r, i);
+            acc = op == MLC_OP_MIN ? (v < acc ? v : acc) : op == MLC_OP_MAX ? (v > acc ? v : acc) : acc * v;
+        }
+        return (double)acc;
+    }
     long long sum = 0;
     for (int r = 0; r < n; r++) sum += value(r, i);
     if (op == MLC_OP_SUM || n == 1) return (double)sum;
@@ -148,7 +167,7 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
     char *buf = calloc(c->count + 1, es), *input = NULL;
     const int64_t scratch_bytes = (int64_t)(j->n + 1) * (c->count + 1) * es + 64;
     char *scratch = malloc(scratch_bytes);
-    fill(buf, c->dtype, c->count, rank);
+    fill(buf, c->dtype, c->count, rank, c->op);
     for (int64_t i = 0; c->noise && i < c->count; i++) ((float *)buf)[i] = noise(rank, i);
     for (int64_t i = 0; c->scale != 0 && i < c->count; i++) ((float *)buf)[i] *= c->scale;
     if (c->out_of_place) { /* the input elsewhere, the output full of garbage */
@@ -182,8 +201,8 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
         }
     }
     for (int64_t i = 0; input && !c->noise && c->scale == 0 && i < c->count; i++)
-        if (element(input, c->dtype, i) != value(rank, i)) {
-            fail("input changed", j->n, rank, i, element(input, c->dtype, i), value(rank, i));
+        if (element(input, c->dtype, i) != input_value(c->op, rank, i)) {
+            fail("input changed", j->n, rank, i, element(input, c->dtype, i), input_value(c->op, rank, i));
             break;
         }
     c->results[rank] = buf;
@@ -204,14 +223,18 @@ static void allreduce_cases(int n) {
     const int algorithms[] = {MLC_ALG_RING, MLC_ALG_RECURSIVE_DOUBLING, MLC_ALG_RABENSEIFNER, MLC_ALG_DIRECT};
     const int64_t counts[] = {0, 1, n - 1, n, n + 1, 7, 1001};
     const int nalg = sizeof algorithms / sizeof *algorithms;
-    if (nalg != mlc_algorithm_count()) fail("an algorithm of the table is not tested", n, -1, -1, nalg, mlc_algorithm_count());
+    int nrows = 0; /* the table's allreduce rows */
+    for (int id = 0; id < 64; id++) nrows += mlc_algo_find(id) && mlc_algo_find(id)->allreduce;
+    if (nalg != nrows) fail("an algorithm of the table is not tested", n, -1, -1, nalg, nrows);
     for (int a = 0; a < nalg; a++)
         for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
-            for (int op = MLC_OP_SUM; op <= MLC_OP_AVERAGE; op++)
+            for (int op = MLC_OP_SUM; op < MLC_NUM_OPS; op++)
                 for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
                     for (int variant = 0; variant < 4; variant++) {
                         int nseg = 1 + variant % 2, out_of_place = variant / 2;
                         if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
+                        /* The direct allreduce only adds (the plan never gives it another op). */
+                        if (op > MLC_OP_AVERAGE && algorithms[a] == MLC_ALG_DIRECT) continue;
                         allreduce_case c = {.algorithm = algorithms[a], .dtype = dtype, .op = op, .nseg = nseg,
                                             .out_of_place = out_of_place, .count = counts[k]};
                         run_case(n, &c);
@@ -324,10 +347,10 @@ static void agree_compression_rank(job *j, int rank, mlc_tp *tp) {
 
 /* A send that fails in the middle of an exchange: the verdict is the error, and
  * no receive of that exchange stays posted (the next exchange would reuse its
- * handles). Only rank 1 takes part; its second send fails. */
+ * handles). Only rank 1 takes part; its first send fails. */
 static void failing_send_rank(job *j, int rank, mlc_tp *tp) {
     if (rank != 1) return;
-    mlc_loopback_fail_sends(j->lb, rank, 1);
+    mlc_loopback_fail_sends(j->lb, rank, 0);
     mlc_agree ag;
     mlc_agree_init(&ag);
     mlc_agree_open(&ag, tp);
@@ -348,15 +371,479 @@ static void failing_send_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agree_destroy(&ag);
 }
 
+
+/* ---- the agreement exchange: settings, stop, NaN/Inf, sizes that vary, counts ---- */
+
+/* At most 2 ceil(log2 n) messages (sends and receives) where the ranks agree. */
+static int message_bound(int n) {
+    int steps = 0;
+    while ((1 << steps) < n) steps++;
+    return 2 * steps;
+}
+
+/* "rank 3" or "ranks 0-2" (lo..hi), as the messages write them. */
+static void ranks_text(char *buf, size_t len, int lo, int hi) {
+    if (lo == hi) snprintf(buf, len, "rank %d", lo);
+    else snprintf(buf, len, "ranks %d-%d", lo, hi);
+}
+
+static mlc_sign_input plain_input(const mlc_tensor *t, const int64_t *starts) {
+    return (mlc_sign_input){.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_AVERAGE,
+                            .ntensors = 1, .nparts = 1, .total = t->count, .tensors = t,
+                            .starts = starts, .nonfinite_tensor = -1, .algorithm = MLC_ALG_RING,
+                            .lanes = 2, .seg_elems = 1024};
+}
+
+/* One request on a fresh engine: the verdict and its message (rank 0's bound kept). */
+static int check_request(mlc_tp *tp, const mlc_sign_input *in, mlc_agreement *a, char *message,
+                         job *j) {
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, tp->rank, -1, 0, 0);
+    memset(a, 0, sizeof *a);
+    mlc_agree_register(&ag, a, 1, in);
+    message[0] = '\0';
+    int rc = mlc_agree_verdict(&ag, a, message);
+    pthread_barrier_wait(&j->barrier); /* no rank leaves while a peer still receives */
+    mlc_agree_destroy(&ag);
+    return rc;
+}
+
+/* Each setting, rank n-1 alone differing: every rank fails, naming the setting,
+ * both values and their ranks; the shapes agree, so no "submitted". */
+typedef struct setting_case {
+    const char *name, *value0, *value1;
+    void (*change)(mlc_sign_input *in);
+} setting_case;
+
+static void alg_differs(mlc_sign_input *in) { in->team_algorithm = MLC_ALG_RECURSIVE_DOUBLING; }
+static void ksteps_differs(mlc_sign_input *in) { in->ksteps = 3; }
+static void max_steps_differs(mlc_sign_input *in) { in->max_steps = 10; }
+static void plan_differs(mlc_sign_input *in) { in->algorithm = MLC_ALG_RABENSEIFNER; }
+static void thread_differs(mlc_sign_input *in) { in->on_caller = 1; }
+static void lanes_differ(mlc_sign_input *in) { in->lanes = 4; }
+static void segment_differs(mlc_sign_input *in) { in->seg_elems = 512; }
+static void group_differs(mlc_sign_input *in) { in->is_group = 1; }
+static void direct_differs(mlc_sign_input *in) { in->direct = 1; }
+
+static const setting_case SETTING_CASES[] = {
+    {"config_team alg", "auto", "recursive_doubling", alg_differs},
+    {"config_team ksteps", "0", "3", ksteps_differs},
+    {"config_team max_steps", "0", "10", max_steps_differs},
+    {"the planned algorithm", "ring", "rabenseifner", plan_differs},
+    {"the thread that runs it", "the team's", "the caller's", thread_differs},
+    {"lanes (threads)", "2", "4", lanes_differ},
+    {"segment length (elements)", "1024", "512", segment_differs},
+    {"keyed group", "no", "yes", group_differs},
+    {"allreduce inside the check (ML_COMM_DIRECT_BYTES)", "no", "yes", direct_differs},
+};
+
+static void settings_rank(job *j, int rank, mlc_tp *tp) {
+    const setting_case *c = j->arg;
+    float data[4] = {1, 2, 3, 4};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    if (rank == j->n - 1) c->change(&in);
+    mlc_agreement a;
+    char message[MLC_MSG_LEN], others[32], last[32], want[MLC_MSG_LEN];
+    int rc = check_request(tp, &in, &a, message, j);
+    ranks_text(others, sizeof others, 0, j->n - 2);
+    ranks_text(last, sizeof last, j->n - 1, j->n - 1);
+    snprintf(want, sizeof want, "ranks disagree on team 0 request 1: %s: %s: %s; %s: %s. ", c->name,
+             others, c->value0, last, c->value1);
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want) || strstr(message, "submitted"))
+        fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
+    if (a.messages > message_bound(j->n) + 2 * (j->n - 1)) fail("messages after a mismatch", j->n, rank, 0, a.messages, 0);
+}
+
+/* ksteps differing on every other rank and the alg on rank 0: both team settings
+ * named, each with its groups of ranks; the plan's settings not. */
+static void two_settings_rank(job *j, int rank, mlc_tp *tp) {
+    float data[4] = {0};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    in.ksteps = rank % 2 ? 0 : 3;
+    if (rank == 0) in.team_algorithm = MLC_ALG_RING, in.algorithm = MLC_ALG_RECURSIVE_DOUBLING;
+    mlc_agreement a;
+    char message[MLC_MSG_LEN];
+    int rc = check_request(tp, &in, &a, message, j);
+    char want_alg[128], want_k[128];
+    if (j->n == 2) {
+        snprintf(want_alg, sizeof want_alg, "config_team alg: rank 0: ring; rank 1: auto; ");
+        snprintf(want_k, sizeof want_k, "config_team ksteps: rank 0: 3; rank 1: 0. ");
+    } else {
+        snprintf(want_alg, sizeof want_alg, "config_team alg: rank 0: ring; ranks 1-%d: auto; ", j->n - 1);
+        snprintf(want_k, sizeof want_k, "config_team ksteps: ranks 0, 2");
+    }
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want_alg) || !strstr(message, want_k) ||
+        strstr(message, "planned algorithm"))
+        fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
+}
+
+/* Rank n-1 asks to stop: every rank's verdict on the next request says so, at
+ * the same request, and the request itself goes through. */
+static void stop_rank(job *j, int rank, mlc_tp *tp) {
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
+    float data[2][4] = {{1, 2, 3, 4}, {1, 2, 3, 4}};
+    mlc_tensor t[2] = {{data[0], NULL, 4}, {data[1], NULL, 4}};
+    int64_t starts[2] = {0, 4};
+    mlc_agreement a[2];
+    char message[MLC_MSG_LEN];
+    for (int k = 0; k < 2; k++) {
+        mlc_sign_input in = plain_input(&t[k], starts);
+        memset(&a[k], 0, sizeof a[k]);
+        if (k == 1 && rank == j->n - 1) mlc_agree_request_stop(&ag);
+        mlc_agree_register(&ag, &a[k], k + 1, &in);
+        int rc = mlc_agree_verdict(&ag, &a[k], message);
+        if (rc != MLC_OK) fail(message, j->n, rank, k, rc, 0);
+        if (a[k].stop_asked != (k == 1)) fail("stop flag", j->n, rank, k, a[k].stop_asked, k == 1);
+        /* exactly the tree's: a folded rank sends and receives once, the others log2(p)
+         * times each, plus once each for a fold partner */
+        const int p2 = mlc_rd_pow2_floor(j->n), fold = mlc_rd_fold_partner(rank, j->n);
+        const int want = j->n == 1 ? 0 : rank >= p2 ? 2 : 2 * mlc_rd_nsteps(j->n) + 2 * (fold >= 0);
+        if (a[k].messages != want || want > message_bound(j->n)) fail("messages", j->n, rank, k, a[k].messages, want);
+    }
+    if (mlc_agree_stop_seq(&ag) != 2) fail("stop request", j->n, rank, 0, (double)mlc_agree_stop_seq(&ag), 2);
+    pthread_barrier_wait(&j->barrier);
+    mlc_agree_destroy(&ag);
+}
+
+/* Odd ranks found NaN/Inf (in tensor rank % 3, two tensors each): every rank fails
+ * with the same list, and knows the count, the lowest rank and its tensor. */
+static void nonfinite_rank(job *j, int rank, mlc_tp *tp) {
+    float data[4] = {0};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    if (rank % 2) in.nonfinite_tensor = rank % 3, in.nonfinite_count = 2;
+    mlc_agreement a;
+    char message[MLC_MSG_LEN];
+    int rc = check_request(tp, &in, &a, message, j);
+    const int bad = j->n / 2;
+    if (bad == 0) {
+        if (rc != MLC_OK) fail(message, j->n, rank, 0, rc, 0);
+        return;
+    }
+    if (rc != MLC_ERR_NONFINITE || a.nonfinite_ranks != bad || a.nonfinite_rank != 1 || a.nonfinite_tensor != 1)
+        fail(message, j->n, rank, 0, a.nonfinite_ranks, bad);
+    for (int r = 1; r < j->n; r += 2) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d tensor %d (and 1 more of its tensors)", r, r % 3);
+        if (!strstr(message, want)) fail(message, j->n, rank, r, 0, 0);
+    }
+}
+
+/* A kind whose sizes differ by rank: each rank gathers rank+1 rows of 3 elements.
+ * The totals differ and agree; a rank with rows of 4 elements is named. */
+static void sizes_vary_rank(job *j, int rank, mlc_tp *tp) {
+    const int odd_one = *(int *)j->arg; /* the rank whose rows differ; -1: none */
+    float data[64] = {0};
+    const int64_t row = rank == odd_one ? 4 : 3, count = (rank + 1) * row;
+    mlc_tensor t = {data, NULL, count};
+    int64_t starts[2] = {0, count};
+    mlc_sign_input in = plain_input(&t, starts);
+    in.kind = MLC_KIND_ALLGATHER;
+    in.sizes_vary = 1;
+    in.row_elements = row;
+    mlc_agreement a;
+    char message[MLC_MSG_LEN];
+    int rc = check_request(tp, &in, &a, message, j);
+    if (odd_one < 0) {
+        if (rc != MLC_OK) fail(message, j->n, rank, 0, rc, 0);
+        return;
+    }
+    char want[128];
+    snprintf(want, sizeof want, "rank %d submitted 1 tensor, rows of 4 float32 elements (allgather)", odd_one);
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
+}
+
+/* The judge on a table made by hand: sizes that vary are not compared, rows are. */
+static void sizes_vary_judge(void) {
+    float data[16] = {0};
+    mlc_tensor t[3] = {{data, NULL, 3}, {data, NULL, 9}, {data, NULL, 6}};
+    const size_t bytes = mlc_signature_bytes();
+    char *slots = calloc(3, bytes);
+    mlc_agreement a;
+    memset(&a, 0, sizeof a);
+    for (int r = 0; r < 3; r++) {
+        int64_t starts[2] = {0, t[r].count};
+        mlc_sign_input in = plain_input(&t[r], starts);
+        in.sizes_vary = 1;
+        in.row_elements = 3;
+        mlc_sign(&in, 0, (mlc_signature *)(slots + r * bytes));
+    }
+    if (mlc_judge(slots, bytes, 3, 0, &a) != MLC_OK) fail(a.message, 3, -1, 0, 1, 0);
+    int64_t starts[2] = {0, 3};
+    mlc_sign_input in = plain_input(&t[0], starts); /* rank 2 did not say its sizes vary */
+    mlc_sign(&in, 0, (mlc_signature *)(slots + 2 * bytes));
+    if (mlc_judge(slots, bytes, 3, 0, &a) != MLC_ERR_MISMATCH ||
+        !strstr(a.message, "ranks 0-1 submitted 1 tensor, rows of 3 float32") ||
+        !strstr(a.message, "rank 2 submitted 1 tensor, 3 float32 elements (average)"))
+        fail(a.message, 3, -1, 1, 0, 0);
+    free(slots);
+}
+
+/* A direct allreduce of values whose sums round: every rank ends with the same
+ * bits, as the tree adds the same two operands on both partners. */
+static void direct_bits_rank(job *j, int rank, mlc_tp *tp) {
+    float (*results)[37] = j->arg;
+    float in[37];
+    for (int i = 0; i < 37; i++) in[i] = 0.1f * (float)(rank + 1) + 0.37f * (float)i / (float)(rank + 3);
+    mlc_tensor t = {results[rank], in, 37};
+    int64_t starts[2] = {0, 37};
+    mlc_sign_input sin = plain_input(&t, starts);
+    sin.direct = 1;
+    sin.algorithm = MLC_ALG_DIRECT;
+    mlc_agreement a;
+    char message[MLC_MSG_LEN];
+    int rc = check_request(tp, &sin, &a, message, j);
+    if (rc != MLC_OK || (j->n > 1 && !a.done_by_exchange)) fail(message, j->n, rank, 0, rc, 0);
+    if (a.messages > message_bound(j->n)) fail("direct messages", j->n, rank, 0, a.messages, message_bound(j->n));
+    double want = 0; /* element 5, to within rounding */
+    for (int r = 0; r < j->n; r++) want += 0.1 * (r + 1) + 0.37 * 5 / (r + 3);
+    if (fabs(results[rank][5] - want / j->n) > 1e-5) fail("direct average", j->n, rank, 5, results[rank][5], want / j->n);
+}
+
+/* ---- the stall watchdog names the late rank ---- */
+
+typedef struct stall_case {
+    int late;        /* the rank that arrives late */
+    int not_ready;   /* it registers at once, its inputs come late (a keyed group) */
+} stall_case;
+
+typedef struct late_inputs {
+    mlc_agree *ag;
+    mlc_agreement *a;
+    const mlc_sign_input *in;
+} late_inputs;
+
+static void *give_inputs_late(void *p) {
+    late_inputs *l = p;
+    struct timespec ts = {0, 900 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    mlc_agree_ready(l->ag, l->a, l->in);
+    return NULL;
+}
+
+static void stall_rank(job *j, int rank, mlc_tp *tp) {
+    const stall_case *c = j->arg;
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
+    ag.dog.warn = 0.3;
+    float data[4] = {0};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    mlc_agreement a;
+    memset(&a, 0, sizeof a);
+    char message[MLC_MSG_LEN];
+    pthread_t helper;
+    late_inputs l = {&ag, &a, &in};
+    if (rank == c->late && c->not_ready) {
+        mlc_agree_register(&ag, &a, 1, NULL);
+        pthread_create(&helper, NULL, give_inputs_late, &l);
+    } else {
+        if (rank == c->late) {
+            struct timespec ts = {0, 900 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        mlc_agree_register(&ag, &a, 1, &in);
+    }
+    int rc = mlc_agree_verdict(&ag, &a, message);
+    if (rank == c->late && c->not_ready) pthread_join(helper, NULL);
+    if (rc != MLC_OK) fail(message, j->n, rank, 0, rc, 0);
+    pthread_barrier_wait(&j->barrier);
+    mlc_agree_cancel(&ag); /* the notice receives a stall left posted */
+    if (mlc_loopback_posted(j->lb, rank)) fail("notice receives left posted", j->n, rank, 0, 1, 0);
+    mlc_agree_destroy(&ag);
+}
+
+/* Runs the stall job with stderr in a file; every rank but the late one must
+ * have named it, and the late one nobody (or, not ready, its own inputs). */
+static void stall_job(int n, int late, int not_ready) {
+    stall_case c = {late, not_ready};
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *log = tmpfile();
+    dup2(fileno(log), 2);
+    run_job(n, stall_rank, &c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long size = ftell(log);
+    fseek(log, 0, SEEK_END);
+    size = ftell(log);
+    rewind(log);
+    char *text = calloc(1, size + 1);
+    if (fread(text, 1, size, log) != (size_t)size) fail("reading the stall log", n, -1, 0, 0, 0);
+    fclose(log);
+    for (int r = 0; r < n; r++) {
+        char want[160];
+        if (r == late)
+            snprintf(want, sizeof want, "rank %d: team 0 request 1 (%s", r, not_ready ? "" : "none");
+        else
+            snprintf(want, sizeof want, "rank %d: team 0 request 1 (average of 1 float32 tensor, 4 "
+                     "elements) has waited", r);
+        int found = strstr(text, want) != NULL;
+        if (r != late && found) {
+            char named[64];
+            const char *line = strstr(text, want);
+            snprintf(named, sizeof named, " for rank %d to reach it\n", late);
+            const char *end = strchr(line, '\n');
+            const char *at = strstr(line, named);
+            if (!at || at > end) found = 0;
+        }
+        if (r == late && not_ready) {
+            snprintf(want, sizeof want, "rank %d: team 0 request 1", r);
+            const char *line = strstr(text, want);
+            found = line && strstr(line, "for this rank's own inputs") &&
+                    strstr(line, "for this rank's own inputs") < strchr(line, '\n');
+        } else if (r == late) {
+            found = !found; /* the late rank waited for nobody */
+        }
+        if (!found) {
+            fail("stall message", n, r, late, not_ready, 1);
+            if (atomic_load(&failures) < 20) fprintf(stderr, "%s", text);
+        }
+    }
+    free(text);
+}
+
+/* ---- collectives of rows: allgatherv, reduce-scatterv, alltoallv ---- */
+
+/* Rank r's rows in the allgather: 0 for rank 0, uneven after. */
+static int64_t gather_rows(int r) { return (r * 3) % 4; }
+/* Rank r's split for rank d in the alltoall: some empty, uneven. */
+static int64_t split_rows(int r, int d) { return (r + 2 * d) % 3; }
+#define ROW 3
+
+static void allgatherv_rank(job *j, int rank, mlc_tp *tp) {
+    const int n = j->n;
+    int64_t rows[MAX_RANKS], total = 0;
+    for (int r = 0; r < n; r++) total += rows[r] = gather_rows(r);
+    int64_t *in = malloc((rows[rank] * ROW + 1) * 8), *out = malloc((total * ROW + 1) * 8);
+    for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
+    memset(out, 0x7b, (total * ROW + 1) * 8);
+    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, (char *)out, NULL, rows, 3};
+    int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
+    if (rc) fail("allgatherv", n, rank, -1, rc, 0);
+    for (int q = 0, k = 0; q < n; q++)
+        for (int64_t i = 0; i < rows[q] * ROW; i++, k++)
+            if (out[k] != q * 1000 + i) {
+                fail("allgatherv value", n, rank, k, (double)out[k], q * 1000.0 + i);
+                q = n;
+                break;
+            }
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+typedef struct {
+    int dtype, op;
+    int64_t rows;
+} scatter_case;
+
+static void reduce_scatterv_rank(job *j, int rank, mlc_tp *tp) {
+    const scatter_case *c = j->arg;
+    const int n = j->n, es = mlc_dtype_size(c->dtype);
+    int64_t shares[MAX_RANKS];
+    for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(c->rows, n, r);
+    const int64_t count = c->rows * ROW, first = mlc_rows_first(c->rows, n, rank) * ROW;
+    char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
+    fill(in, c->dtype, count, rank, c->op);
+    memset(out, 0x7b, (shares[rank] * ROW + 1) * es);
+    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4};
+    int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
+    if (rc) fail("reduce_scatterv", n, rank, -1, rc, 0);
+    for (int64_t i = 0; i < shares[rank] * ROW; i++) {
+        double want = expected(c->dtype, c->op, n, first + i), got = element(out, c->dtype, i);
+        if (got != want) {
+            fail("reduce_scatterv value", n, rank, i, got, want);
+            break;
+        }
+    }
+    for (int64_t i = 0; i < count; i++)
+        if (element(in, c->dtype, i) != input_value(c->op, rank, i)) {
+            fail("reduce_scatterv input changed", n, rank, i, element(in, c->dtype, i), 0);
+            break;
+        }
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
+    const int n = j->n;
+    int64_t send[MAX_RANKS], recv[MAX_RANKS], sent = 0, received = 0;
+    for (int d = 0; d < n; d++) {
+        sent += send[d] = split_rows(rank, d);
+        received += recv[d] = split_rows(d, rank);
+    }
+    int32_t *in = malloc((sent * ROW + 1) * 4), *out = malloc((received * ROW + 1) * 4);
+    for (int d = 0, k = 0; d < n; d++)
+        for (int64_t i = 0; i < send[d] * ROW; i++) in[k++] = rank * 10000 + d * 100 + (int32_t)i;
+    memset(out, 0x7b, (received * ROW + 1) * 4);
+    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5};
+    int rc = mlc_algo_find(MLC_ALG_ALLTOALLV_PAIRWISE)->rows(tp, &call);
+    if (rc) fail("alltoallv", n, rank, -1, rc, 0);
+    for (int s = 0, k = 0; s < n; s++)
+        for (int64_t i = 0; i < recv[s] * ROW; i++, k++)
+            if (out[k] != s * 10000 + rank * 100 + i) {
+                fail("alltoallv value", n, rank, k, out[k], s * 10000.0 + rank * 100 + i);
+                s = n;
+                break;
+            }
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+static void rows_cases(int n) {
+    run_job(n, allgatherv_rank, NULL);
+    run_job(n, alltoallv_rank, NULL);
+    const int64_t rows[] = {0, 1, n - 1, 2 * n + 1, 37};
+    for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
+        for (int op = MLC_OP_SUM; op < MLC_NUM_OPS; op++)
+            for (unsigned k = 0; k < sizeof rows / sizeof *rows; k++) {
+                if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
+                scatter_case c = {dtype, op, rows[k]};
+                run_job(n, reduce_scatterv_rank, &c);
+            }
+}
+
 int main(int argc, char **argv) {
     int max_ranks = argc > 1 ? atoi(argv[1]) : MAX_RANKS;
     if (max_ranks < 1 || max_ranks > MAX_RANKS) max_ranks = MAX_RANKS;
     for (int n = 1; n <= max_ranks; n++) {
         allreduce_cases(n);
+        rows_cases(n);
         for (int root = 0; root < n; root++) run_job(n, broadcast_rank, &root);
         run_job(n, agree_rank, NULL);
         if (n > 1) run_job(n, agree_compression_rank, NULL);
+        for (unsigned k = 0; n > 1 && k < sizeof SETTING_CASES / sizeof *SETTING_CASES; k++)
+            run_job(n, settings_rank, (void *)&SETTING_CASES[k]);
+        if (n > 1) run_job(n, two_settings_rank, NULL);
+        run_job(n, stop_rank, NULL);
+        run_job(n, nonfinite_rank, NULL);
+        int none = -1, last = n - 1;
+        run_job(n, sizes_vary_rank, &none);
+        if (n > 1) run_job(n, sizes_vary_rank, &last);
+        float results[MAX_RANKS][37];
+        run_job(n, direct_bits_rank, results);
+        for (int r = 1; r < n; r++)
+            if (memcmp(results[0], results[r], sizeof results[0])) fail("direct bits differ", n, r, 0, 0, 0);
+        if (n > 1) {
+            stall_job(n, n - 1, 0);
+            stall_job(n, n / 2, 1);
+        }
     }
+    sizes_vary_judge();
     run_job(3, failing_send_rank, NULL);
     int f = atomic_load(&failures);
     printf("loopback_test: 1-%d ranks, %ld allreduce cases, %d failures: %s\n", max_ranks,

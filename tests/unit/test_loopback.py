@@ -5,8 +5,12 @@ tests/c/loopback_test.c runs ranks as threads of one process over the loopback t
 (0, 1, n-1, n, n+1, odd, large) and one or two segments per call, compared exactly and bit for bit
 across ranks; the ring with bf16 and fp16 on the wire (exact on small integers, 16-bit results
 alike on every rank on other values, fp16 overflow failing on every rank); broadcast from every
-root; the agreement exchange (agreement, mismatch naming the rank, direct allreduce, ranks whose
-compression differs) and an exchange whose send fails leaving no receive posted. Built with the
+root; the agreement exchange (agreement, a mismatch naming the rank, direct allreduces exact
+and bit-identical on every rank, ranks whose compression differs, each setting of the plan and
+of config_team's schedule named with its values and ranks, the stop flag, NaN/Inf counts, a
+kind whose sizes vary by rank, at most 2 ceil(log2 n) messages per rank where the ranks agree,
+a late rank and a rank whose inputs come late named by every waiting rank's stall warning) and
+an exchange whose send fails leaving no receive posted. Built with the
 system C compiler from the layers it uses, none of which includes MPI, and also under
 AddressSanitizer.
 """

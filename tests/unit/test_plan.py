@@ -100,7 +100,45 @@ def test_algorithm_table():
     names = [lib.mlc_algorithm_name(i) for i in (lib.MLC_ALG_RING,
              lib.MLC_ALG_RECURSIVE_DOUBLING, lib.MLC_ALG_DIRECT)]  # fmt: skip
     assert [ffi.string(n).decode() for n in names] == ["ring", "recursive_doubling", "direct"]
-    assert lib.mlc_algorithm_count() == 4
+    assert lib.mlc_algorithm_count() == 7
+    rows = (
+        lib.MLC_ALG_ALLGATHERV_RING,
+        lib.MLC_ALG_REDUCE_SCATTERV_RING,
+        lib.MLC_ALG_ALLTOALLV_PAIRWISE,
+    )
+    assert [ffi.string(lib.mlc_algorithm_name(i)).decode() for i in rows] == [
+        "allgatherv_ring", "reduce_scatterv_ring", "alltoallv_pairwise"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kind, algorithm",
+    [
+        ("ALLGATHER", "ALLGATHERV_RING"),
+        ("REDUCESCATTER", "REDUCE_SCATTERV_RING"),
+        ("ALLTOALL", "ALLTOALLV_PAIRWISE"),
+    ],  # fmt: skip
+)
+def test_collectives_of_rows_take_their_row_on_the_caller(kind, algorithm):
+    for total in (0, 1024, 64 * MIB):
+        p = plan(total, kind=getattr(lib, f"MLC_KIND_{kind}"))
+        assert (p.algorithm, p.on_caller, p.lanes, p.direct) == (
+            getattr(lib, f"MLC_ALG_{algorithm}"),
+            1,
+            1,
+            0,
+        )
+
+
+@pytest.mark.parametrize("op", ["MIN", "MAX", "PRODUCT"])
+def test_min_max_product_never_ride_the_exchange_nor_16_bits(op):
+    code = getattr(lib, f"MLC_OP_{op}")
+    assert plan(1024, op=code).direct == 0  # the exchange only adds
+    assert plan(1024, op=code).algorithm == lib.MLC_ALG_RECURSIVE_DOUBLING
+    big = plan(64 * MIB, op=code, compression=lib.MLC_COMPRESSION_BF16)
+    assert (big.algorithm, big.compression) == (lib.MLC_ALG_RING, lib.MLC_COMPRESSION_NONE)
+    assert (
+        plan(64 * MIB, compression=lib.MLC_COMPRESSION_BF16).compression == lib.MLC_COMPRESSION_BF16
+    )
     assert ffi.string(lib.mlc_algorithm_name(lib.MLC_ALG_RABENSEIFNER)).decode() == "rabenseifner"
 
 

@@ -195,3 +195,55 @@ def test_aligned_starts_segments_never_hold_a_gap_inside(seg):
             assert next_start >= gap_start  # tensors never overlap
             if next_start > gap_start:  # a gap: no segment boundary strictly inside it
                 assert next_start % seg == 0 and next_start - gap_start < seg
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_rows_share_is_horovods_split(n):
+    """rows // n each, the first rows % n ranks one more, consecutive in rank order."""
+    for rows in counts_for(n):
+        shares = [lib.mlc_rows_share(rows, n, r) for r in range(n)]
+        assert shares == [rows // n + (1 if r < rows % n else 0) for r in range(n)]
+        assert [lib.mlc_rows_first(rows, n, r) for r in range(n)] == [
+            sum(shares[:r]) for r in range(n)
+        ]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_ring_gatherv_gives_every_rank_every_block_once(n):
+    held = [{r} for r in range(n)]
+    for s in range(n - 1):
+        sent = [lib.mlc_ring_gatherv_send_block(r, n, s) for r in range(n)]
+        for r in range(n):
+            assert sent[r] in held[r]  # forwards only what it holds
+            got = lib.mlc_ring_gatherv_recv_block(r, n, s)
+            assert got == sent[(r - 1) % n] and got not in held[r]
+            held[r].add(got)
+    assert all(h == set(range(n)) for h in held)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_ring_scatterv_ends_with_each_rank_owning_its_block_complete(n):
+    """Each rank's partial of a block: the set of ranks combined into it."""
+    partial = [dict() for _ in range(n)]  # rank -> {block: contributors}
+    for s in range(n - 1):
+        sends = []
+        for r in range(n):
+            b = lib.mlc_ring_scatterv_send_block(r, n, s)
+            sends.append((b, partial[r].get(b, {r}) if s else {r}))
+        for r in range(n):
+            b = lib.mlc_ring_scatterv_recv_block(r, n, s)
+            assert sends[(r - 1) % n][0] == b
+            partial[r][b] = sends[(r - 1) % n][1] | {r}
+    for r in range(n):
+        if n > 1:
+            assert partial[r][r] == set(range(n))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_pairwise_pairs_every_rank_with_every_other_once(n):
+    for r in range(n):
+        sent = [lib.mlc_pairwise_send_peer(r, n, s) for s in range(1, n)]
+        got = [lib.mlc_pairwise_recv_peer(r, n, s) for s in range(1, n)]
+        assert sorted(sent) == sorted(got) == [p for p in range(n) if p != r]
+        for s in range(1, n):  # the peer it sends to receives from it at the same step
+            assert lib.mlc_pairwise_recv_peer(sent[s - 1], n, s) == r

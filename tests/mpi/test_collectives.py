@@ -1,0 +1,216 @@
+"""mc.allgather, mc.reducescatter, mc.alltoall and mc.allreduce(op=...): exact results for
+every dtype at any rank count, uneven first dimensions (a rank with no rows), rows that do
+not divide by the ranks, uneven splits; ranks that call differently fail on every rank,
+naming each rank's call, and the team keeps working."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
+
+import ml_comm as mc
+
+pytestmark = pytest.mark.mpi
+
+ROW_SHAPE = (2, 3)
+
+
+def rows_of(rank: int) -> int:
+    """Rank 0 has no rows; the others differ."""
+    return (rank * 3) % 4 + (rank > 0) * rank
+
+
+def rows_input(rank: int, rows: int, dtype, seed: int = 0) -> np.ndarray:
+    return make_input(rank, (rows, *ROW_SHAPE), dtype, seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_allgather_uneven_first_dimension(session, dtype):
+    c = Checks()
+    n = session.nranks
+    mine = rows_input(session.rank, rows_of(session.rank), dtype)
+    out = mc.allgather(mine)
+    want = np.concatenate([rows_input(r, rows_of(r), dtype) for r in range(n)])
+    c.equal(out, want, f"allgather of {dtype.name}")
+    c.equal(mine, rows_input(session.rank, rows_of(session.rank), dtype), "allgather's input")
+    c.equal(mc.allgather(np.zeros((0, 4), dtype)), np.zeros((0, 4), dtype), "allgather of no rows")
+    c.same_on_all_ranks([out], "allgather")
+    c.finish()
+
+
+def small_values(rank: int, shape, dtype) -> np.ndarray:
+    """-1, 1 or 2: products over 4 ranks stay exact in every dtype."""
+    count = int(np.prod(shape))
+    idx = np.arange(count)
+    v = np.choose((idx + rank) % 3, [2, -1, 1])
+    return v.astype(np.float32).astype(dtype).reshape(shape)
+
+
+def reduced(op: str, stack: np.ndarray, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if op == "min":
+        return stack.min(axis=0)
+    if op == "max":
+        return stack.max(axis=0)
+    if op == "product":
+        wide = np.int64 if dtype.kind == "i" else np.float64
+        return stack.astype(wide).prod(axis=0).astype(dtype)
+    wide = np.int64 if dtype.kind == "i" else np.float64
+    total = stack.astype(wide).sum(axis=0)
+    if op == "sum":
+        return total.astype(dtype)
+    n = stack.shape[0]
+    if dtype.kind == "i":
+        return (np.sign(total) * (np.abs(total) // n)).astype(dtype)
+    if dtype == np.float64:
+        return np.sum(stack, axis=0, dtype=dtype) / dtype.type(n)
+    if dtype == np.float32:
+        return (total.astype(np.float32) / np.float32(n)).astype(dtype)
+    return (stack.astype(np.float32).sum(axis=0) / np.float32(n)).astype(dtype)
+
+
+def inputs_for(op: str, rank: int, shape, dtype) -> np.ndarray:
+    return small_values(rank, shape, dtype) if op == "product" else make_input(rank, shape, dtype)
+
+
+OPS = ["sum", "average", "min", "max", "product"]
+
+
+def skip_half_average(op: str, dtype) -> None:
+    if op == "average" and np.dtype(dtype).itemsize == 2:
+        pytest.skip("16-bit averages round per step; checked with sums")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_allreduce_every_op(session, dtype, op):
+    skip_half_average(op, dtype)
+    c = Checks()
+    n = session.nranks
+    for shape in [(), (7,), (3, 5), (20011,)]:  # direct / latency path / ring on the threads
+        x = inputs_for(op, session.rank, shape, dtype)
+        before = x.copy()
+        out = mc.allreduce(x, op=op)
+        stack = np.stack([inputs_for(op, r, shape, dtype) for r in range(n)])
+        c.equal(out, reduced(op, stack, dtype), f"allreduce {op} {dtype.name}{shape}")
+        c.equal(x, before, "allreduce's input")
+        c.same_on_all_ranks([out], f"allreduce {op}")
+    c.finish()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_reducescatter_rows_not_divisible(session, dtype, op):
+    skip_half_average(op, dtype)
+    c = Checks()
+    n, r = session.nranks, session.rank
+    for rows in (0, 1, 2 * n + 1, 3 * n):
+        shape = (rows, *ROW_SHAPE)
+        out = mc.reducescatter(inputs_for(op, r, shape, dtype), op=op)
+        stack = np.stack([inputs_for(op, q, shape, dtype) for q in range(n)])
+        full = reduced(op, stack, dtype)
+        # Horovod's split: rows // n each, the first rows % n ranks one more.
+        shares = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
+        first = sum(shares[:r])
+        c.equal(out, full[first : first + shares[r]], f"reducescatter {op} of {rows} rows")
+    c.finish()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_alltoall_uneven_splits(session, dtype):
+    c = Checks()
+    n, r = session.nranks, session.rank
+
+    def splits_of(q):
+        return [(q + 2 * d) % 3 for d in range(n)]  # some empty, uneven
+
+    def block(q, d):  # rank q's rows for rank d
+        return make_input(q * n + d, (splits_of(q)[d], *ROW_SHAPE), dtype)
+
+    mine = np.concatenate([block(r, d) for d in range(n)])
+    out, received = mc.alltoall(mine, splits=splits_of(r))
+    c.equal(out, np.concatenate([block(q, r) for q in range(n)]), f"alltoall of {dtype.name}")
+    c.equal(received, np.array([splits_of(q)[r] for q in range(n)], np.int64), "received splits")
+    even = make_input(r, (2 * n, 3), dtype)
+    out, received = mc.alltoall(even)
+    want = np.concatenate([make_input(q, (2 * n, 3), dtype)[2 * r : 2 * r + 2] for q in range(n)])
+    c.equal(out, want, "alltoall without splits")
+    c.equal(received, np.full(n, 2, np.int64), "received splits without splits")
+    c.finish()
+
+
+@pytest.fixture
+def pair(session):
+    if session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    return session
+
+
+def expect_mismatch(c: Checks, fn, *wanted: str) -> None:
+    e = c.raises(mc.MLCommError, fn, words=("ranks disagree",))
+    text = str(e) if e is not None else ""
+    for w in wanted:
+        c.true(w in text, f"the message lacks {w!r}: {text!r}")
+
+
+def still_works(c: Checks, session) -> None:
+    out = mc.allgather(np.full((session.rank, 2), session.rank, np.int32))
+    want = np.concatenate([np.full((q, 2), q, np.int32) for q in range(session.nranks)])
+    c.equal(out, want, "allgather after the mismatch")
+
+
+def test_allgather_against_reducescatter(pair):
+    c = Checks()
+    x = np.ones((4, 3), np.float32)
+    last = pair.nranks - 1
+    call = (lambda: mc.reducescatter(x, "sum")) if pair.rank == last else (lambda: mc.allgather(x))
+    expect_mismatch(c, call, "(allgather", "(reducescatter, sum", f"rank {last}")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_allgather_trailing_dimensions_differ(pair):
+    c = Checks()
+    last = pair.nranks - 1
+    x = np.ones((2, 5 if pair.rank == last else 4), np.float32)
+    expect_mismatch(c, lambda: mc.allgather(x), "rows of 4 float32", "rows of 5 float32")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_allgather_dtypes_differ(pair):
+    c = Checks()
+    x = np.ones((2, 4), np.float64 if pair.rank == 0 else np.float32)
+    expect_mismatch(c, lambda: mc.allgather(x), "float64", "float32")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_reducescatter_ops_and_rows_differ(pair):
+    c = Checks()
+    op = "sum" if pair.rank == 0 else "average"
+    expect_mismatch(c, lambda: mc.reducescatter(np.ones((4, 2), np.float32), op), "sum", "average")
+    rows = 4 if pair.rank == 0 else 5
+    expect_mismatch(c, lambda: mc.reducescatter(np.ones((rows, 2), np.float32)), "elements")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_allreduce_ops_differ(pair):
+    c = Checks()
+    op = "min" if pair.rank == 0 else "max"
+    expect_mismatch(c, lambda: mc.allreduce(np.ones(1000, np.float32), op=op), "(min", "(max")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_bad_arguments_raise_before_sending(session):
+    c = Checks()
+    c.raises(ValueError, mc.allreduce, np.ones(3), op="mean", words=("op must be",))
+    c.raises(ValueError, mc.reducescatter, np.ones(3), op="median", words=("op must be",))
+    c.raises(ValueError, mc.allgather, np.float32(1.0), words=("first dimension",))
+    c.raises(ValueError, mc.alltoall, np.ones(4), splits=[5] * session.nranks, words=("add up",))
+    c.raises(TypeError, mc.allgather, np.ones(2, np.complex64), words=("dtype",))
+    still_works(c, session)
+    c.finish()
