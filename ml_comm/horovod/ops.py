@@ -5,16 +5,17 @@ and fails on every rank when they differ.
 
 Sums and averages run through ml_comm's gradient op (the fused allreduce);
 Average is the sum divided by the number of ranks, in TensorFlow, as are the
-pre- and postscale factors. The other collectives use the core's allgather,
-reducescatter, alltoall and min/max/product allreduce.
+pre- and postscale factors. Allgather, reducescatter, alltoall and the min, max
+and product reductions are the core's collectives (docs/collectives.md), called
+through their NumPy API as stateful ops that keep their place in a tf.function.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from .. import api as mc
 from .. import tensorflow as binding
-from ..core.errors import MLCommError
 from . import basics
 from .compression import Compression
 
@@ -98,11 +99,31 @@ def _team_id() -> int:
     return basics.session().backend.team_ids[0]
 
 
-def _core(name: str):
-    function = getattr(binding, name, None)
-    if function is None:
-        raise MLCommError(f"this ml_comm build has no TensorFlow {name}")
-    return function
+def _numpy_collective(name: str, tensor, *tensors, op: str | None = None, outputs: int = 1):
+    """The NumPy collective `ml_comm.<name>` as a stateful op (ordered with the ops around
+    it in a tf.function), for the collectives without a TensorFlow op of their own."""
+    options = {} if op is None else {"op": op}
+
+    def run(array, *rest):
+        result = getattr(mc, name)(array, *rest, team=0, **options)
+        return tuple(result) if outputs > 1 else result
+
+    tout = [tensor.dtype, tf.int64] if outputs > 1 else tensor.dtype
+    out = tf.numpy_function(run, [tensor, *tensors], tout, stateful=True)
+    first = out[0] if outputs > 1 else out
+    first.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
+    if outputs > 1:
+        out[1].set_shape([basics.size()])
+    return out
+
+
+def _reduced_elementwise(tensor, op: str):
+    """min, max or product over all ranks, same shape."""
+    out = tf.numpy_function(
+        lambda a: mc.allreduce(a, op, team=0), [tensor], tensor.dtype, stateful=True
+    )
+    out.set_shape(tensor.shape)
+    return out
 
 
 def _scale(tensor, factor):
@@ -164,8 +185,7 @@ def grouped_allreduce(
     if op in (Sum, Average):
         reduced = _summed(wire) if wire else []
     else:
-        allreduce_op = _core("allreduce")
-        reduced = [allreduce_op(t, CORE_OPS[op], 0) for t in wire]
+        reduced = [_reduced_elementwise(t, CORE_OPS[op]) for t in wire]
     out = []
     n = basics.size()
     for (_, ctx), r in zip(compressed, reduced):
@@ -219,7 +239,10 @@ def allreduce(
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenate every rank's tensor along the first dimension (which may differ)."""
     check_process_set(process_set)
-    return _core("allgather")(tf.convert_to_tensor(tensor), 0)
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise ValueError("allgather needs a tensor of at least one dimension, got a scalar")
+    return _numpy_collective("allgather", tensor)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -244,7 +267,7 @@ def reducescatter(
     if op not in (Sum, Average):
         raise NotImplementedError("reducescatter supports op=Sum and op=Average")
     wire, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
-    out = compression.decompress(_core("reducescatter")(wire, "sum", 0), ctx)
+    out = compression.decompress(_numpy_collective("reducescatter", wire, op="sum"), ctx)
     return _scale(out, postscale_factor / basics.size() if op == Average else postscale_factor)
 
 
@@ -277,10 +300,11 @@ def alltoall(
     check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
     if splits is None:
-        n = basics.size()
-        rows = tf.shape(tensor)[0]
-        splits = tf.fill([n], rows // n)
-    return _core("alltoall")(tensor, splits, 0)
+        received, counts = _numpy_collective("alltoall", tensor, outputs=2)
+    else:
+        splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
+        received, counts = _numpy_collective("alltoall", tensor, splits, outputs=2)
+    return received, tf.cast(counts, tf.int32)
 
 
 # Broadcast moves values unchanged, so a dtype the core has no code for travels as one it

@@ -126,3 +126,51 @@ def test_average_is_one_fused_reduction(hvd_session):  # noqa: F811
     calls = mc.team_stats(0)["calls"] - before
     c.true(calls == (1 if n > 1 else 0), f"{calls} team calls for one grouped allreduce")
     c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_gather_scatter_alltoall_and_elementwise_ops(hvd_session, mode):  # noqa: F811
+    rank, n = hvd_session
+    c = Checks()
+
+    def rows(r):  # rank r has r + 1 rows (uneven first dimensions)
+        return (np.arange((r + 1) * 2).reshape(r + 1, 2) + 100 * r).astype(np.float32)
+
+    def calls(mine, full, send):
+        splits = tf.constant([(rank + d) % 2 for d in range(n)], tf.int32)
+        received, counts = hvd.alltoall(send[: tf.reduce_sum(splits)], splits=splits)
+        return [
+            hvd.allgather(mine),
+            *hvd.grouped_allgather([mine, mine * 2]),
+            hvd.reducescatter(full, op=hvd.Sum),
+            hvd.reducescatter(full),
+            hvd.allreduce(mine[:1], op=hvd.Min),
+            hvd.allreduce(mine[:1], op=hvd.Max),
+            hvd.allreduce(mine[:1] + 1, op=hvd.Product),
+            received,
+            counts,
+        ]
+
+    run = tf.function(calls) if mode == "function" else calls
+    full = np.arange(n * 2 * 3).reshape(n * 2, 3).astype(np.float32) + rank
+    send = (np.arange(n) + 10 * rank).astype(np.int32)
+    out = [o.numpy() for o in run(tf.constant(rows(rank)), tf.constant(full), tf.constant(send))]
+    gathered = np.concatenate([rows(r) for r in range(n)])
+    c.equal(out[0], gathered, "allgather of uneven first dimensions")
+    c.equal(out[1], gathered, "grouped_allgather 1")
+    c.equal(out[2], gathered * 2, "grouped_allgather 2")
+    summed = sum(np.arange(n * 6).reshape(n * 2, 3).astype(np.float32) + r for r in range(n))
+    c.equal(out[3], summed[2 * rank : 2 * rank + 2], "reducescatter Sum: this rank's rows")
+    c.equal(out[4], summed[2 * rank : 2 * rank + 2] / np.float32(n), "reducescatter Average")
+    firsts = [rows(r)[:1] for r in range(n)]
+    c.equal(out[5], np.minimum.reduce(firsts), "Min")
+    c.equal(out[6], np.maximum.reduce(firsts), "Max")
+    c.equal(out[7], np.multiply.reduce([f + 1 for f in firsts]), "Product")
+    # rank s sends (s + d) % 2 of its first values to rank d, in order.
+    want = []
+    for s in range(n):
+        before = sum((s + d) % 2 for d in range(rank))
+        want += list((np.arange(n) + 10 * s)[before : before + (s + rank) % 2])
+    c.equal(out[8], np.array(want, np.int32), "alltoall received rows")
+    c.equal(out[9], np.array([(s + rank) % 2 for s in range(n)], np.int32), "received splits")
+    c.finish()
