@@ -228,6 +228,9 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
  * every rank with MLC_ERR_MISMATCH naming each rank's call. Calls that come in two
  * steps (the sizes, then the data) are parts 1 and 2 of 2 of one call: a caller
  * whose first step failed makes no second. */
+/* The team's rank and number of ranks (its context's). */
+int mlc_team_rank(const mlc_team *team);
+int mlc_team_size(const mlc_team *team);
 /* Allgather, step 1: every rank's number of rows into all_rows (size entries). */
 int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int64_t row_elements, int dtype,
                             int64_t *all_rows, char *err, size_t errlen);

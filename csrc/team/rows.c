@@ -15,6 +15,9 @@
 
 #include "team.h"
 
+int mlc_team_rank(const mlc_team *team) { return team->ctx->rank; }
+int mlc_team_size(const mlc_team *team) { return team->ctx->size; }
+
 static int fail(char *err, size_t errlen, const char *what) {
     if (err && errlen) snprintf(err, errlen, "%s", what);
     return MLC_ERR_ARG;

@@ -1,4 +1,5 @@
-"""TensorFlow binding: broadcast and gradients as TensorFlow ops.
+"""TensorFlow binding: broadcast and gradients as TensorFlow ops (and the collectives of
+collectives.py: allgather, reducescatter, alltoall, allreduce with any op).
 
 `ml_comm.init(..., framework="tensorflow")` makes the session's backend
 (backend.py here: it loads the op library, building it on first use, see
@@ -10,68 +11,18 @@ backprop produced it.
 
 from __future__ import annotations
 
-import ctypes
-import itertools
-import weakref
-from collections.abc import Sequence
-
 import tensorflow as tf
 
 from ..core import dtypes as _dtypes
 from ..core.errors import MLCommError
 from ..core.layout import fused_order
 from ..core.session import is_pipelined
-from . import build, unordered
-
-_ops = None
-_lib: ctypes.CDLL | None = None
-_group_keys = itertools.count(1)
-_team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
-# Per graph and team: the op that the next keyed group must wait for (see _chain).
-_last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live_teams
 
 # The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
 # and their codes, for the mask of a call's dtypes that ranks compare.
 CODES = {tf.as_dtype(name): code for code, name in _dtypes.NAMES.items()}
 SUPPORTED = tuple(CODES)
-
-
-def load_ops():
-    """Load (building if needed) the op library; idempotent."""
-    global _ops, _lib
-    if _ops is None:
-        path = build.build()
-        unordered.install()  # submits run as their gradients appear (see unordered.py)
-        _ops = tf.load_op_library(str(path))
-        _lib = ctypes.CDLL(str(path))
-        _lib.mlc_tf_set_live_teams.argtypes = [
-            ctypes.POINTER(ctypes.c_int64),
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.c_int,
-        ]
-        _lib.mlc_tf_reset_pipelines.argtypes = [ctypes.c_int64]
-    return _ops
-
-
-def reset_pipelines(team_id: int) -> None:
-    """config_team: the team's pipelines count their calls afresh."""
-    if _lib is not None:
-        _lib.mlc_tf_reset_pipelines(team_id)
-
-
-def set_live_teams(handles: Sequence[int]) -> list[int]:
-    """Register the teams whose ops may run (init), or none (finalize).
-
-    Returns the ids that the ops carry; a graph built for earlier teams then fails
-    with a message, even when a new team happens to reuse an old one's address.
-    """
-    ids = [next(_team_ids) for _ in handles]
-    if _lib is not None:
-        n = max(len(handles), 1)
-        _lib.mlc_tf_set_live_teams(
-            (ctypes.c_int64 * n)(*ids), (ctypes.c_size_t * n)(*handles), len(handles)
-        )
-    return ids
 
 
 def _dense(value) -> tf.Tensor:
@@ -89,19 +40,6 @@ def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
             raise TypeError(f"ml_comm cannot reduce dtype {t.dtype.name}; supported: {names}")
         groups.setdefault(t.dtype, []).append(i)
     return groups
-
-
-def _chain(team_handle: int):
-    """Control dependencies that keep this team's groups in one order on every rank.
-
-    Groups of one team must open in the same order on all ranks; TensorFlow may
-    run independent ops in any order, so each new group waits for the first
-    member of the previous one in the same graph.
-    """
-    graph = tf.compat.v1.get_default_graph()
-    anchors = _last_anchor.setdefault(graph, {})
-    previous = anchors.get(team_handle)
-    return [previous] if previous is not None else []
 
 
 def gradients(
@@ -213,3 +151,19 @@ def check_version() -> None:
     major, minor = (int(x) for x in tf.__version__.split(".")[:2])
     if (major, minor) < (2, 16):
         raise MLCommError(f"ml_comm needs TensorFlow >= 2.16, found {tf.__version__}")
+
+
+from .collectives import allgather, allreduce, alltoall, reducescatter  # noqa: E402
+
+__all__ = [
+    "allgather",
+    "allreduce",
+    "alltoall",
+    "broadcast",
+    "check_version",
+    "gradients",
+    "load_ops",
+    "reducescatter",
+    "reset_pipelines",
+    "set_live_teams",
+]

@@ -1,0 +1,250 @@
+// TensorFlow ops for the core's collectives beyond the average:
+//   MlCommAllreduceOp   out-of-place allreduce with any op (sum, average, min, max,
+//                       product), asynchronous like MlCommAllreduceN
+//   MlCommAllgather     rows of every rank, the first dimension may differ by rank
+//   MlCommReducescatter the rows reduced, this rank's share of them
+//   MlCommAlltoall      rows sent in splits, one per rank; the splits received too
+// The core's collectives of rows are blocking calls (the sizes are exchanged before
+// the output can be allocated), so their kernels run them on a thread of their own
+// and call done() from there: no TensorFlow thread waits for the other ranks.
+// Ops are ordered across ranks by the Python layer (control dependencies).
+
+#include <thread>
+
+#include "common.h"
+
+using namespace ml_comm_tf;
+
+namespace {
+
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+// The input's shape with an unknown first dimension (at least one dimension).
+tensorflow::Status RowsShape(InferenceContext *c) {
+  ShapeHandle in, out;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
+  TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+int64_t RowElements(const Tensor &t) {
+  int64_t n = 1;
+  for (int d = 1; d < t.dims(); ++d) n *= t.dim_size(d);
+  return n;
+}
+
+tensorflow::TensorShape WithRows(const Tensor &t, int64_t rows) {
+  tensorflow::TensorShape shape = t.shape();
+  shape.set_dim(0, rows);
+  return shape;
+}
+
+void *Data(const Tensor &t) { return const_cast<char *>(t.tensor_data().data()); }
+
+// A kernel whose blocking core calls run on a thread of their own.
+class RowsKernel : public AsyncOpKernel {
+ public:
+  explicit RowsKernel(OpKernelConstruction *c, const char *what) : AsyncOpKernel(c), what_(what) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) {
+      done();
+      return;
+    }
+    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
+                      tensorflow::errors::InvalidArgument("ml_comm ", what_,
+                                                          " takes a tensor with a first dimension"),
+                      done);
+    std::thread([this, ctx, team, done = std::move(done)]() {
+      std::string err(512, '\0');
+      int rc = Run(ctx, team, &err[0], err.size());
+      if (rc != MLC_OK && ctx->status().ok())
+        ctx->SetStatus(tensorflow::errors::Internal("ml_comm ", what_, " failed: ", err.c_str()));
+      done();
+    }).detach();
+  }
+
+ protected:
+  // The core's calls; outputs allocated as soon as their sizes are known.
+  virtual int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) = 0;
+
+  // ctx's status set (and MLC_ERR_NOMEM returned) when the allocation failed.
+  static int Allocate(OpKernelContext *ctx, int index, const tensorflow::TensorShape &shape,
+                      Tensor **out) {
+    auto status = ctx->allocate_output(index, shape, out);
+    if (status.ok()) return MLC_OK;
+    ctx->SetStatus(status);
+    return MLC_ERR_NOMEM;
+  }
+
+ private:
+  const char *what_;
+  int64_t team_handle_ = 0;
+};
+
+}  // namespace
+
+REGISTER_OP("MlCommAllreduceOp")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .Attr("N: int >= 1")
+    .Attr(TypeAttr())
+    .Attr("team_handle: int")
+    .Attr("op: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext *c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Reduce a list of tensors of one dtype over all ranks with op (MLC_OP_*).");
+
+class AllreduceOpOp : public AsyncOpKernel {
+ public:
+  explicit AllreduceOpOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
+    OP_REQUIRES(c, op_ >= 0 && op_ < MLC_NUM_OPS,
+                tensorflow::errors::InvalidArgument("ml_comm: unknown reduction op ", op_));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    mlc_team *team = LiveTeam(ctx, team_handle_);
+    if (team == nullptr) {
+      done();
+      return;
+    }
+    AllreduceList(ctx, team, op_, CallPart{}, {}, std::move(done));
+  }
+
+ private:
+  int64_t team_handle_ = 0;
+  int op_ = MLC_OP_SUM;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommAllreduceOp").Device(tensorflow::DEVICE_CPU), AllreduceOpOp);
+
+REGISTER_OP("MlCommAllgather")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .Attr(TypeAttr())
+    .Attr("team_handle: int")
+    .SetIsStateful()
+    .SetShapeFn(RowsShape)
+    .Doc("Every rank's rows, in rank order; the first dimension may differ by rank.");
+
+class AllgatherOp : public RowsKernel {
+ public:
+  explicit AllgatherOp(OpKernelConstruction *c) : RowsKernel(c, "allgather") {}
+
+ protected:
+  int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) override {
+    const Tensor &in = ctx->input(0);
+    const int dtype = CoreDtype(in.dtype()), size = mlc_team_size(team);
+    std::vector<int64_t> rows(size);
+    int rc = mlc_team_allgather_rows(team, in.dim_size(0), RowElements(in), dtype, rows.data(),
+                                     err, errlen);
+    if (rc) return rc;
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    Tensor *out = nullptr;
+    if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) return rc;
+    return mlc_team_allgatherv(team, Data(in), Data(*out), rows.data(), RowElements(in), dtype,
+                               err, errlen);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommAllgather").Device(tensorflow::DEVICE_CPU), AllgatherOp);
+
+REGISTER_OP("MlCommReducescatter")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .Attr(TypeAttr())
+    .Attr("team_handle: int")
+    .Attr("op: int")
+    .SetIsStateful()
+    .SetShapeFn(RowsShape)
+    .Doc("The rows reduced over all ranks with op; this rank's share of them (rows / size, "
+         "one more on the first rows % size ranks).");
+
+class ReducescatterOp : public RowsKernel {
+ public:
+  explicit ReducescatterOp(OpKernelConstruction *c) : RowsKernel(c, "reducescatter") {
+    OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
+  }
+
+ protected:
+  int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) override {
+    const Tensor &in = ctx->input(0);
+    const int64_t rows = in.dim_size(0);
+    Tensor *out = nullptr;
+    int64_t share = mlc_rows_share(rows, mlc_team_size(team), mlc_team_rank(team));
+    int rc = Allocate(ctx, 0, WithRows(in, share), &out);
+    if (rc) return rc;
+    return mlc_team_reducescatter(team, Data(in), Data(*out), rows, RowElements(in),
+                                  CoreDtype(in.dtype()), op_, err, errlen);
+  }
+
+ private:
+  int op_ = MLC_OP_AVERAGE;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommReducescatter").Device(tensorflow::DEVICE_CPU), ReducescatterOp);
+
+REGISTER_OP("MlCommAlltoall")
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Output("received: T")
+    .Output("received_splits: int64")
+    .Attr(TypeAttr())
+    .Attr("team_handle: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext *c) {
+      TF_RETURN_IF_ERROR(RowsShape(c));
+      c->set_output(1, c->input(1));
+      return absl::OkStatus();
+    })
+    .Doc("splits[d] rows go to rank d; returns the rows received in rank order and how many "
+         "came from each rank.");
+
+class AlltoallOp : public RowsKernel {
+ public:
+  explicit AlltoallOp(OpKernelConstruction *c) : RowsKernel(c, "alltoall") {}
+
+ protected:
+  int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) override {
+    const Tensor &in = ctx->input(0), &splits = ctx->input(1);
+    const int size = mlc_team_size(team);
+    if (splits.dims() != 1 || splits.NumElements() != size) {
+      snprintf(err, errlen, "splits must be %d integers (one per rank), got shape %s", size,
+               splits.shape().DebugString().c_str());
+      return MLC_ERR_ARG;
+    }
+    const int64_t *send = splits.flat<int64_t>().data();
+    int64_t sum = 0;
+    for (int d = 0; d < size; ++d) sum += send[d] < 0 ? in.dim_size(0) + 1 : send[d];
+    if (sum != in.dim_size(0)) {
+      snprintf(err, errlen, "splits must be non-negative and add up to the %lld rows",
+               static_cast<long long>(in.dim_size(0)));
+      return MLC_ERR_ARG;
+    }
+    const int dtype = CoreDtype(in.dtype());
+    Tensor *received = nullptr, *out = nullptr;
+    int rc = Allocate(ctx, 1, tensorflow::TensorShape({size}), &received);
+    if (rc) return rc;
+    int64_t *recv = received->flat<int64_t>().data();
+    if ((rc = mlc_team_alltoall_splits(team, send, RowElements(in), dtype, recv, err, errlen)))
+      return rc;
+    int64_t total = 0;
+    for (int s = 0; s < size; ++s) total += recv[s];
+    if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) return rc;
+    return mlc_team_alltoallv(team, Data(in), send, Data(*out), recv, RowElements(in), dtype, err,
+                              errlen);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommAlltoall").Device(tensorflow::DEVICE_CPU), AlltoallOp);

@@ -1,0 +1,119 @@
+"""ml_comm.tensorflow.allgather / reducescatter / alltoall / allreduce(op): exact results for
+every dtype, eager and inside tf.function (several collectives in one function, run twice),
+uneven first dimensions with a rank of no rows, rows not divisible by the ranks, uneven
+splits; gradients as Horovod defines them; a mismatch named on every rank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
+from tf_helpers import module_session_fixture, run_in_mode
+
+import ml_comm.tensorflow as mtf
+
+pytestmark = pytest.mark.mpi
+
+tf_session = module_session_fixture()
+MODES = ["eager", "function"]
+
+
+def rows_of(rank: int) -> int:
+    return (rank * 3) % 4 + (rank > 0) * rank  # rank 0: none
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_collectives_in_one_call(tf_session, dtype, mode):
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    rows = 2 * n + 1  # not divisible by n
+    splits = [(r + 2 * d) % 3 for d in range(n)]
+
+    def fn(ts):
+        gathered = mtf.allgather(ts[0])
+        scattered = mtf.reducescatter(ts[1], op="sum")
+        received, received_splits = mtf.alltoall(ts[2], splits=splits)
+        biggest = mtf.allreduce(ts[1], op="max")
+        return [gathered, scattered, received, received_splits, biggest]
+
+    inputs = [
+        make_input(r, (rows_of(r), 3), dtype, 1),
+        make_input(r, (rows, 2), dtype, 2),
+        make_input(r, (sum(splits), 2), dtype, 3),
+    ]
+    results = run_in_mode(mode, fn, [inputs, inputs])
+    stack = np.stack([make_input(q, (rows, 2), dtype, 2) for q in range(n)])
+    wide = np.int64 if np.dtype(dtype).kind == "i" else np.float64
+    total = stack.astype(wide).sum(axis=0).astype(dtype)
+    shares = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
+    first = sum(shares[:r])
+    sent = {q: [(q + 2 * d) % 3 for d in range(n)] for q in range(n)}
+
+    def block(q):  # rank q's rows for this rank
+        rows_q = make_input(q, (sum(sent[q]), 2), dtype, 3)
+        start = sum(sent[q][:r])
+        return rows_q[start : start + sent[q][r]]
+
+    for run, (gathered, scattered, received, received_splits, biggest) in enumerate(results):
+        what = f"{mode} run {run} {np.dtype(dtype).name}"
+        want = np.concatenate([make_input(q, (rows_of(q), 3), dtype, 1) for q in range(n)])
+        c.equal(gathered, want, f"{what}: allgather")
+        c.equal(scattered, total[first : first + shares[r]], f"{what}: reducescatter")
+        c.equal(received, np.concatenate([block(q) for q in range(n)]), f"{what}: alltoall")
+        c.equal(received_splits, np.array([sent[q][r] for q in range(n)], np.int64), what)
+        c.equal(biggest, stack.max(axis=0), f"{what}: allreduce max")
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients(tf_session, mode):
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    x0 = np.arange(2 * (r + 1), dtype=np.float32).reshape(r + 1, 2) + r
+    y0 = np.arange(4 * n, dtype=np.float32).reshape(2 * n, 2)
+
+    def grads(x, y):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([x, y])
+            g = mtf.allgather(x)
+            weights = tf.reshape(tf.range(tf.size(g), dtype=tf.float32), tf.shape(g))
+            loss_g = tf.reduce_sum(g * weights)
+            s = mtf.reducescatter(y, op="sum")
+            loss_s = tf.reduce_sum(s) * float(r + 1)
+            a = mtf.allreduce(y, op="sum")
+            loss_a = tf.reduce_sum(a) * float(r + 1)
+        return [tape.gradient(loss_g, x), tape.gradient(loss_s, y), tape.gradient(loss_a, y)]
+
+    if mode == "eager":
+        gx, gy_s, gy_a = grads(tf.constant(x0), tf.constant(y0))
+    else:
+        gx, gy_s, gy_a = tf.function(grads)(tf.constant(x0), tf.constant(y0))
+    # allgather: this rank's rows of the upstream gradient averaged over the ranks (the
+    # weights are the same on every rank, so the average is the weights).
+    first = sum(q + 1 for q in range(r))
+    weights = np.arange(2 * sum(q + 1 for q in range(n)), dtype=np.float32).reshape(-1, 2)
+    c.equal(gx.numpy(), weights[first : first + r + 1], f"{mode}: allgather gradient")
+    # reducescatter sum: every rank's upstream gradient (q + 1 on its rows), gathered, times n.
+    shares = [2 * n // n] * n
+    want = np.concatenate([np.full((shares[q], 2), (q + 1) * n, np.float32) for q in range(n)])
+    c.equal(gy_s.numpy(), want, f"{mode}: reducescatter gradient")
+    # allreduce sum: the upstream gradients summed over the ranks.
+    c.equal(gy_a.numpy(), np.full((2 * n, 2), n * (n + 1) / 2, np.float32), f"{mode}: allreduce")
+    c.finish()
+
+
+def test_mismatch_named_on_every_rank(tf_session):
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    if n < 2:
+        pytest.skip("a mismatch needs at least 2 ranks")
+    x = tf.ones((4, 3))
+    call = (lambda: mtf.reducescatter(x, "sum")) if r == n - 1 else (lambda: mtf.allgather(x))
+    e = c.raises(tf.errors.InternalError, call, words=("ranks disagree",))
+    text = str(e)
+    c.true("(allgather" in text and "(reducescatter, sum" in text, f"message: {text}")
+    out = mtf.allgather(tf.fill((r, 1), r))
+    c.equal(out.numpy(), np.concatenate([np.full((q, 1), q, np.int32) for q in range(n)]), "after")
+    c.finish()
