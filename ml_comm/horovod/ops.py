@@ -6,15 +6,14 @@ and fails on every rank when they differ.
 Sums and averages run through ml_comm's gradient op (the fused allreduce);
 Average is the sum divided by the number of ranks, in TensorFlow, as are the
 pre- and postscale factors. Allgather, reducescatter, alltoall and the min, max
-and product reductions are the core's collectives (docs/collectives.md), called
-through their NumPy API as stateful ops that keep their place in a tf.function.
+and product reductions are the core's collectives (docs/collectives.md), as
+ml_comm.tensorflow's ops (with gradients).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from .. import api as mc
 from .. import tensorflow as binding
 from . import basics
 from .compression import Compression
@@ -99,33 +98,6 @@ def _team_id() -> int:
     return basics.session().backend.team_ids[0]
 
 
-def _numpy_collective(name: str, tensor, *tensors, op: str | None = None, outputs: int = 1):
-    """The NumPy collective `ml_comm.<name>` as a stateful op (ordered with the ops around
-    it in a tf.function), for the collectives without a TensorFlow op of their own."""
-    options = {} if op is None else {"op": op}
-
-    def run(array, *rest):
-        result = getattr(mc, name)(array, *rest, team=0, **options)
-        return tuple(result) if outputs > 1 else result
-
-    tout = [tensor.dtype, tf.int64] if outputs > 1 else tensor.dtype
-    out = tf.numpy_function(run, [tensor, *tensors], tout, stateful=True)
-    first = out[0] if outputs > 1 else out
-    first.set_shape(tf.TensorShape([None]).concatenate(tensor.shape[1:]))
-    if outputs > 1:
-        out[1].set_shape([basics.size()])
-    return out
-
-
-def _reduced_elementwise(tensor, op: str):
-    """min, max or product over all ranks, same shape."""
-    out = tf.numpy_function(
-        lambda a: mc.allreduce(a, op, team=0), [tensor], tensor.dtype, stateful=True
-    )
-    out.set_shape(tensor.shape)
-    return out
-
-
 def _scale(tensor, factor):
     if factor == 1.0:
         return tensor
@@ -185,7 +157,7 @@ def grouped_allreduce(
     if op in (Sum, Average):
         reduced = _summed(wire) if wire else []
     else:
-        reduced = [_reduced_elementwise(t, CORE_OPS[op]) for t in wire]
+        reduced = [binding.allreduce(t, CORE_OPS[op], 0) for t in wire]
     out = []
     n = basics.size()
     for (_, ctx), r in zip(compressed, reduced):
@@ -242,7 +214,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         raise ValueError("allgather needs a tensor of at least one dimension, got a scalar")
-    return _numpy_collective("allgather", tensor)
+    return binding.allgather(tensor, 0)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -267,7 +239,7 @@ def reducescatter(
     if op not in (Sum, Average):
         raise NotImplementedError("reducescatter supports op=Sum and op=Average")
     wire, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
-    out = compression.decompress(_numpy_collective("reducescatter", wire, op="sum"), ctx)
+    out = compression.decompress(binding.reducescatter(wire, "sum", 0), ctx)
     return _scale(out, postscale_factor / basics.size() if op == Average else postscale_factor)
 
 
@@ -299,11 +271,7 @@ def alltoall(
     """Send splits[i] rows of tensor to rank i; returns (received, received_splits)."""
     check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
-    if splits is None:
-        received, counts = _numpy_collective("alltoall", tensor, outputs=2)
-    else:
-        splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
-        received, counts = _numpy_collective("alltoall", tensor, splits, outputs=2)
+    received, counts = binding.alltoall(tensor, splits, 0)
     return received, tf.cast(counts, tf.int32)
 
 
