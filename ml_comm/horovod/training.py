@@ -16,6 +16,7 @@ import weakref
 
 import tensorflow as tf
 
+from ..core.errors import MLCommError
 from . import basics
 from .compression import Compression
 from .ops import Average, Sum, _check_op, check_process_set, global_process_set, grouped_allreduce
@@ -265,9 +266,20 @@ def DistributedOptimizer(
     return optimizer
 
 
+def _check_no_keras_hook(keras) -> None:
+    """ml_comm.keras's hook reduces every Keras update itself: with it a DistributedOptimizer
+    would reduce each gradient twice."""
+    if getattr(keras.optimizers.Optimizer.apply, "__module__", "").startswith("ml_comm.keras"):
+        raise MLCommError(
+            "ml_comm.keras.init() is active: its hook already reduces every Keras update; "
+            "use either ml_comm.keras or ml_comm.horovod's DistributedOptimizer, not both"
+        )
+
+
 def _wrap_keras(optimizer, reducer, steps: int, average_aggregated: bool) -> None:
     import keras
 
+    _check_no_keras_hook(keras)
     original = optimizer.apply  # the LossScaleOptimizer's own, before its finite check
     if steps > 1 and isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         raise NotImplementedError(
