@@ -9,9 +9,8 @@ offline and short, and check what it did:
 - the run is shortened: Keras fit runs at most --epochs epochs of at most --steps steps,
   and a tf.data pipeline's take(n) takes at most --steps elements;
 - `horovod.*` imports are answered by ml_comm.horovod, as `python -m ml_comm.horovod` does;
-- at the end every rank prints a digest of each Keras model's weights, and rank 0 says
-  whether the ranks agree and whether the losses the script reported (fit's history)
-  fell.
+- at the end rank 0 says whether every rank holds the same trainable weights in each Keras
+  model, and whether the losses of each fit of two epochs or more fell.
 """
 
 from __future__ import annotations
@@ -61,10 +60,10 @@ def shorten(steps: int, epochs: int) -> list:
     return histories
 
 
-def weight_digest(model) -> str:
+def weight_digest(variables) -> str:
     h = hashlib.sha256()
-    for w in model.get_weights():
-        h.update(np.ascontiguousarray(w).tobytes())
+    for v in variables:
+        h.update(np.ascontiguousarray(v.numpy()).tobytes())
     return h.hexdigest()[:16]
 
 
@@ -75,16 +74,23 @@ def report(histories: list) -> int:
 
     comm = init_mpi().COMM_WORLD
     models = [o for o in gc.get_objects() if isinstance(o, keras.Model) and o.built]
-    mine = [weight_digest(m) for m in models]
+    # Trainable weights must agree; non-trainable ones (batch normalisation's moving
+    # statistics) follow each rank's own batches, in Horovod as here.
+    mine = [weight_digest(m.trainable_weights) for m in models]
+    local = [weight_digest(m.non_trainable_weights) for m in models]
     everyone = comm.allgather(mine)
     same = all(d == everyone[0] for d in everyone)
+    local_same = all(d == local for d in comm.allgather(local))
     rc = 0 if same and mine else 1
     if comm.rank == 0:
         print(
-            f"weights of {len(mine)} model(s) on {comm.size} ranks: "
-            f"{'identical' if same else 'DIFFERENT'} {everyone[0]}"
+            f"trainable weights of {len(mine)} model(s) on {comm.size} ranks: "
+            f"{'identical' if same else 'DIFFERENT'} {everyone[0]}; non-trainable: "
+            f"{'identical' if local_same else 'per rank'}"
         )
         for h in histories:
+            if len(h.get("loss", [])) < 2:
+                continue  # a one-epoch fit (a script's warm-up) shows no trend
             losses = h.get("loss", [])
             fell = len(losses) > 1 and losses[-1] < losses[0]
             shown = ", ".join(f"{x:.4f}" for x in losses)

@@ -174,3 +174,19 @@ def test_gather_scatter_alltoall_and_elementwise_ops(hvd_session, mode):  # noqa
     c.equal(out[8], np.array(want, np.int32), "alltoall received rows")
     c.equal(out[9], np.array([(s + rank) % 2 for s in range(n)], np.int32), "received splits")
     c.finish()
+
+
+def test_sync_batch_normalization_uses_every_ranks_batch(hvd_session):  # noqa: F811
+    rank, n = hvd_session
+    c = Checks()
+    layer = hvd.SyncBatchNormalization(momentum=0.0)
+    x = tf.constant([[-(1.0 + rank)], [1.0 + rank]])  # mean 0 over all ranks
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+    c.true(tape.gradient(y, x) is not None, "a gradient through the reduced moments")
+    c.equal(layer.moving_mean.numpy(), np.zeros(1, np.float32), "global mean")
+    squares = sum((1.0 + r) ** 2 for r in range(n))
+    want = np.float32(2 * squares) / np.float32(2 * n)
+    c.equal(layer.moving_variance.numpy(), np.array([want], np.float32), "global variance")
+    c.finish()
