@@ -18,6 +18,32 @@ from .. import api as mc
 from ..core.errors import MLCommError
 from ..mpi.init import init_mpi
 
+# The names Horovod's tensorflow and keras modules both export.
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "size",
+    "rank",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "is_homogeneous",
+    "mpi_threads_supported",
+    "mpi_enabled",
+    "mpi_built",
+    "gloo_enabled",
+    "gloo_built",
+    "nccl_built",
+    "ddl_built",
+    "ccl_built",
+    "cuda_built",
+    "rocm_built",
+    "start_timeline",
+    "stop_timeline",
+]
+
 DEFAULT_MSGLEN = 1 << 22  # float32 elements of the fusion buffer (16 MiB)
 DEFAULT_THREADS = 2
 

@@ -3,30 +3,7 @@
 from __future__ import annotations
 
 from .. import keras3
-from ..basics import (
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from ..basics import *  # noqa: F403  (the process queries and build flags)
 from ..compression import Compression
 from ..functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables
 from ..ops import (

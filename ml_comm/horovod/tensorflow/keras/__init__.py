@@ -7,29 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from ... import keras3, ops
-from ...basics import (
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from ...basics import *  # noqa: F403  (the process queries and build flags)
 from ...compression import Compression
 from ...ops import (
     Average,
