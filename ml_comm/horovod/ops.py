@@ -116,10 +116,18 @@ def _check_op(op) -> None:
         raise ValueError(f"op must be one of hvd.Average, Sum, Min, Max, Product; got {op!r}")
 
 
-def _summed(tensors: list) -> list:
-    """The element-wise sums over all ranks of a list of dense tensors (one fused call)."""
+def _summed(tensors: list, average: bool = False) -> list:
+    """The element-wise sums (or sums / size) over all ranks of a list of dense tensors,
+    one fused call."""
     session = basics.session()
-    return binding.gradients(list(tensors), _team_id(), session.size, average=False)
+    return binding.gradients(list(tensors), _team_id(), session.size, average=average)
+
+
+def _divided(tensor, n: int):
+    if tensor.dtype.is_floating or tensor.dtype.is_complex:
+        return tensor / tf.cast(n, tensor.dtype)
+    # Integers: divided in float64 and truncated, as a C cast would.
+    return tf.cast(tf.cast(tensor, tf.float64) / n, tensor.dtype)
 
 
 def grouped_allreduce(
@@ -154,16 +162,19 @@ def grouped_allreduce(
     dense = [tf.convert_to_tensor(t) for t in tensors]
     compressed = [compression.compress(_scale(t, prescale_factor)) for t in dense]
     wire = [c[0] for c in compressed]
+    n = basics.size()
+    core_average = op == Average and all(t.dtype.is_floating for t in wire)
     if op in (Sum, Average):
-        reduced = _summed(wire) if wire else []
+        # Floating averages divide by size in the core (sum / size, as ml_comm's gradients).
+        reduced = _summed(wire, average=core_average) if wire else []
     else:
         reduced = [binding.allreduce(t, CORE_OPS[op], 0) for t in wire]
     out = []
-    n = basics.size()
     for (_, ctx), r in zip(compressed, reduced):
         r = compression.decompress(r, ctx)
-        factor = postscale_factor / n if op == Average else postscale_factor
-        out.append(_scale(r, factor))
+        if op == Average and not core_average:
+            r = _divided(r, n)
+        out.append(_scale(r, postscale_factor))
     return out
 
 
@@ -197,7 +208,7 @@ def allreduce(
         values = allgather(tensor.values)
         indices = allgather(tensor.indices)
         if op == Average:
-            values = _scale(values, 1.0 / basics.size())
+            values = _divided(values, basics.size())
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     return grouped_allreduce(
         [tensor],
@@ -240,7 +251,7 @@ def reducescatter(
         raise NotImplementedError("reducescatter supports op=Sum and op=Average")
     wire, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
     out = compression.decompress(binding.reducescatter(wire, "sum", 0), ctx)
-    return _scale(out, postscale_factor / basics.size() if op == Average else postscale_factor)
+    return _scale(_divided(out, basics.size()) if op == Average else out, postscale_factor)
 
 
 def grouped_reducescatter(

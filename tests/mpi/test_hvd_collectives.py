@@ -45,7 +45,7 @@ def test_sum_average_and_scaling(hvd_session, mode):  # noqa: F811
     out = [o.numpy() for o in run(tf.constant(ramp(rank)), tf.constant(ramp(rank, 3, np.int64)))]
     want = total(n)
     c.equal(out[0], want, "Sum")
-    c.equal(out[1], (want.astype(np.float64) / n).astype(np.float32), "Average")
+    c.equal(out[1], want / np.float32(n), "Average: sum / size")
     c.equal(out[2], want, "average=False")
     c.equal(out[3], want, "prescale 2 postscale 0.5")
     c.equal(out[4], want, "fp16 compression (exact small integers), cast back")
