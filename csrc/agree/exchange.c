@@ -32,8 +32,9 @@
  * Messages per rank and request when the ranks agree: 2 ceil(log2 n) at most,
  * sends and receives (log2(p) of each, plus one of each for a rank in the fold);
  * mlc_agree_counts reports them. Bytes on the wire per message: the 40-byte
- * record, plus N for a direct allreduce of N bytes: ceil(log2 n) (96 + N)-ish
- * per rank each way where the all-to-all took (n-1) times that. The latency is
+ * record, plus N for a direct allreduce of N bytes; per rank and request about
+ * ceil(log2 n) (40 + N) bytes each way, where an all-to-all of the 160-byte
+ * signature would send (n-1) (160 + N). The latency is
  * log2(p) message latencies (+2 with a fold), against one for the all-to-all:
  * at 2 ranks both are one exchange. After a disagreement: 2(n-1) more messages
  * of a signature each. Direct payloads are capped at MLC_DIRECT_MAX_BYTES at any

@@ -36,6 +36,12 @@ typedef struct mlc_algo_call {
 
 typedef int (*mlc_allreduce_fn)(mlc_tp *tp, const mlc_algo_call *call);
 
+/* Memory an algorithm may grow and keep across calls (its owner frees data). */
+typedef struct mlc_buffer {
+    char *data;
+    int64_t bytes;
+} mlc_buffer;
+
 /* One collective of rows (allgather, reduce-scatter, alltoall): whole buffers of
  * rows of row_elements elements, the number of rows per peer in rows arrays of
  * size entries. */
@@ -49,6 +55,9 @@ typedef struct mlc_rows_call {
      * alltoallv: send_rows[d] to rank d, recv_rows[s] from rank s. */
     const int64_t *send_rows, *recv_rows;
     int tag;
+    /* Staging kept from call to call (a fresh block per call would fault in every
+     * page); NULL: allocated for the call. */
+    mlc_buffer *staging;
 } mlc_rows_call;
 
 typedef int (*mlc_rows_fn)(mlc_tp *tp, const mlc_rows_call *call);

@@ -9,8 +9,8 @@
  * which after this rank's share is complete and goes to the output (an average
  * divided there). Bytes on the wire per rank: the input less block r+1 sent, less
  * block r received, about (n-1)/n of it each way; n-1 message latencies.
- * Two staging blocks (the one arriving, the one leaving) of the largest block
- * are allocated per call. Each block is combined in one fixed order around the
+ * Two staging blocks (the one arriving, the one leaving) of the largest block,
+ * kept in the caller's staging buffer from call to call. Each block is combined in one fixed order around the
  * ring, the same on every run; each rank ends with its own block only. */
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +29,14 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     for (int b = 0; b < n; b++)
         if (c->recv_rows[b] > largest) largest = c->recv_rows[b];
     const int64_t slot = largest * row_elems * es;
-    char *arriving = malloc(slot > 0 ? 2 * slot : 1), *leaving = arriving + slot;
-    if (!arriving) return MLC_ERR_NOMEM;
+    mlc_buffer own = {NULL, 0}, *staging = c->staging ? c->staging : &own;
+    if (staging->bytes < 2 * slot) {
+        char *grown = realloc(staging->data, 2 * slot);
+        if (!grown) return MLC_ERR_NOMEM;
+        staging->data = grown;
+        staging->bytes = 2 * slot;
+    }
+    char *arriving = staging->data, *leaving = arriving + slot;
     int rc = MLC_OK;
     for (int s = 0; s < n - 1 && rc == MLC_OK; s++) {
         const int sb = mlc_ring_scatterv_send_block(r, n, s), rb = mlc_ring_scatterv_recv_block(r, n, s);
@@ -48,6 +54,6 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
             mlc_reduce_op_to(c->output, arriving, mine, recv_count, c->dtype, c->op);
         }
     }
-    free(arriving);
+    if (staging == &own) free(own.data);
     return rc;
 }

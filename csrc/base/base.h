@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ml_comm.h"
 
@@ -44,6 +45,22 @@ void mlc_scatter_range(const mlc_tensor *tensors, const int64_t *starts, int nte
 int mlc_tensor_at(const int64_t *starts, int ntensors, int64_t start);
 /* The bytes a tensor's reduction reads: its source, or its data when in place. */
 static inline const void *mlc_tensor_input(const mlc_tensor *t) { return t->source ? t->source : t->data; }
+
+/* bfloat16 <-> float32: the top half of a float32; rounding to nearest, ties to even,
+ * NaN kept quiet. */
+static inline float mlc_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline uint16_t mlc_f32_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* quiet NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(bits >> 16);
+}
 
 /* reduce.c: dst += src element-wise; dst = a + b (out of place; dst may be a);
  * an average's final division. */

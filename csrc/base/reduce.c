@@ -16,21 +16,6 @@
 
 #include "base.h"
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* quiet NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(bits >> 16);
-}
-
 /* Integers wrap around like NumPy (unsigned arithmetic) instead of signed-overflow
  * undefined behaviour. restrict: the compiler may vectorise without overlap checks;
  * in place (dst is a) has its own loop so that promise holds. */
@@ -147,7 +132,7 @@ static void add_f16(_Float16 *d, const _Float16 *x, const _Float16 *y, int64_t n
 }
 
 static void add_bf16(uint16_t *d, const uint16_t *x, const uint16_t *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]));
+    for (int64_t i = 0; i < n; i++) d[i] = mlc_f32_to_bf16(mlc_bf16_to_f32(x[i]) + mlc_bf16_to_f32(y[i]));
 }
 
 void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype) {
@@ -207,7 +192,7 @@ void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks) {
     case MLC_BFLOAT16: {
         uint16_t *b = buf;
         float q = (float)nranks;
-        for (int64_t i = 0; i < n; i++) b[i] = f32_to_bf16(bf16_to_f32(b[i]) / q);
+        for (int64_t i = 0; i < n; i++) b[i] = mlc_f32_to_bf16(mlc_bf16_to_f32(b[i]) / q);
         break;
     }
     }

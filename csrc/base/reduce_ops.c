@@ -7,24 +7,7 @@
  * inputs, so they are exact in every type; a NaN in the second operand is kept
  * (x < y is false for NaN, so the order of the operands decides, the same on every
  * rank because every algorithm combines in a fixed order). */
-#include <string.h>
-
 #include "base.h"
-
-static float half_bf16(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint16_t bf16_half(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
 
 #define MIN_OF(x, y) ((x) < (y) ? (x) : (y))
 #define MAX_OF(x, y) ((x) > (y) ? (x) : (y))
@@ -57,7 +40,7 @@ static void halves_f16(_Float16 *d, const _Float16 *x, const _Float16 *y, int64_
 }
 
 static void halves_bf16(uint16_t *d, const uint16_t *x, const uint16_t *y, int64_t n, int op) {
-    for (int64_t i = 0; i < n; i++) d[i] = bf16_half(combine(half_bf16(x[i]), half_bf16(y[i]), op));
+    for (int64_t i = 0; i < n; i++) d[i] = mlc_f32_to_bf16(combine(mlc_bf16_to_f32(x[i]), mlc_bf16_to_f32(y[i]), op));
 }
 
 void mlc_reduce_op_to(void *dst, const void *a, const void *b, int64_t n, int dtype, int op) {

@@ -27,9 +27,9 @@ static int bad_rows(const mlc_team *team, int64_t row_elements, int dtype) {
     return !team || row_elements < 0 || dtype < 0 || dtype >= MLC_NUM_DTYPES;
 }
 
-/* One request of the call: kind, its signed sizes (total elements, or sizes_vary)
- * and what its algorithm moves. */
-static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int64_t total,
+/* One request: part `part` of the call's nparts, its signed sizes (total elements, or
+ * sizes_vary) and what its algorithm moves. */
+static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int nparts, int64_t total,
                     int sizes_vary, int64_t row_elements, const mlc_rows_call *call, char *err,
                     size_t errlen) {
     mlc_tensor tensor = {call->output, call->input, total};
@@ -39,7 +39,7 @@ static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int64
     req.starts = starts;
     mlc_fill_request(&req, team, kind, &tensor, 1, dtype, op, 0, 1);
     req.part = part;
-    req.nparts = 2;
+    req.nparts = nparts;
     req.sizes_vary = sizes_vary;
     req.row_elements = row_elements;
     req.rows = *call;
@@ -55,8 +55,8 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int64_t row_elements, 
     if (!ones) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) ones[r] = 1;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
-                                NULL, ones, 0};
-    int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, rows * row_elements, 1,
+                                NULL, ones, 0, NULL};
+    int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
                       row_elements, &call, err, errlen);
     free(ones);
     return rc;
@@ -72,8 +72,8 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
     if ((all_rows[team->ctx->rank] * row_elements > 0 && !input) || (rows * row_elements > 0 && !output))
         return fail(err, errlen, "invalid allgather arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
-                                NULL, all_rows, 0};
-    return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, rows * row_elements, 0,
+                                NULL, all_rows, 0, NULL};
+    return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, 2, rows * row_elements, 0,
                     row_elements, &call, err, errlen);
 }
 
@@ -88,17 +88,9 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     if (!shares) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
-                                NULL, shares, 0};
-    /* One request (nparts 2 would wait for a second part): part 0 of 1. */
-    mlc_tensor tensor = {output, input, rows * row_elements};
-    int64_t starts[2];
-    mlc_request req = {0};
-    req.tensors = &tensor;
-    req.starts = starts;
-    mlc_fill_request(&req, team, MLC_KIND_REDUCESCATTER, &tensor, 1, dtype, op, 0, 1);
-    req.row_elements = row_elements;
-    req.rows = call;
-    int rc = mlc_run_blocking(team, &req, err, errlen);
+                                NULL, shares, 0, &team->rows_staging};
+    int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, rows * row_elements, 0,
+                      row_elements, &call, err, errlen);
     free(shares);
     return rc;
 }
@@ -117,8 +109,8 @@ int mlc_team_alltoall_splits(mlc_team *team, const int64_t *send_rows, int64_t r
     if (!ones) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) ones[r] = 1;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)send_rows, (char *)recv_rows,
-                                ones, ones, 0};
-    int rc = run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 0, rows * row_elements, 1,
+                                ones, ones, 0, NULL};
+    int rc = run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
                       row_elements, &call, err, errlen);
     free(ones);
     return rc;
@@ -138,7 +130,7 @@ int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_ro
     if ((sent * row_elements > 0 && !input) || (received * row_elements > 0 && !output))
         return fail(err, errlen, "invalid alltoall arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
-                                send_rows, recv_rows, 0};
-    return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, sent * row_elements, 1,
+                                send_rows, recv_rows, 0, NULL};
+    return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, 2, sent * row_elements, 1,
                     row_elements, &call, err, errlen);
 }

@@ -266,6 +266,7 @@ void mlc_team_destroy(mlc_team *team) {
     free(team->fusion);
     free(team->caller_pack);
     free(team->caller_scratch);
+    free(team->rows_staging.data);
     free(team->events);
     pthread_mutex_destroy(&team->lock);
     pthread_mutex_destroy(&team->caller_lock);
@@ -368,8 +369,7 @@ void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {
 
 int mlc_team_set_checks(mlc_team *team, int layout, int finite) {
     if (!team) return MLC_ERR_ARG;
-    team->agree.layout = layout != 0;
-    team->agree.finite = finite != 0;
+    LOCKED_WRITE(team, (team->agree.layout = layout != 0, team->agree.finite = finite != 0));
     return MLC_OK;
 }
 

@@ -101,6 +101,7 @@ struct mlc_team {
     char *caller_pack, *caller_scratch;
     int64_t caller_pack_bytes, caller_scratch_bytes;
     char caller_message[MLC_MSG_LEN];
+    mlc_buffer rows_staging; /* collectives of rows (rows.c), under caller_lock */
 
     mlc_team_stats stats;
     int64_t report_every; /* mlc_team_set_report */

@@ -623,7 +623,7 @@ typedef struct late_inputs {
 
 static void *give_inputs_late(void *p) {
     late_inputs *l = p;
-    struct timespec ts = {0, 900 * 1000 * 1000};
+    struct timespec ts = {1, 500 * 1000 * 1000};
     nanosleep(&ts, NULL);
     mlc_agree_ready(l->ag, l->a, l->in);
     return NULL;
@@ -649,7 +649,7 @@ static void stall_rank(job *j, int rank, mlc_tp *tp) {
         pthread_create(&helper, NULL, give_inputs_late, &l);
     } else {
         if (rank == c->late) {
-            struct timespec ts = {0, 900 * 1000 * 1000};
+            struct timespec ts = {1, 500 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
         mlc_agree_register(&ag, &a, 1, &in);
@@ -675,9 +675,8 @@ static void stall_job(int n, int late, int not_ready) {
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
-    long size = ftell(log);
     fseek(log, 0, SEEK_END);
-    size = ftell(log);
+    long size = ftell(log);
     rewind(log);
     char *text = calloc(1, size + 1);
     if (fread(text, 1, size, log) != (size_t)size) fail("reading the stall log", n, -1, 0, 0, 0);
@@ -690,13 +689,14 @@ static void stall_job(int n, int late, int not_ready) {
             snprintf(want, sizeof want, "rank %d: team 0 request 1 (average of 1 float32 tensor, 4 "
                      "elements) has waited", r);
         int found = strstr(text, want) != NULL;
-        if (r != late && found) {
+        if (r != late && found) { /* some warning of this rank names the late rank alone */
             char named[64];
-            const char *line = strstr(text, want);
             snprintf(named, sizeof named, " for rank %d to reach it\n", late);
-            const char *end = strchr(line, '\n');
-            const char *at = strstr(line, named);
-            if (!at || at > end) found = 0;
+            found = 0;
+            for (const char *line = strstr(text, want); line && !found; line = strstr(line + 1, want)) {
+                const char *at = strstr(line, named), *end = strchr(line, '\n');
+                found = at && at + strlen(named) - 1 == end; /* at the end of this line */
+            }
         }
         if (r == late && not_ready) {
             snprintf(want, sizeof want, "rank %d: team 0 request 1", r);
@@ -729,7 +729,7 @@ static void allgatherv_rank(job *j, int rank, mlc_tp *tp) {
     int64_t *in = malloc((rows[rank] * ROW + 1) * 8), *out = malloc((total * ROW + 1) * 8);
     for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
     memset(out, 0x7b, (total * ROW + 1) * 8);
-    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, (char *)out, NULL, rows, 3};
+    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, (char *)out, NULL, rows, 3, NULL};
     int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
     if (rc) fail("allgatherv", n, rank, -1, rc, 0);
     for (int q = 0, k = 0; q < n; q++)
@@ -758,7 +758,7 @@ static void reduce_scatterv_rank(job *j, int rank, mlc_tp *tp) {
     char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
     fill(in, c->dtype, count, rank, c->op);
     memset(out, 0x7b, (shares[rank] * ROW + 1) * es);
-    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4};
+    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, NULL};
     int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
     if (rc) fail("reduce_scatterv", n, rank, -1, rc, 0);
     for (int64_t i = 0; i < shares[rank] * ROW; i++) {
@@ -789,7 +789,7 @@ static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
     for (int d = 0, k = 0; d < n; d++)
         for (int64_t i = 0; i < send[d] * ROW; i++) in[k++] = rank * 10000 + d * 100 + (int32_t)i;
     memset(out, 0x7b, (received * ROW + 1) * 4);
-    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5};
+    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5, NULL};
     int rc = mlc_algo_find(MLC_ALG_ALLTOALLV_PAIRWISE)->rows(tp, &call);
     if (rc) fail("alltoallv", n, rank, -1, rc, 0);
     for (int s = 0, k = 0; s < n; s++)

@@ -68,19 +68,35 @@ def configure_alike() -> None:
     mc.config_team(0, mc.ALG_AUTO, 0, 0, compression="none")
 
 
-def raises_within_limit(c: Checks, call, what: str) -> str:
+def configure_unlike(session, case: str) -> None:
+    """config_team as CASES says for this rank (the last rank differs or skips it)."""
+    mine, theirs, _ = CASES[case]
+    args = theirs if session.rank == session.nranks - 1 else mine
+    if args is not None:
+        mc.config_team(0, args["alg"], args["ksteps"], args["max_steps"],
+                       compression=args.get("compression"))  # fmt: skip
+
+
+def expect_named(c: Checks, session, case: str, call, errors=(mc.MLCommError,)) -> None:
     """call() raises on this rank at its first or (a pipelined rank, whose first call
-    only starts the reduction) second try, within LIMIT_S; the message."""
-    start = time.monotonic()
+    only starts the reduction) second try, within LIMIT_S, with a message naming the
+    setting, its values and their ranks."""
+    start, text = time.monotonic(), None
     for _ in range(2):
         try:
             call()
-        except mc.MLCommError as e:
-            seconds = time.monotonic() - start
-            c.true(seconds < LIMIT_S, f"{what}: raised after {seconds:.1f} s")
-            return str(e)
-    c.true(False, f"{what}: two calls returned without an error")
-    return ""
+        except errors as e:
+            text = str(e)
+            break
+    seconds = time.monotonic() - start
+    if not c.true(text is not None, f"{case}: two calls returned without an error"):
+        return
+    c.true(seconds < LIMIT_S, f"{case}: raised after {seconds:.1f} s")
+    last = session.nranks - 1
+    names = {"others": ranks_text(list(range(last))), "last": ranks_text([last])}
+    c.true("ranks disagree on team 0 request" in text, text)
+    for w in CASES[case][2]:
+        c.true(w.format(**names) in text, f"the message lacks {w.format(**names)!r}: {text!r}")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -89,18 +105,9 @@ def test_config_team_differs(session, case, count):
     if session.nranks < 2:
         pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
     c = Checks()
-    last = session.nranks - 1
-    mine, theirs, wanted = CASES[case]
-    args = theirs if session.rank == last else mine
-    if args is not None:
-        mc.config_team(0, args["alg"], args["ksteps"], args["max_steps"],
-                       compression=args.get("compression"))  # fmt: skip
+    configure_unlike(session, case)
     grads = [make_input(session.rank, (count,), np.float32, 3)]
-    text = raises_within_limit(c, lambda: mc.gradients(grads), f"{case}, {count} elements")
-    names = {"others": ranks_text(list(range(last))), "last": ranks_text([last])}
-    c.true("ranks disagree on team 0 request" in text, text)
-    for w in wanted:
-        c.true(w.format(**names) in text, f"the message lacks {w.format(**names)!r}: {text!r}")
+    expect_named(c, session, case, lambda: mc.gradients(grads))
     configure_alike()
     out = mc.gradients(grads)
     c.equal(out[0], expected_average((count,), np.float32, session.nranks, 3), "after the mismatch")

@@ -34,6 +34,10 @@ OP_NAMES = (
     "ml_comm_group_wait",
     "ml_comm_allreduce_n",
     "ml_comm_broadcast_n",
+    "ml_comm_allreduce_op",
+    "ml_comm_allgather",
+    "ml_comm_reducescatter",
+    "ml_comm_alltoall",
 )
 
 # A fresh process (the test process has loaded the library already, and TensorFlow
