@@ -3,10 +3,10 @@ the folders below it, its modules form no import circle, and the NumPy API runs 
 importing any framework (a framework comes in only through its backend, when init
 names it).
 
-    ml_comm (__init__, __main__, data, errors) -> keras/, tfcnn/ -> api -> tensorflow/
+    ml_comm (__init__, __main__, data, errors) -> keras/, tfcnn/, horovod/ -> api -> tensorflow/
       -> arrays/ -> faults/, mpi/ -> core/ (and the compiled ml_comm._core)
 
-Folders of one rank (keras/ and tfcnn/; faults/ and mpi/) import nothing of each other.
+Folders of one rank (keras/, tfcnn/ and horovod/; faults/ and mpi/) import nothing of each other.
 Every import statement counts, also one inside a function or under TYPE_CHECKING.
 """
 
@@ -30,6 +30,7 @@ RANK = {
     "api": 4,
     "keras": 5,
     "tfcnn": 5,
+    "horovod": 5,
     "top": 6,
 }
 TOP_MODULES = {"ml_comm", "ml_comm.__main__", "ml_comm.data", "ml_comm.errors"}

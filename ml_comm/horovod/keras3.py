@@ -1,0 +1,60 @@
+"""The Keras 3 differences that Horovod scripts trip over, absorbed by narrow,
+reversible wraps that only this front end installs (docs/horovod.md):
+
+- `model.compile(experimental_run_tf_function=False)`: Keras 3 rejects the argument;
+  the wrap drops that one argument and passes everything else on.
+- `optimizer.variables()`: Keras 3 made `variables` a property holding a list; the list
+  it returns can also be called, returning itself.
+- `optimizer.lr`: Keras 3 names it `learning_rate`; `lr` reads and sets it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import keras
+
+_originals: dict = {}
+
+
+class CallableList(list):
+    """A list that returns itself when called, for `optimizer.variables()`."""
+
+    def __call__(self):
+        return self
+
+
+def install() -> None:
+    if _originals:
+        return
+    model_compile = keras.Model.compile
+    base = keras.optimizers.Optimizer.__mro__[1]  # BaseOptimizer, which defines variables
+    for cls in keras.optimizers.Optimizer.__mro__:
+        if "variables" in cls.__dict__:
+            base = cls
+            break
+    variables = base.__dict__["variables"]
+    _originals.update(compile=model_compile, variables=(base, variables))
+
+    @functools.wraps(model_compile)
+    def compile(self, *args, experimental_run_tf_function=None, **kwargs):
+        return model_compile(self, *args, **kwargs)
+
+    keras.Model.compile = compile
+    base.variables = property(lambda self: CallableList(variables.fget(self)))
+    if not hasattr(keras.optimizers.Optimizer, "lr"):
+        keras.optimizers.Optimizer.lr = property(
+            lambda self: self.learning_rate,
+            lambda self, value: setattr(self, "learning_rate", value),
+        )
+        _originals["lr"] = True
+
+
+def uninstall() -> None:
+    if not _originals:
+        return
+    keras.Model.compile = _originals.pop("compile")
+    base, variables = _originals.pop("variables")
+    base.variables = variables
+    if _originals.pop("lr", False):
+        del keras.optimizers.Optimizer.lr

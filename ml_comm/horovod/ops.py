@@ -1,0 +1,373 @@
+"""Horovod's collectives on tensors, eager and in tf.function, on the session's
+team 0 (docs/horovod.md). Every rank must make the same calls in the same
+order, as with any ml_comm collective; the core compares what each call sends
+and fails on every rank when they differ.
+
+Sums and averages run through ml_comm's gradient op (the fused allreduce);
+Average is the sum divided by the number of ranks, in TensorFlow, as are the
+pre- and postscale factors. Allgather, reducescatter, alltoall and the min, max
+and product reductions are the core's collectives (docs/collectives.md), as
+ml_comm.tensorflow's ops (with gradients).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from .. import tensorflow as binding
+from . import basics
+from .compression import Compression
+
+# Horovod's reduction op codes.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+OP_NAMES = {
+    Average: "Average",
+    Sum: "Sum",
+    Adasum: "Adasum",
+    Min: "Min",
+    Max: "Max",
+    Product: "Product",
+}
+CORE_OPS = {Min: "min", Max: "max", Product: "product", Sum: "sum"}
+
+
+class ProcessSet:
+    """The global process set: every rank of the session. Other sets are not supported."""
+
+    process_set_id = 0
+
+    def __init__(self, ranks=None):
+        if ranks is not None:
+            raise NotImplementedError(
+                "ml_comm.horovod has only the global process set (hvd.global_process_set); "
+                "to reduce several models independently use ml_comm teams (docs/api.md)"
+            )
+
+    def size(self) -> int:
+        return basics.size()
+
+    def rank(self) -> int:
+        return basics.rank()
+
+    def included(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "ProcessSet(global)"
+
+
+global_process_set = ProcessSet()
+
+
+def check_process_set(process_set) -> None:
+    if process_set is not global_process_set and process_set is not None:
+        raise NotImplementedError(
+            f"process_set={process_set!r}: ml_comm.horovod runs every collective on the "
+            f"global process set only; leave process_set out"
+        )
+
+
+def add_process_set(process_set):
+    ProcessSet(getattr(process_set, "ranks", process_set))
+
+
+def remove_process_set(process_set):
+    check_process_set(process_set)
+    raise ValueError("the global process set cannot be removed")
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's rule: `average` (deprecated) and `op` are exclusive; neither means Average."""
+    if op is not None:
+        if average is not None:
+            raise ValueError(
+                "The op parameter supersedes average. Please provide only one of them."
+            )
+        return op
+    if average is not None:
+        return Average if average else Sum
+    return Average
+
+
+def _team_id() -> int:
+    return basics.session().backend.team_ids[0]
+
+
+def _scale(tensor, factor):
+    if factor == 1.0:
+        return tensor
+    if tensor.dtype.is_floating or tensor.dtype.is_complex:
+        return tensor * tf.cast(factor, tensor.dtype)
+    # Integers: scaled in float64 and truncated, as a C cast would.
+    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+
+
+def _check_op(op) -> None:
+    if op == Adasum:
+        raise NotImplementedError(
+            "op=Adasum is not supported by ml_comm.horovod; use op=Average (the default) or op=Sum"
+        )
+    if op not in OP_NAMES:
+        raise ValueError(f"op must be one of hvd.Average, Sum, Min, Max, Product; got {op!r}")
+
+
+def _summed(tensors: list, average: bool = False) -> list:
+    """The element-wise sums (or sums / size) over all ranks of a list of dense tensors,
+    one fused call."""
+    session = basics.session()
+    return binding.gradients(list(tensors), _team_id(), session.size, average=average)
+
+
+def _divided(tensor, n: int):
+    if tensor.dtype.is_floating or tensor.dtype.is_complex:
+        return tensor / tf.cast(n, tensor.dtype)
+    # Integers: divided in float64 and truncated, as a C cast would.
+    return tf.cast(tf.cast(tensor, tf.float64) / n, tensor.dtype)
+
+
+def grouped_allreduce(
+    tensors,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    name=None,
+    ignore_name_scope=False,
+):
+    """Reduce a list of tensors over all ranks (one fused call for Sum/Average)."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    _check_op(op)
+    tensors = list(tensors)
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        return [
+            allreduce(
+                t,
+                op=op,
+                compression=compression,
+                prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor,
+            )
+            for t in tensors
+        ]
+    dense = [tf.convert_to_tensor(t) for t in tensors]
+    compressed = [compression.compress(_scale(t, prescale_factor)) for t in dense]
+    wire = [c[0] for c in compressed]
+    n = basics.size()
+    core_average = op == Average and all(t.dtype.is_floating for t in wire)
+    if op in (Sum, Average):
+        # Floating averages divide by size in the core (sum / size, as ml_comm's gradients).
+        reduced = _summed(wire, average=core_average) if wire else []
+    else:
+        reduced = [binding.allreduce(t, CORE_OPS[op], 0) for t in wire]
+    out = []
+    for (_, ctx), r in zip(compressed, reduced):
+        r = compression.decompress(r, ctx)
+        if op == Average and not core_average:
+            r = _divided(r, n)
+        out.append(_scale(r, postscale_factor))
+    return out
+
+
+def allreduce(
+    tensor,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+):
+    """Reduce a tensor over all ranks; an IndexedSlices is gathered (Sum/Average only)."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    _check_op(op)
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (Sum, Average):
+            raise NotImplementedError(
+                "allreduce of tf.IndexedSlices supports op=Sum and op=Average only; "
+                "densify it first (tf.convert_to_tensor) or use sparse_as_dense=True"
+            )
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise NotImplementedError(
+                "prescale_factor/postscale_factor are not supported with tf.IndexedSlices"
+            )
+        values = allgather(tensor.values)
+        indices = allgather(tensor.indices)
+        if op == Average:
+            values = _divided(values, basics.size())
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    return grouped_allreduce(
+        [tensor],
+        op=op,
+        compression=compression,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+    )[0]
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenate every rank's tensor along the first dimension (which may differ)."""
+    check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    if tensor.shape.rank == 0:
+        raise ValueError("allgather needs a tensor of at least one dimension, got a scalar")
+    return binding.allgather(tensor, 0)
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    check_process_set(process_set)
+    return [allgather(t) for t in tensors]
+
+
+def reducescatter(
+    tensor,
+    device_dense="",
+    compression=Compression.none,
+    op=Average,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
+    """Reduce over all ranks and keep this rank's slice of the first dimension."""
+    check_process_set(process_set)
+    _check_op(op)
+    if op not in (Sum, Average):
+        raise NotImplementedError("reducescatter supports op=Sum and op=Average")
+    wire, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
+    out = compression.decompress(binding.reducescatter(wire, "sum", 0), ctx)
+    return _scale(_divided(out, basics.size()) if op == Average else out, postscale_factor)
+
+
+def grouped_reducescatter(
+    tensors,
+    device_dense="",
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
+    return [
+        reducescatter(
+            t,
+            compression=compression,
+            op=op,
+            process_set=process_set,
+            prescale_factor=prescale_factor,
+            postscale_factor=postscale_factor,
+        )
+        for t in tensors
+    ]
+
+
+def alltoall(
+    tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set
+):
+    """Send splits[i] rows of tensor to rank i; returns (received, received_splits)."""
+    check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    received, counts = binding.alltoall(tensor, splits, 0)
+    return received, tf.cast(counts, tf.int32)
+
+
+# Broadcast moves values unchanged, so a dtype the core has no code for travels as one it
+# has: small integers and bool cast (exactly) to int32, others reinterpreted bit for bit.
+_CAST_TO_INT32 = (tf.bool, tf.int8, tf.uint8, tf.int16, tf.uint16)
+_BITCAST = {
+    tf.uint32: tf.int32,
+    tf.uint64: tf.int64,
+    tf.complex64: tf.float32,
+    tf.complex128: tf.float64,
+}
+
+
+def broadcast(
+    tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set
+):
+    """root_rank's tensor on every rank (any numeric or bool dtype a variable can have)."""
+    check_process_set(process_set)
+    return _broadcast_list([tensor], root_rank)[0]
+
+
+def _carrier(t):
+    if t.dtype in binding.SUPPORTED:
+        return t
+    if t.dtype in _CAST_TO_INT32:
+        return tf.cast(t, tf.int32)
+    if t.dtype in _BITCAST:
+        return tf.bitcast(t, _BITCAST[t.dtype])
+    raise TypeError(f"ml_comm.horovod cannot broadcast a tensor of dtype {t.dtype.name}")
+
+
+def _broadcast_list(tensors, root_rank):
+    dense = [tf.convert_to_tensor(t) for t in tensors]
+    if not dense:
+        return []
+    carried = [_carrier(t) for t in dense]
+    session = basics.session()
+    received = binding.broadcast(carried, _team_id(), session.check_root(root_rank))
+    out = []
+    for original, value in zip(dense, received):
+        if value.dtype == original.dtype:
+            out.append(value)
+        elif original.dtype in _CAST_TO_INT32:
+            out.append(tf.cast(value, original.dtype))
+        else:
+            out.append(tf.bitcast(value, original.dtype))
+    return out
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Assign root_rank's values to the variables in place; returns them."""
+    check_process_set(process_set)
+    variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
+    for v, value in zip(
+        variables, _broadcast_list([tf.convert_to_tensor(v) for v in variables], root_rank)
+    ):
+        v.assign(value)
+    return variables
+
+
+def join(device=""):
+    """Horovod's join lets ranks with fewer batches stop early; ml_comm needs equal steps."""
+    raise NotImplementedError(
+        "hvd.join(): ml_comm pairs collectives by call order and needs every rank to make "
+        "the same number of steps; use ml_comm.data.equal_steps to agree on them"
+    )
+
+
+def size_op(process_set_id=0, name=None):
+    return tf.constant(basics.size(), tf.int32)
+
+
+def local_size_op(name=None):
+    return tf.constant(basics.local_size(), tf.int32)
+
+
+def rank_op(name=None):
+    return tf.constant(basics.rank(), tf.int32)
+
+
+def local_rank_op(name=None):
+    return tf.constant(basics.local_rank(), tf.int32)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    check_process_set(None if process_set_id == 0 else process_set_id)
+    return tf.constant(1, tf.int32)

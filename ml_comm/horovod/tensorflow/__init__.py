@@ -1,0 +1,57 @@
+"""`horovod.tensorflow` on ml_comm: process queries, collectives, training wrappers."""
+
+from __future__ import annotations
+
+from .. import keras3
+from ..basics import *  # noqa: F403  (the process queries and build flags)
+from ..compression import Compression
+from ..functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables
+from ..ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    ProcessSet,
+    Product,
+    Sum,
+    add_process_set,
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    broadcast_,
+    global_process_set,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    handle_average_backwards_compatibility,
+    join,
+    local_rank_op,
+    local_size_op,
+    process_set_included_op,
+    rank_op,
+    reducescatter,
+    remove_process_set,
+    size_op,
+)
+from ..surface import (
+    BroadcastGlobalVariablesHook,
+    LocalGradientAggregationHelper,
+    SyncBatchNormalization,
+    broadcast_global_variables,
+    check_extension,
+    check_num_rank_power_of_2,
+    device_compatibility_check,
+    gpu_available,
+    refs_to_vars,
+    split_list,
+    vars_to_refs,
+)
+from ..training import DistributedGradientTape, DistributedOptimizer, PartialDistributedGradientTape
+from . import elastic  # noqa: E402  (after the names it uses)
+
+keras3.install()
+
+__all__ = [
+    name for name in dir() if not name.startswith("_") and name not in ("annotations", "keras3")
+]
