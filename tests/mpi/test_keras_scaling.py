@@ -350,16 +350,24 @@ def test_model_compiled_and_trained_before_init(keras_session):
     c.finish()
 
 
-def test_opted_out_model_trains_alone(keras_session):
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_opted_out_model_trains_alone(keras_session, policy):
+    """set_team(model, None): no collective on team 0 (a LossScaleOptimizer's inner
+    apply included) and weights of its own on every rank."""
     c = Checks()
     r, n = keras_session
-    model = make_model(r, ("sgd", 0.05))
-    mk.set_team(model, None)
-    c.true(mk.get_team(model) is None, "get_team of an opted-out model")
-    before = mc.team_stats(0)["calls"]
-    x, y = data(2 * B, seed=12 + r)  # each rank its own data and weights
-    model.fit(x, y, batch_size=B, epochs=1, verbose=0)
-    c.true(mc.team_stats(0)["calls"] == before, "an opted-out model used team 0")
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = make_model(r, ("sgd", 0.05))
+        mk.set_team(model, None)
+        c.true(mk.get_team(model) is None, "get_team of an opted-out model")
+        before = mc.team_stats(0)["calls"]
+        x, y = data(2 * B, seed=12 + r)  # each rank its own data and weights
+        model.fit(x, y, batch_size=B, epochs=1, verbose=0)
+        used = mc.team_stats(0)["calls"] - before
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    c.true(used == 0, f"{policy}: an opted-out model made {used} collectives on team 0")
     digests = comm_world().allgather(tuple(w.tobytes() for w in model.get_weights()))
-    c.true(n == 1 or len(set(digests)) == n, "opted-out models should differ on every rank")
+    c.true(len(set(digests)) == n, f"{policy}: opted-out models should differ on every rank")
     c.finish()

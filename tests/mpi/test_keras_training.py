@@ -231,6 +231,34 @@ def test_custom_loop(keras_session, mode):
     c.finish()
 
 
+def test_traced_loop_with_restored_iterations_syncs_weights(keras_session):
+    """An optimizer whose iterations are already past 0 (restored from a checkpoint, or
+    trained before init), different weights on every rank, a traced custom loop: the
+    first update still broadcasts rank 0's weights, and training equals the reference."""
+    c = Checks()
+    r, n = keras_session
+    x, y = global_data(n, seed=5)
+    xs, ys = shard(x, r, n), shard(y, r, n)
+    model = make_model(500 + r)  # not registered: the first update syncs it
+    optimizer = model.optimizer
+    optimizer.build(model.trainable_variables)
+    optimizer.iterations.assign(7 + r)  # as each rank's own checkpoint left it
+    initial = comm_world().bcast([w.copy() for w in model.get_weights()], root=0)
+
+    @tf.function
+    def step(xb, yb):
+        optimizer.apply(mse_grads(model, xb, yb), model.trainable_variables)
+
+    ref = reference_model(initial)
+    for s in range(STEPS):
+        step(tf.constant(xs[s * B : (s + 1) * B]), tf.constant(ys[s * B : (s + 1) * B]))
+        grads = mse_grads(ref, x[s * n * B : (s + 1) * n * B], y[s * n * B : (s + 1) * n * B])
+        ref.optimizer.apply(grads, ref.trainable_variables)
+    c.same_on_all_ranks(model.get_weights(), "restored iterations: weights after training")
+    check_close(c, model.get_weights(), ref.get_weights(), "restored iterations")
+    c.finish()
+
+
 def test_lazily_built_model(keras_session):
     """A Sequential without Input is built inside the first traced step: its weights are
     broadcast in that step's graph, before the first update, and stay identical."""
