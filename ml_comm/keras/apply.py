@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from .. import api as mc
 from .. import tensorflow as tf_binding
+from . import sparse
 
 SUPPORTED_DTYPES = frozenset(tf_binding.SUPPORTED)  # the core's dtypes
 
@@ -111,9 +112,29 @@ def _average(optimizer, state: OptimizerState, grads: list, variables: list | No
     if all(g is None for g in grads):
         return grads
     steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
-    if steps < 2:
+    if steps >= 2:  # Keras's accumulators are dense: so are the gradients it sums
+        return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)
+    if not any(sparse.is_sparse(g) for g in grads):
         return mc.gradients(grads, state.team)
-    return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)
+    rank, nranks = mc.get_rank(), mc.get_nranks()
+    if nranks == 1:
+        return grads  # sparse ones as they are; dense ones are their own average
+    # One reduction for all: the dense gradients and the sparse ones' stacks (sparse.py).
+    flat, where = [], []
+    for g in grads:
+        if sparse.is_sparse(g):
+            where.append(len(flat))
+            flat.extend(sparse.stacks(g, rank, nranks))
+        else:
+            where.append(len(flat))
+            flat.append(g)
+    averaged = mc.gradients(flat, state.team)
+    return [
+        sparse.gathered(g, averaged[at], averaged[at + 1], nranks)
+        if sparse.is_sparse(g)
+        else averaged[at]
+        for g, at in zip(grads, where)
+    ]
 
 
 def _accumulate_then_average(optimizer, team, steps: int, grads: list, variables) -> list:

@@ -371,3 +371,36 @@ def test_opted_out_model_trains_alone(keras_session, policy):
     digests = comm_world().allgather(tuple(w.tobytes() for w in model.get_weights()))
     c.true(len(set(digests)) == n, f"{policy}: opted-out models should differ on every rank")
     c.finish()
+
+
+def embedding_model(seed: int) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 4),
+         keras.layers.Flatten(), keras.layers.Dense(D_OUT)]
+    )  # fmt: skip
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    return model
+
+
+def test_embedding_with_adam_gets_sparse_gradients(keras_session):
+    """An Embedding's gradient reaches Adam as IndexedSlices of the global batch (Adam
+    then updates only the rows looked up), as in one process: within 1e-6."""
+    c = Checks()
+    r, n = keras_session
+    rng = np.random.default_rng(21)
+    x = rng.integers(0, 6, size=(STEPS * n * B, 3)).astype(np.int32)  # rows 6..9 unused
+    y = rng.integers(-3, 4, size=(STEPS * n * B, D_OUT)).astype(np.float32)
+    model = embedding_model(r)
+    initial = rank0_weights(model)
+    rows = rows_of(r, n, STEPS)
+    model.fit(x[rows], y[rows], batch_size=B, epochs=EPOCHS, shuffle=False, verbose=0)
+    ref = embedding_model(12345)
+    mk.set_team(ref, None)
+    ref.set_weights(initial)
+    ref.fit(x, y, batch_size=n * B, epochs=EPOCHS, shuffle=False, verbose=0)
+    c.same_on_all_ranks(model.get_weights(), "embedding: weights after fit")
+    for i, (w, want) in enumerate(zip(model.get_weights(), ref.get_weights())):
+        err = float(np.max(np.abs(w - want)))
+        c.true(err <= 1e-6, f"embedding: weight {i} differs from one process by {err:.3g}")
+    c.finish()
