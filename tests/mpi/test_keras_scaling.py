@@ -404,3 +404,31 @@ def test_embedding_with_adam_gets_sparse_gradients(keras_session):
         err = float(np.max(np.abs(w - want)))
         c.true(err <= 1e-6, f"embedding: weight {i} differs from one process by {err:.3g}")
     c.finish()
+
+
+@pytest.mark.parametrize("mid_epoch", [True, False])
+def test_a_callback_stopping_one_rank_stops_every_rank(keras_session, mid_epoch):
+    """TerminateOnNaN seeing a NaN loss on the last rank only (mid_epoch), or a callback
+    that stops the last rank at the end of the first epoch: every rank stops at the same
+    step, fit returns normally, and the team goes on working."""
+    c = Checks()
+    r, n = keras_session
+    x, y = data(STEPS * B, seed=30 + r)
+    model = make_model(r, ("sgd", 0.05))
+    if mid_epoch:
+        if r == n - 1:
+            x[2 * B] = np.nan  # the third batch's loss is NaN on this rank alone
+        callbacks = [keras.callbacks.TerminateOnNaN()]
+    else:
+
+        class StopHere(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                self.model.stop_training = r == n - 1
+
+        callbacks = [StopHere()]
+    model.fit(x, y, batch_size=B, epochs=EPOCHS, shuffle=False, verbose=0, callbacks=callbacks)
+    steps = int(model.optimizer.iterations.numpy())
+    want = 3 if mid_epoch else STEPS
+    c.true(steps == want, f"stopped after {steps} steps, want {want}")
+    c.true(mc.average(np.full(3, float(r))).tolist() == [(n - 1) / 2] * 3, "team after fit")
+    c.finish()
