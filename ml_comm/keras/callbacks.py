@@ -9,8 +9,9 @@ which changes three things, so that a serial script's callbacks work unchanged a
   and optimizer variables (a broadcast), so that all ranks continue from the very same
   state; ranks that found another epoch (a backup directory that not every rank sees)
   fail on every rank with both epochs named.
-* `keras.callbacks.ModelCheckpoint` runs on rank 0 only (the weights are the same on
-  every rank; `GlobalMetrics` gives it the averaged metrics).
+* `keras.callbacks.ModelCheckpoint`, `CSVLogger` and `TensorBoard` run on rank 0 only
+  (the weights are the same on every rank; `GlobalMetrics` gives them the averaged
+  metrics).
 * `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
   received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
   same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
@@ -266,7 +267,7 @@ def fit_callbacks(callbacks: list, team: int) -> list:
     for c in callbacks:
         if isinstance(c, keras.callbacks.BackupAndRestore):
             c = RankZeroBackup(c, stopper.state, team)
-        elif isinstance(c, keras.callbacks.ModelCheckpoint):
+        elif isinstance(c, _WRITE_FILES):
             c = RankZeroOnly(c)
         out.append(c)
     out.append(stopper)
@@ -299,6 +300,15 @@ def _may_stop_after(callback, hooks: tuple[str, ...]) -> bool:
         return False
     base = keras.callbacks.Callback
     return any(getattr(type(callback), h) is not getattr(base, h) for h in hooks)
+
+
+# Callbacks that write files: the same on every rank (global metrics, one set of
+# weights), so rank 0 alone writes them, as one process would.
+_WRITE_FILES = (
+    keras.callbacks.ModelCheckpoint,
+    keras.callbacks.CSVLogger,
+    keras.callbacks.TensorBoard,
+)
 
 
 def _catch_signals() -> None:

@@ -187,8 +187,9 @@ def _evaluate(original):
         results = cb.test_results if cb is not None else sum_metric_states(self, team)
         if want_dict:
             return dict(results)
-        values = list(results.values())  # Keras' order: the model's metrics, in order
-        return values[0] if len(values) == 1 else values
+        # Keras's own list order (its private Model._flatten_metrics_in_order, checked
+        # against the installed Keras by tests/mpi/test_keras_scaling.py).
+        return self._flatten_metrics_in_order(dict(results))
 
     return evaluate
 
@@ -201,6 +202,7 @@ def _predict(original):
         bound = bind(self, args, kwargs) if team_of(self) is not None else None
         if bound is None:
             return original(self, *args, **kwargs)
+        prepare(self)  # rank 0's weights first, as before fit and evaluate
         _quiet_unless_rank0(bound.arguments)
         return original(*bound.args, **bound.kwargs)
 
