@@ -231,10 +231,15 @@ def _local_steps(arguments) -> tuple[int, int]:
     if isinstance(x, tf.data.Dataset):
         cardinality = int(x.cardinality())
         return (cardinality if cardinality >= 0 else -1), -1
+    if isinstance(x, keras.utils.PyDataset):
+        try:
+            return int(len(x)), -1
+        except (TypeError, NotImplementedError):
+            return -1, -1
     samples = _sample_count(x)
     if samples < 0:
         return -1, -1
-    split = float(arguments.get("validation_split") or 0.0)
+    split = _validation_split(arguments)
     train = int(math.floor(samples * (1.0 - split))) if split else samples
     batch = int(arguments.get("batch_size") or 32)
     return math.ceil(train / batch), train
@@ -286,6 +291,10 @@ def _agree_on_steps(arguments, team: int) -> None:
     elif arguments.get("steps_per_epoch") is not None:
         arguments["steps_per_epoch"] = fewest
         what = f"steps_per_epoch {_listing(all_steps)}"
+    elif isinstance(arguments["x"], keras.utils.PyDataset):
+        arguments["x"] = _FirstBatches(arguments["x"], fewest)
+        dropped = _listing(s - fewest for s in all_steps)
+        what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     else:
         arguments["x"] = arguments["x"].take(fewest)  # a tf.data.Dataset
         dropped = _listing(s - fewest for s in all_steps)
@@ -299,6 +308,38 @@ def _agree_on_steps(arguments, team: int) -> None:
         )
 
 
+class _FirstBatches(keras.utils.PyDataset):
+    """The first `count` batches of a PyDataset, every epoch (steps_per_epoch would go on
+    where the previous epoch stopped)."""
+
+    def __init__(self, inner: keras.utils.PyDataset, count: int):
+        super().__init__(
+            workers=inner.workers,
+            use_multiprocessing=inner.use_multiprocessing,
+            max_queue_size=inner.max_queue_size,
+        )
+        self.inner, self.count = inner, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        return self.inner[index]
+
+    def on_epoch_begin(self):
+        self.inner.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self.inner.on_epoch_end()
+
+
+def _validation_split(arguments) -> float:
+    """The split Keras takes: none when validation_data is given (it wins, as in Keras)."""
+    if arguments.get("validation_data") is not None:
+        return 0.0
+    return float(arguments.get("validation_split") or 0.0)
+
+
 def _listing(values) -> str:
     return ", ".join(str(v) for v in values)
 
@@ -307,7 +348,7 @@ def _truncate_arrays(arguments, keep: int) -> None:
     """Keep the first `keep` training samples of x, y and sample_weight; a validation
     split is taken first, from all samples, as Keras would."""
     names = [n for n in ("x", "y", "sample_weight") if arguments.get(n) is not None]
-    split = float(arguments.get("validation_split") or 0.0)
+    split = _validation_split(arguments)
     if split:
         samples = _sample_count(arguments["x"])
         at = int(math.floor(samples * (1.0 - split)))

@@ -502,3 +502,42 @@ def test_file_writing_callbacks_write_on_rank0_only(keras_session, tmp_path):
     if r == 0:
         c.true(len(path.read_text().splitlines()) == 1 + EPOCHS, "CSVLogger rows")
     c.finish()
+
+
+def test_validation_data_wins_over_validation_split_on_uneven_arrays(keras_session):
+    """As in Keras, validation_data makes validation_split ignored: every training sample
+    trains (cut to the fewest, 2 * B here), none is split off."""
+    c = Checks()
+    r, n = keras_session
+    model = make_model(70, ("sgd", 0.05))
+    x, y = data(2 * B + r, seed=71 + r)  # uneven: rank r has 2 * B + r samples
+    vx, vy = data(B, seed=72)
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=False,
+              validation_data=(vx, vy), validation_split=0.5)  # fmt: skip
+    steps = int(model.optimizer.iterations.numpy())
+    c.true(steps == 2, f"{steps} training steps, want 2 (no split taken)")
+    c.finish()
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, x, y, batch: int):
+        super().__init__()
+        self.x, self.y, self.batch = x, y, batch
+
+    def __len__(self):
+        return len(self.x) // self.batch
+
+    def __getitem__(self, i):
+        rows = slice(i * self.batch, (i + 1) * self.batch)
+        return self.x[rows], self.y[rows]
+
+
+def test_pydataset_of_different_lengths_runs_the_fewest_batches(keras_session):
+    c = Checks()
+    r, n = keras_session
+    model = make_model(80, ("sgd", 0.05))
+    x, y = data((3 + r) * B, seed=81 + r)  # rank r: 3 + r batches
+    model.fit(Batches(x, y, B), epochs=EPOCHS, verbose=0)
+    steps = int(model.optimizer.iterations.numpy())
+    c.true(steps == 3 * EPOCHS, f"{steps} training steps, want {3 * EPOCHS}")
+    c.finish()
