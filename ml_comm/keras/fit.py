@@ -158,9 +158,10 @@ def _fit(original):
         _agree_on_steps(arguments, team)
         try:
             return original(*bound.args, **bound.kwargs)
-        except MLCommError:
-            raise
         except Exception as exc:
+            _explain_finite_check_with_loss_scaling(self, exc)
+            if isinstance(exc, MLCommError):
+                raise
             if cb is not None and cb.in_epoch and "submitted" in str(exc):
                 raise MLCommError(
                     f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
@@ -170,6 +171,23 @@ def _fit(original):
             raise
 
     return fit
+
+
+def _explain_finite_check_with_loss_scaling(model, exc: Exception) -> None:
+    """ML_COMM_CHECK_FINITE=1 fails the reduction of an overflowing loss-scaled step,
+    which a LossScaleOptimizer would skip (lowering its scale): say so."""
+    optimizer = getattr(model, "optimizer", None)
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return
+    if "NaN or Inf" not in str(exc) or not mc._active().guard.finite:
+        return
+    cause = next(line for line in str(exc).splitlines() if "NaN or Inf" in line).strip()
+    raise MLCommError(
+        f"{cause}. ML_COMM_CHECK_FINITE=1 is on, and this model's "
+        "LossScaleOptimizer expects an occasional Inf in its scaled gradients (it would "
+        "skip the step and lower the scale); the check fails the step on every rank "
+        "instead. Leave ML_COMM_CHECK_FINITE off with loss scaling (mixed_float16)."
+    ) from exc
 
 
 def _evaluate(original):
