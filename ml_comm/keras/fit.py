@@ -35,7 +35,7 @@ from .. import api as mc
 from ..core.errors import MLCommError
 from . import apply
 from .apply import broadcast_model_weights
-from .callbacks import fit_callbacks
+from .callbacks import StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
 from .teams import forget_all, team_of
 
@@ -155,7 +155,8 @@ def _fit(original):
         arguments = bound.arguments
         # Backups and checkpoints on rank 0, every rank stopping together on a signal.
         arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team)
-        _agree_on_steps(arguments, team)
+        stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
+        _agree_on_steps(arguments, team, stopper)
         try:
             return original(*bound.args, **bound.kwargs)
         except Exception as exc:
@@ -272,9 +273,11 @@ def _sample_count(x) -> int:
     return int(leaves[0].shape[0])
 
 
-def _agree_on_steps(arguments, team: int) -> None:
+def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
     """Make every rank run the same number of training steps per epoch, the smallest
     rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
+    The same allreduce tells every rank whether any rank's callbacks may stop training
+    after a batch or an epoch (the ranks' callbacks may differ): then all agree there.
 
     Arrays of different lengths are all cut to the shortest, so that every step's
     batches are the same size on every rank too (the average of the ranks' gradients is
@@ -284,9 +287,13 @@ def _agree_on_steps(arguments, team: int) -> None:
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
         return
-    table = np.zeros(2 * nranks, np.float64)
+    table = np.zeros(2 * nranks + 2, np.float64)
     table[rank], table[nranks + rank] = steps, samples
+    table[2 * nranks :] = stopper.agree_per_batch, stopper.agree_per_epoch
     mc.allreduce_sum(table, team)
+    stopper.agree_per_batch = bool(table[2 * nranks] > 0)
+    stopper.agree_per_epoch = bool(table[2 * nranks + 1] > 0)
+    table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
     if min(all_steps) < 0:
