@@ -300,6 +300,22 @@ def steps_note() -> str:
     )
 
 
+def share_accumulators(optimizer, team: int) -> None:
+    """Replace every rank's gradient accumulators by their average over the ranks
+    (collective; eager). The next update averages `gradient + accumulator` over the
+    ranks, which the average of the accumulators leaves as it was; afterwards they are
+    one state on every rank, so that a checkpoint written by rank 0 holds what each
+    rank needs to resume the cycle."""
+    accumulators = [
+        a for a in getattr(optimizer, "_accumulated_gradients", None) or [] if a is not None
+    ]
+    if not accumulators or mc.get_nranks() == 1:
+        return
+    averaged = mc.gradients([tf.convert_to_tensor(a) for a in accumulators], team)
+    for a, value in zip(accumulators, averaged):
+        a.assign(value)
+
+
 def broadcast_model_weights(model, root: int = 0) -> None:
     """Root's weights and built optimizer variables on every rank (collective; eager)."""
     optimizer = getattr(model, "optimizer", None)

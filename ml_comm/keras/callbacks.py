@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import api as mc
 from ..faults import requeue, stop
-from .apply import broadcast_model_weights
+from .apply import broadcast_model_weights, share_accumulators
 from .metrics import GlobalMetrics
 
 # EX_TEMPFAIL of sysexits.h: "try again later". What every rank exits with after a
@@ -212,6 +212,11 @@ class RankZeroBackup(_Wrapper):
             self.inner.on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
+        # Gradient accumulation: each rank's partial sums become their average, so that
+        # rank 0's backup holds every rank's (apply.share_accumulators).
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            share_accumulators(optimizer, self.team)
         # A stop in the middle of an epoch: Keras would record the epoch as done.
         if self.writes and (not self.state.stopped or self.state.epoch_complete):
             self.inner.on_epoch_end(epoch, logs)
