@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simgrid_packages import ensure_simgrid
-from suite_summary import SuiteSkips, skips_from_junit, summary_line
+from suite_summary import SuiteSkips, matrix_failure, skips_from_junit, summary_line
 from testbed_packages import ensure_testbed_packages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,11 +262,18 @@ def cmd_test() -> int:
     if run(san, timeout=MPI_RUN_TIMEOUT_S) != 0:
         failures.append("C core with MPI-3 calls and messages split into derived types")
     for n in TEST_RANKS:
-        rc = mpirun(
-            n, [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider", "tests/mpi"]
-        )
+        with tempfile.TemporaryDirectory(prefix="ml_comm-junit-") as tmp:
+            # Each rank's report (pytest expands $PMI_RANK, which the launcher sets); rank
+            # 0's says whether the matrix ran: a run that skipped everything fails too.
+            junit = Path(tmp) / "rank$PMI_RANK.xml"
+            pytest = [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider"]
+            rc = mpirun(n, [*pytest, f"--junit-xml={junit}", "tests/mpi"])
+            report = Path(tmp) / "rank0.xml"
+            ran = skips_from_junit(report.read_text()) if report.exists() else None
         if rc != 0:
             failures.append(f"mpi n={n} (exit {rc})")
+        elif n > 1 and (why := matrix_failure(f"mpi n={n}", ran)):
+            failures.append(why)
     for kind, n in SUB_COMM_RUNS:
         pytest = [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider"]
         env = {**os.environ, "ML_COMM_TEST_COMM": kind}

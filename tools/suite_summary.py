@@ -47,6 +47,19 @@ def skips_from_junit(xml_text: str) -> SuiteSkips:
     return out
 
 
+def matrix_failure(label: str, report: SuiteSkips | None) -> str | None:
+    """Why a multi-rank run counts as failed although its exit status was 0: it wrote no
+    report, ran no test, or skipped every test (then nothing was checked at that rank
+    count). None when tests ran."""
+    if report is None:
+        return f"{label}: no test report (did the ranks start?)"
+    if report.total == 0:
+        return f"{label}: no test ran"
+    if report.all_skipped:
+        return f"{label}: every test skipped ({'; '.join(report.reasons)})"
+    return None
+
+
 def describe_skips(skips: dict[str, SuiteSkips]) -> str:
     """'testbed (all 9 tests: needs root), tfcnn (2 of 5 tests: ...)'; '' when none skipped."""
     parts = []

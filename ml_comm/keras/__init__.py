@@ -238,7 +238,9 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def scale_learning_rate(learning_rate, warmup_steps: int = 0):
     """The learning rate for `get_nranks()` times the batch: `learning_rate * nranks`
     (linear scaling), reached after `warmup_steps` optimizer steps that ramp up from
-    `learning_rate` (a WarmupSchedule). learning_rate: a float or a LearningRateSchedule."""
+    `learning_rate` (a WarmupSchedule). learning_rate: a float or a LearningRateSchedule.
+    A schedule cannot be lowered by keras.callbacks.ReduceLROnPlateau (Keras raises a
+    TypeError); with that callback use warmup_steps=0 (a float)."""
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     nranks = mc.get_nranks()

@@ -13,10 +13,11 @@ becomes inf on every rank and all of them skip the step and lower the scale toge
 the inner optimizer's `apply` then passes the averaged gradients through untouched.
 
 Gradient accumulation (`gradient_accumulation_steps=k`): the micro-steps' gradients are
-summed here, on each rank, and averaged over the ranks once, on the micro-step where
-Keras applies them; Keras is handed zeros on the other micro-steps (its own accumulators
-then add nothing), and `sum / k` on the update step, which is what one process over the
-global batch applies. One reduction per applied update instead of one per micro-step.
+summed in Keras's own accumulators, on each rank, and averaged over the ranks once, on
+the micro-step where Keras applies them (`_accumulate_then_average`). The phase and the
+partial sums are Keras's optimizer variables, so they are checkpointed with it and a
+resumed run continues the cycle exactly. One reduction per applied update instead of one
+per micro-step.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import keras
 import numpy as np
@@ -32,6 +33,7 @@ import tensorflow as tf
 
 from .. import api as mc
 from .. import tensorflow as tf_binding
+from . import sparse
 
 SUPPORTED_DTYPES = frozenset(tf_binding.SUPPORTED)  # the core's dtypes
 
@@ -41,8 +43,7 @@ class OptimizerState:
     team: int | None = 0  # None: the user opted this optimizer out (trains alone)
     model: weakref.ref | None = None  # the model whose weights the first update syncs
     pending_broadcast: bool = True
-    micro_steps: tf.Variable | None = None  # accumulation: applies made so far
-    accumulators: dict = field(default_factory=dict)  # accumulation: key -> tf.Variable
+    broadcast_in_graph: tf.Variable | None = None  # set by a traced step's first run
 
 
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -87,13 +88,13 @@ def _hooked(original):
         if getattr(_nesting, "depth", 0) > 0:
             return original(self, grads, trainable_variables)
         state = state_of(self)
-        if state.team is None:
-            return original(self, grads, trainable_variables)
-        grads = list(grads)
-        if trainable_variables is not None:
-            trainable_variables = list(trainable_variables)
-        _nesting.depth = 1
+        _nesting.depth = 1  # a LossScaleOptimizer's inner apply is part of this call
         try:
+            if state.team is None:  # opted out: neither this apply nor the inner one
+                return original(self, grads, trainable_variables)
+            grads = list(grads)
+            if trainable_variables is not None:
+                trainable_variables = list(trainable_variables)
             if state.pending_broadcast:
                 grads = _sync_before_first_update(self, state, grads, trainable_variables)
             grads = _average(self, state, grads, trainable_variables)
@@ -111,45 +112,74 @@ def _average(optimizer, state: OptimizerState, grads: list, variables: list | No
     if all(g is None for g in grads):
         return grads
     steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
-    if steps < 2:
+    if steps >= 2:  # Keras's accumulators are dense: so are the gradients it sums
+        return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)
+    if not any(sparse.is_sparse(g) for g in grads):
         return mc.gradients(grads, state.team)
-    return _accumulate_then_average(state, int(steps), grads, variables)
+    rank, nranks = mc.get_rank(), mc.get_nranks()
+    if nranks == 1:
+        return grads  # sparse ones as they are; dense ones are their own average
+    # One reduction for all: the dense gradients and the sparse ones' stacks (sparse.py).
+    flat, where = [], []
+    for g in grads:
+        if sparse.is_sparse(g):
+            where.append(len(flat))
+            flat.extend(sparse.stacks(g, rank, nranks))
+        else:
+            where.append(len(flat))
+            flat.append(g)
+    averaged = mc.gradients(flat, state.team)
+    return [
+        sparse.gathered(g, averaged[at], averaged[at + 1], nranks)
+        if sparse.is_sparse(g)
+        else averaged[at]
+        for g, at in zip(grads, where)
+    ]
 
 
-def _accumulate_then_average(state, steps: int, grads: list, variables: list | None) -> list:
+def _accumulate_then_average(optimizer, team, steps: int, grads: list, variables) -> list:
+    """Accumulation in Keras's own, checkpointed state, so that a restored optimizer (a
+    BackupAndRestore resume) continues the cycle exactly where it stopped.
+
+    Keras (`BaseOptimizer._backend_apply_gradients`) adds each micro-step's gradient to
+    `_accumulated_gradients` and, on the micro-step where `(_iterations + 1) % steps == 0`,
+    applies `(grad + accumulated) / steps` and zeroes the accumulators. Both are
+    optimizer variables, saved and restored with it. On the accumulating micro-steps this
+    rank's own gradients go to Keras as they are; on the update micro-step the rank's
+    total (gradient + Keras's accumulator) is averaged over the ranks (one reduction per
+    applied update), Keras's accumulators are zeroed first, and the average is handed on:
+    Keras then applies `average / steps`, what one process over the global batch applies.
+    Private names read (checked against the installed Keras by tests/unit/test_keras_private.py):
+    `_iterations`, `_accumulated_gradients`, `_get_variable_index`.
+    """
+    if variables is None:
+        variables = list(optimizer._trainable_variables)
+    elif not optimizer.built:
+        with keras.name_scope(optimizer.name, caller=optimizer):
+            optimizer.build(variables)
     present = [i for i, g in enumerate(grads) if g is not None]
-    dense = [tf.convert_to_tensor(grads[i]) for i in present]
-    with tf.init_scope():  # our own variables, created eagerly even while tracing
-        if state.micro_steps is None:
-            state.micro_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
-        accumulators = []
-        for i, g in zip(present, dense):
-            key = (id(variables[i]) if variables is not None else i, tuple(g.shape), g.dtype)
-            if key not in state.accumulators:
-                state.accumulators[key] = tf.Variable(tf.zeros(g.shape, g.dtype), trainable=False)
-            accumulators.append(state.accumulators[key])
-    micro = state.micro_steps
-    team = state.team
+    local = [tf.convert_to_tensor(grads[i]) for i in present]
+    accumulators = [
+        optimizer._accumulated_gradients[optimizer._get_variable_index(variables[i])]
+        for i in present
+    ]
 
     def update():
-        totals = [g + a for g, a in zip(dense, accumulators)]
+        totals = [g + tf.convert_to_tensor(a) for g, a in zip(local, accumulators)]
         averaged = mc.gradients(totals, team)
         with tf.control_dependencies(averaged):
-            resets = [a.assign(tf.zeros_like(a)) for a in accumulators]
+            resets = [a.assign(tf.zeros(a.shape, a.dtype)) for a in accumulators]
         with tf.control_dependencies(resets):
             return [tf.identity(a) for a in averaged]
 
     def accumulate():
-        adds = [a.assign_add(g) for a, g in zip(accumulators, dense)]
-        with tf.control_dependencies(adds):
-            return [tf.zeros_like(g) for g in dense]
+        return [tf.identity(g) for g in local]
 
-    is_update = tf.equal((micro + 1) % steps, 0)
+    iterations = tf.convert_to_tensor(optimizer._iterations)
+    is_update = tf.equal((iterations + 1) % steps, 0)
     out = tf.cond(is_update, update, accumulate)
     if not isinstance(out, (list, tuple)):
         out = [out]
-    with tf.control_dependencies(out):
-        micro.assign_add(1)
     result = list(grads)
     for i, g in zip(present, out):
         result[i] = g
@@ -167,8 +197,15 @@ def model_variables(model, optimizer=None) -> list:
     variables = list(model.weights)
     optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
     if optimizer is not None and optimizer.built:
-        variables += list(optimizer.variables)
+        variables += shared_optimizer_variables(optimizer)
     return variables
+
+
+def shared_optimizer_variables(optimizer) -> list:
+    """The optimizer's variables that are one state on every rank: all but the gradient
+    accumulators, which hold each rank's own partial sum until the update step."""
+    own = {id(a) for a in getattr(optimizer, "_accumulated_gradients", None) or []}
+    return [v for v in optimizer.variables if id(v) not in own]
 
 
 def _sync_before_first_update(optimizer, state, grads, trainable_variables):
@@ -180,27 +217,35 @@ def _sync_before_first_update(optimizer, state, grads, trainable_variables):
     else:
         variables = list(trainable_variables or [])
         if optimizer.built:
-            variables += list(optimizer.variables)
+            variables += shared_optimizer_variables(optimizer)
     if tf.executing_eagerly():
         broadcast_eagerly(variables, 0, state.team)
         state.pending_broadcast = False
         return grads
-    # Tracing a step. If the weights already hold values (the model was built eagerly),
-    # broadcast them now, before the step ever runs; every rank traces alike.
+    # Tracing a step. Whether this session broadcast these variables decides, not the
+    # optimizer's iterations: an optimizer may have trained before init, or each rank
+    # may have restored a different checkpoint.
     with tf.init_scope():
-        if int(_numpy(optimizer.iterations)) > 0:
+        if state.broadcast_in_graph is not None and bool(_numpy(state.broadcast_in_graph)):
             state.pending_broadcast = False  # an earlier traced step synchronised them
             return grads
+        # If the weights already hold values (the model was built eagerly), broadcast
+        # them now, before the step ever runs; every rank traces alike.
         if _have_values(variables):
             broadcast_eagerly(variables, 0, state.team)
             state.pending_broadcast = False
             return grads
-    # The variables were created in this trace: broadcast inside the graph, on the first
-    # update only, and let the averaging wait for it.
-    first = tf.equal(tf.convert_to_tensor(optimizer.iterations), 0)
-    done = tf.cond(
-        first, lambda: _broadcast_in_graph(variables, state.team), lambda: tf.constant(False)
-    )
+        if state.broadcast_in_graph is None:
+            state.broadcast_in_graph = tf.Variable(False, trainable=False)
+    # The variables were created in this trace: broadcast inside the graph, on the
+    # step's first run only, and let the averaging wait for it.
+    flag = state.broadcast_in_graph
+
+    def broadcast_once():
+        with tf.control_dependencies([_broadcast_in_graph(variables, state.team)]):
+            return flag.assign(True, read_value=True)
+
+    done = tf.cond(flag.read_value(), lambda: tf.constant(False), broadcast_once)
     with tf.control_dependencies([done]):
         return [None if g is None else tf.identity(tf.convert_to_tensor(g)) for g in grads]
 
@@ -255,6 +300,22 @@ def steps_note() -> str:
         "later step: the ranks ran different numbers of steps (ml_comm.data.equal_steps "
         "gives every rank the same number of batches)."
     )
+
+
+def share_accumulators(optimizer, team: int) -> None:
+    """Replace every rank's gradient accumulators by their average over the ranks
+    (collective; eager). The next update averages `gradient + accumulator` over the
+    ranks, which the average of the accumulators leaves as it was; afterwards they are
+    one state on every rank, so that a checkpoint written by rank 0 holds what each
+    rank needs to resume the cycle."""
+    accumulators = [
+        a for a in getattr(optimizer, "_accumulated_gradients", None) or [] if a is not None
+    ]
+    if not accumulators or mc.get_nranks() == 1:
+        return
+    averaged = mc.gradients([tf.convert_to_tensor(a) for a in accumulators], team)
+    for a, value in zip(accumulators, averaged):
+        a.assign(value)
 
 
 def broadcast_model_weights(model, root: int = 0) -> None:

@@ -9,8 +9,9 @@ which changes three things, so that a serial script's callbacks work unchanged a
   and optimizer variables (a broadcast), so that all ranks continue from the very same
   state; ranks that found another epoch (a backup directory that not every rank sees)
   fail on every rank with both epochs named.
-* `keras.callbacks.ModelCheckpoint` runs on rank 0 only (the weights are the same on
-  every rank; `GlobalMetrics` gives it the averaged metrics).
+* `keras.callbacks.ModelCheckpoint`, `CSVLogger` and `TensorBoard` run on rank 0 only
+  (the weights are the same on every rank; `GlobalMetrics` gives them the averaged
+  metrics).
 * `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
   received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
   same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
@@ -43,7 +44,7 @@ import numpy as np
 
 from .. import api as mc
 from ..faults import requeue, stop
-from .apply import broadcast_model_weights
+from .apply import broadcast_model_weights, share_accumulators
 from .metrics import GlobalMetrics
 
 # EX_TEMPFAIL of sysexits.h: "try again later". What every rank exits with after a
@@ -72,16 +73,24 @@ class StopTogether(keras.callbacks.Callback):
         # fit_callbacks: per-batch GlobalMetrics on this team run before us, so the team's
         # stop mark can be read after every batch even when it is pipelined (faults/stop.py).
         self.after_blocking_call = False
+        # fit_callbacks: a callback before us may set stop_training after a batch
+        # (TerminateOnNaN, the user's own), so the ranks agree on it after every batch.
+        self.agree_per_batch = False
+        self.agree_per_epoch = False  # the same for the end of an epoch
+        self._told = False
 
     @property
     def stopped(self) -> bool:
         return self.state.stopped
 
     def on_train_begin(self, logs=None):
+        self._told = False
         self.state.stopped = False
         self.state.epoch_complete = True
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.agree_per_batch and not self.state.stopped:
+            self._agree_on_stop_training()
         if self.state.stopped:
             return
         if self.after_blocking_call:
@@ -98,10 +107,32 @@ class StopTogether(keras.callbacks.Callback):
             )
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.agree_per_epoch and not self.state.stopped:
+            self._agree_on_stop_training()  # EarlyStopping and others decide here
         if self.state.stopped or self.after_blocking_call or not self._pipelined():
             return
         if stop.agreed_after_blocking_call(mc._active(), self.team):
             self._stop(True, f"epoch {epoch + 1}")
+
+    def _agree_on_stop_training(self) -> None:
+        """Any rank's callbacks stopped training -> every rank stops here (one small
+        allreduce on the team), as one process would stop at this very step."""
+        if mc.get_nranks() == 1:
+            return
+        votes = np.zeros(mc.get_nranks(), np.int64)
+        votes[mc.get_rank()] = 1 if self.model.stop_training else 0
+        mc.allreduce_sum(votes, self.team)
+        if votes.any():
+            self.model.stop_training = True
+            if mc.get_rank() == 0 and not self._told:
+                self._told = True
+                ranks = ", ".join(str(r) for r in np.flatnonzero(votes))
+                print(
+                    f"ml_comm: a callback on rank(s) {ranks} stopped training; every rank "
+                    "stops at this step",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def _pipelined(self) -> bool:
         """A pipelined team of several ranks: its stop mark may be on one rank and not
@@ -181,6 +212,11 @@ class RankZeroBackup(_Wrapper):
             self.inner.on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
+        # Gradient accumulation: each rank's partial sums become their average, so that
+        # rank 0's backup holds every rank's (apply.share_accumulators).
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            share_accumulators(optimizer, self.team)
         # A stop in the middle of an epoch: Keras would record the epoch as done.
         if self.writes and (not self.state.stopped or self.state.epoch_complete):
             self.inner.on_epoch_end(epoch, logs)
@@ -228,15 +264,56 @@ def fit_callbacks(callbacks: list, team: int) -> list:
     stopper.after_blocking_call = any(
         isinstance(c, GlobalMetrics) and c.per_batch and c.team in (None, team) for c in callbacks
     )
+    stopper.agree_per_batch = any(
+        _may_stop_after(c, ("on_train_batch_end", "on_batch_end")) for c in callbacks
+    )
+    stopper.agree_per_epoch = any(_may_stop_after(c, ("on_epoch_end",)) for c in callbacks)
     out = []
     for c in callbacks:
         if isinstance(c, keras.callbacks.BackupAndRestore):
             c = RankZeroBackup(c, stopper.state, team)
-        elif isinstance(c, keras.callbacks.ModelCheckpoint):
+        elif isinstance(c, _WRITE_FILES):
             c = RankZeroOnly(c)
         out.append(c)
     out.append(stopper)
     return out
+
+
+# Keras's callbacks with hooks after batches or epochs that never set stop_training,
+# and ml_comm's own.
+_NEVER_STOP = (
+    keras.callbacks.History,
+    keras.callbacks.ProgbarLogger,
+    keras.callbacks.ModelCheckpoint,
+    keras.callbacks.BackupAndRestore,
+    keras.callbacks.CSVLogger,
+    keras.callbacks.TensorBoard,
+    keras.callbacks.LearningRateScheduler,
+    keras.callbacks.ReduceLROnPlateau,
+    GlobalMetrics,
+    StopTogether,
+)
+
+
+def _may_stop_after(callback, hooks: tuple[str, ...]) -> bool:
+    """Whether `callback` overrides one of `hooks` and may set stop_training there
+    (TerminateOnNaN and EarlyStopping do, a user's callback may); then the ranks agree
+    on it after each such event. Without one, no collective is added."""
+    if isinstance(callback, _Wrapper):
+        return _may_stop_after(callback.inner, hooks)
+    if isinstance(callback, _NEVER_STOP):
+        return False
+    base = keras.callbacks.Callback
+    return any(getattr(type(callback), h) is not getattr(base, h) for h in hooks)
+
+
+# Callbacks that write files: the same on every rank (global metrics, one set of
+# weights), so rank 0 alone writes them, as one process would.
+_WRITE_FILES = (
+    keras.callbacks.ModelCheckpoint,
+    keras.callbacks.CSVLogger,
+    keras.callbacks.TensorBoard,
+)
 
 
 def _catch_signals() -> None:

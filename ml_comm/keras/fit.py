@@ -35,7 +35,7 @@ from .. import api as mc
 from ..core.errors import MLCommError
 from . import apply
 from .apply import broadcast_model_weights
-from .callbacks import fit_callbacks
+from .callbacks import StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
 from .teams import forget_all, team_of
 
@@ -155,12 +155,14 @@ def _fit(original):
         arguments = bound.arguments
         # Backups and checkpoints on rank 0, every rank stopping together on a signal.
         arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team)
-        _agree_on_steps(arguments, team)
+        stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
+        _agree_on_steps(arguments, team, stopper)
         try:
             return original(*bound.args, **bound.kwargs)
-        except MLCommError:
-            raise
         except Exception as exc:
+            _explain_finite_check_with_loss_scaling(self, exc)
+            if isinstance(exc, MLCommError):
+                raise
             if cb is not None and cb.in_epoch and "submitted" in str(exc):
                 raise MLCommError(
                     f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
@@ -170,6 +172,23 @@ def _fit(original):
             raise
 
     return fit
+
+
+def _explain_finite_check_with_loss_scaling(model, exc: Exception) -> None:
+    """ML_COMM_CHECK_FINITE=1 fails the reduction of an overflowing loss-scaled step,
+    which a LossScaleOptimizer would skip (lowering its scale): say so."""
+    optimizer = getattr(model, "optimizer", None)
+    if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return
+    if "NaN or Inf" not in str(exc) or not mc._active().guard.finite:
+        return
+    cause = next(line for line in str(exc).splitlines() if "NaN or Inf" in line).strip()
+    raise MLCommError(
+        f"{cause}. ML_COMM_CHECK_FINITE=1 is on, and this model's "
+        "LossScaleOptimizer expects an occasional Inf in its scaled gradients (it would "
+        "skip the step and lower the scale); the check fails the step on every rank "
+        "instead. Leave ML_COMM_CHECK_FINITE off with loss scaling (mixed_float16)."
+    ) from exc
 
 
 def _evaluate(original):
@@ -187,8 +206,9 @@ def _evaluate(original):
         results = cb.test_results if cb is not None else sum_metric_states(self, team)
         if want_dict:
             return dict(results)
-        values = list(results.values())  # Keras' order: the model's metrics, in order
-        return values[0] if len(values) == 1 else values
+        # Keras's own list order (its private Model._flatten_metrics_in_order, checked
+        # against the installed Keras by tests/mpi/test_keras_scaling.py).
+        return self._flatten_metrics_in_order(dict(results))
 
     return evaluate
 
@@ -201,6 +221,7 @@ def _predict(original):
         bound = bind(self, args, kwargs) if team_of(self) is not None else None
         if bound is None:
             return original(self, *args, **kwargs)
+        prepare(self)  # rank 0's weights first, as before fit and evaluate
         _quiet_unless_rank0(bound.arguments)
         return original(*bound.args, **bound.kwargs)
 
@@ -229,10 +250,15 @@ def _local_steps(arguments) -> tuple[int, int]:
     if isinstance(x, tf.data.Dataset):
         cardinality = int(x.cardinality())
         return (cardinality if cardinality >= 0 else -1), -1
+    if isinstance(x, keras.utils.PyDataset):
+        try:
+            return int(len(x)), -1
+        except (TypeError, NotImplementedError):
+            return -1, -1
     samples = _sample_count(x)
     if samples < 0:
         return -1, -1
-    split = float(arguments.get("validation_split") or 0.0)
+    split = _validation_split(arguments)
     train = int(math.floor(samples * (1.0 - split))) if split else samples
     batch = int(arguments.get("batch_size") or 32)
     return math.ceil(train / batch), train
@@ -247,9 +273,11 @@ def _sample_count(x) -> int:
     return int(leaves[0].shape[0])
 
 
-def _agree_on_steps(arguments, team: int) -> None:
+def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
     """Make every rank run the same number of training steps per epoch, the smallest
     rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
+    The same allreduce tells every rank whether any rank's callbacks may stop training
+    after a batch or an epoch (the ranks' callbacks may differ): then all agree there.
 
     Arrays of different lengths are all cut to the shortest, so that every step's
     batches are the same size on every rank too (the average of the ranks' gradients is
@@ -259,9 +287,13 @@ def _agree_on_steps(arguments, team: int) -> None:
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
         return
-    table = np.zeros(2 * nranks, np.float64)
+    table = np.zeros(2 * nranks + 2, np.float64)
     table[rank], table[nranks + rank] = steps, samples
+    table[2 * nranks :] = stopper.agree_per_batch, stopper.agree_per_epoch
     mc.allreduce_sum(table, team)
+    stopper.agree_per_batch = bool(table[2 * nranks] > 0)
+    stopper.agree_per_epoch = bool(table[2 * nranks + 1] > 0)
+    table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
     if min(all_steps) < 0:
@@ -284,6 +316,10 @@ def _agree_on_steps(arguments, team: int) -> None:
     elif arguments.get("steps_per_epoch") is not None:
         arguments["steps_per_epoch"] = fewest
         what = f"steps_per_epoch {_listing(all_steps)}"
+    elif isinstance(arguments["x"], keras.utils.PyDataset):
+        arguments["x"] = _FirstBatches(arguments["x"], fewest)
+        dropped = _listing(s - fewest for s in all_steps)
+        what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     else:
         arguments["x"] = arguments["x"].take(fewest)  # a tf.data.Dataset
         dropped = _listing(s - fewest for s in all_steps)
@@ -297,6 +333,38 @@ def _agree_on_steps(arguments, team: int) -> None:
         )
 
 
+class _FirstBatches(keras.utils.PyDataset):
+    """The first `count` batches of a PyDataset, every epoch (steps_per_epoch would go on
+    where the previous epoch stopped)."""
+
+    def __init__(self, inner: keras.utils.PyDataset, count: int):
+        super().__init__(
+            workers=inner.workers,
+            use_multiprocessing=inner.use_multiprocessing,
+            max_queue_size=inner.max_queue_size,
+        )
+        self.inner, self.count = inner, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        return self.inner[index]
+
+    def on_epoch_begin(self):
+        self.inner.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self.inner.on_epoch_end()
+
+
+def _validation_split(arguments) -> float:
+    """The split Keras takes: none when validation_data is given (it wins, as in Keras)."""
+    if arguments.get("validation_data") is not None:
+        return 0.0
+    return float(arguments.get("validation_split") or 0.0)
+
+
 def _listing(values) -> str:
     return ", ".join(str(v) for v in values)
 
@@ -305,7 +373,7 @@ def _truncate_arrays(arguments, keep: int) -> None:
     """Keep the first `keep` training samples of x, y and sample_weight; a validation
     split is taken first, from all samples, as Keras would."""
     names = [n for n in ("x", "y", "sample_weight") if arguments.get(n) is not None]
-    split = float(arguments.get("validation_split") or 0.0)
+    split = _validation_split(arguments)
     if split:
         samples = _sample_count(arguments["x"])
         at = int(math.floor(samples * (1.0 - split)))

@@ -2,7 +2,9 @@
 SIGTERM to one rank in the third epoch ends every rank within 60 s with exit status
 ml_comm.keras.callbacks.STOPPED_EXIT_CODE and a backup written by rank 0 alone; the same
 command run again finishes, and its final weights equal an uninterrupted run's bit for
-bit on every rank (op determinism on, no shuffling).
+bit on every rank (op determinism on, no shuffling). The same with Adam and
+gradient_accumulation_steps=2, resumed from a backup taken after an odd number of
+micro-steps (mid-cycle).
 
 Plain pytest around `mpiexec -n 2 python scripts/keras_backup.py ...` (ml_comm/keras/callbacks.py).
 """
@@ -22,11 +24,11 @@ TIMEOUT_S = 300
 NRANKS = 2
 
 
-def keras_job(backup, out, *signal_at: str):
+def keras_job(backup, out, *signal_at: str, **env: str):
     token = f"mlckeras-{uuid.uuid4().hex[:12]}"
     script = str(SCRIPTS / "keras_backup.py")
     cmd = [MPIEXEC, "-n", str(NRANKS), PY, script, str(backup), str(out), *signal_at, token]
-    return run_job(cmd, token, TIMEOUT_S, clean_env(TF_CPP_MIN_LOG_LEVEL="2"))
+    return run_job(cmd, token, TIMEOUT_S, clean_env(TF_CPP_MIN_LOG_LEVEL="2", **env))
 
 
 def weights(out) -> list[list[np.ndarray]]:
@@ -78,3 +80,30 @@ def test_sigterm_then_rerun_resumes_exactly(tmp_path):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"rank {r} differs"
         for a, b in zip(want[r], want[0]):
             assert a.tobytes() == b.tobytes(), f"uninterrupted run: rank {r} differs from rank 0"
+
+
+def test_accumulation_resumes_mid_cycle_exactly(tmp_path):
+    """7 batches per epoch: the backup after epoch 0 holds 7 micro-steps, half a cycle."""
+    env = {"ML_COMM_TEST_ACCUMULATE": "2"}
+    plain_out, cut_out = tmp_path / "plain", tmp_path / "cut"
+    plain_out.mkdir()
+    cut_out.mkdir()
+    plain = keras_job(tmp_path / "backup-plain", plain_out, **env)
+    assert plain.returncode == 0, plain.detail()
+
+    backup = tmp_path / "backup"
+    cut = keras_job(backup, cut_out, "1", "1", "3", **env)  # rank 1, second epoch, batch 3
+    assert cut.returncode == STOPPED_EXIT_CODE, cut.detail()
+    meta = json.loads((backup / "training_metadata.json").read_text())
+    assert meta["epoch"] == 1, meta  # resumes after epoch 0: 7 micro-steps done
+
+    resumed = keras_job(backup, cut_out, **env)
+    assert resumed.returncode == 0, resumed.detail()
+    assert re.findall(r"epoch (\d)", resumed.stdout) == ["1", "2", "3", "4"], resumed.detail()
+    want = weights(plain_out)
+    got = weights(cut_out)
+    for r in range(NRANKS):
+        for a, b in zip(got[r], want[0]):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (
+                f"rank {r} differs by {np.max(np.abs(a - b))}"
+            )

@@ -85,3 +85,15 @@ def test_a_suite_without_a_report_is_listed_as_it_ran():
     assert summary_line(["unit", "testbed"], [], {}) == (
         "all test runs passed: unit, testbed; nothing skipped"
     )
+
+
+def test_a_multi_rank_run_that_checked_nothing_fails():
+    from suite_summary import matrix_failure
+
+    assert (
+        matrix_failure("mpi n=2", skips_from_junit(junit(passed("a"), skipped("b", "no")))) is None
+    )
+    assert matrix_failure("mpi n=2", None) == "mpi n=2: no test report (did the ranks start?)"
+    assert matrix_failure("mpi n=3", skips_from_junit(junit())) == "mpi n=3: no test ran"
+    report = skips_from_junit(junit(skipped("a", "needs MPI"), skipped("b", "needs MPI")))
+    assert matrix_failure("mpi n=4", report) == "mpi n=4: every test skipped (needs MPI)"

@@ -11,7 +11,9 @@ Slurm would at a time limit. At the end every rank writes its final weights to
 OUT/weights.rank<R>.npz and prints "done rank R"; rank 0 prints "epoch E" as each
 epoch begins. ML_COMM_TEST_BATCH_SLEEP=S: sleep S seconds after each batch (a slower
 training, so that a signal from outside finds it running); ML_COMM_TEST_EPOCHS:
-epochs (default 5); ML_COMM_TEST_CATCH_AT_INIT=1: catch the stop signals from init on
+epochs (default 5); ML_COMM_TEST_ACCUMULATE=K: Adam with gradient_accumulation_steps=K
+and 7 batches per epoch (each epoch's backup then ends mid-cycle when K is even);
+ML_COMM_TEST_CATCH_AT_INIT=1: catch the stop signals from init on
 (as docs/faults.md advises where a signal may come during start-up), not only from fit on.
 TOKEN is only there for the test's process search.
 """
@@ -34,7 +36,8 @@ import tensorflow as tf  # noqa: E402
 import ml_comm.keras as mk  # noqa: E402
 
 EPOCHS = int(os.environ.get("ML_COMM_TEST_EPOCHS", "5"))
-PER_RANK = 64
+ACCUMULATE = int(os.environ.get("ML_COMM_TEST_ACCUMULATE", "0")) or None
+PER_RANK = 56 if ACCUMULATE else 64
 BATCH = 8
 
 
@@ -84,7 +87,9 @@ def main() -> int:
     model = keras.Sequential(
         [keras.Input((6,)), keras.layers.Dense(12, activation="relu"), keras.layers.Dense(1)]
     )
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01, gradient_accumulation_steps=ACCUMULATE), loss="mse"
+    )
     mk.set_team(model)
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_dir),
