@@ -45,6 +45,10 @@ void mlc_reduce_sum_average_to(void *, const void *, const void *, int64_t n, in
     charge_core(bytes_of(n, dtype) / node.reduce_bytes_per_s);
 }
 
+void mlc_reduce_op_to(void *, const void *, const void *, int64_t n, int dtype, int) {
+    charge_core(bytes_of(n, dtype) / node.reduce_bytes_per_s);  // min, max, product: as a sum
+}
+
 void mlc_divide_by_ranks(void *, int64_t n, int dtype, int) {
     charge_core(bytes_of(n, dtype) / node.reduce_bytes_per_s);
 }

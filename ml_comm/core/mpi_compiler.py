@@ -56,7 +56,7 @@ def find_mpicc() -> tuple[str, str]:
         return str(wheel), "the mpich wheel's"
     raise RuntimeError(
         "no MPI to build ml_comm against: set MPICC (or ML_COMM_MPICC) to your MPI's mpicc, "
-        "load your site's MPI module, or install the MPICH wheel: pip install 'ml_comm[mpich]'"
+        "load your site's MPI module, or install the MPICH wheel: pip install 'mpich==5.0.2'"
     )
 
 

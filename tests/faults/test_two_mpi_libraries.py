@@ -75,4 +75,4 @@ def test_no_mpi_library_for_the_core_says_what_to_install(abi_package):
     assert result.returncode not in (0, None), result.detail()
     assert "ml_comm's C core could not load an MPI library" in result.stderr, result.detail()
     assert "libmpi_abi.so.1" in result.stderr, result.detail()
-    assert "pip install 'ml_comm[mpich]'" in result.stderr, result.detail()
+    assert "pip install 'mpich==5.0.2'" in result.stderr, result.detail()
