@@ -116,7 +116,7 @@ def numpy_mpi_tests() -> list[str]:
     return [
         str(p)
         for p in sorted((ROOT / "tests" / "mpi").glob("test_*.py"))
-        if not p.name.startswith(("test_tf_", "test_keras_"))
+        if not p.name.startswith(("test_tf_", "test_keras_", "test_hvd_"))
     ]
 
 
