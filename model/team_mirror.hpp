@@ -34,7 +34,7 @@ struct TeamConfig {
     int64_t chunk_bytes = 1 << 20, fusion_bytes = 64 << 20;
     int64_t latency_bytes = 512 << 10, inline_bytes = 4 << 20, direct_bytes = 4096;
     int64_t rabenseifner_bytes = 8 << 20;
-    Agree agree = Agree::alltoall;
+    Agree agree = Agree::tree; // as the core (csrc/agree/exchange.c); alltoall: every signature to every rank
     int sample_batches = 0; // > 0: run this many batches per lane, then their mean time
 };
 

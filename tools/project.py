@@ -674,7 +674,7 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--link-gbps", type=float, help="a link's rate instead of the platform's")
     p.add_argument("--latency", type=float, default=1e-6, help="with --link-gbps: a link's latency")
-    p.add_argument("--agree", default="alltoall", choices=["alltoall", "tree", "off"])
+    p.add_argument("--agree", default="tree", choices=["tree", "alltoall", "off"])
     p.add_argument(
         "--sample", type=int, default=0, help="batches run per lane before their mean is used"
     )

@@ -1,21 +1,28 @@
 /* Rabenseifner allreduce: reduce-scatter by recursive halving, then allgather by
  * recursive doubling, over a batch of segments.
  *
- * Steps, p = n ranks a power of two, each segment cut into p balanced blocks:
- *   halving, d = p/2, p/4, .., 1: rank r holds a range of 2d blocks (all p at
- *     first); it keeps the lower half when bit d of r is 0, else the upper half,
- *     sends the other half to r XOR d and adds the partner's copy of its half.
- *     After log2(p) steps rank r holds the total of block r;
- *   doubling, d = 1, 2, .., p/2: rank r sends the d blocks it holds to r XOR d
+ * Steps, p = n ranks a power of two, each segment cut into p balanced blocks,
+ * on virtual ranks v = the bit reversal of the rank over log2(p) bits:
+ *   halving, d = p/2, p/4, .., 1: rank v holds a range of 2d blocks (all p at
+ *     first); it keeps the lower half when bit d of v is 0, else the upper half,
+ *     sends the other half to v XOR d and adds the partner's copy of its half.
+ *     After log2(p) steps rank v holds the total of block v;
+ *   doubling, d = 1, 2, .., p/2: rank v sends the d blocks it holds to v XOR d
  *     and receives the partner's d blocks straight into place.
+ * Why virtual ranks: the first halving step and the last doubling step each move
+ * half the segment, the next a quarter, and so on. With the bits reversed the
+ * partner of those largest steps is the neighbouring rank (v XOR p/2 is rank XOR 1),
+ * and only the smallest steps (1/p of the segment) go to the farthest ranks: with
+ * ranks numbered by node, the bulk stays under one switch or router, and the links
+ * between groups of a dragonfly or the levels of a fat tree carry the least.
  * Bytes on the wire per rank: (p-1)/p * N * elem_size each way per half, the
  * ring's 2(p-1)/p * N in all, but in 2 log2(p) message latencies where the ring
  * takes 2(p-1): at 4 ranks and a few MiB that is the difference.
  * Determinism: at every halving step each block is added by exactly one rank
  * (the one keeping it), in an order fixed by the ranks' bits, so block b's total
- * is computed once, by rank b, the same way on every run; the allgather copies
- * it, never recomputes it, so every rank ends with rank b's bits.
- * Not a power of two (only when forced: the plan never picks it then): the
+ * is computed once, by virtual rank b, the same way on every run; the allgather copies
+ * it, never recomputes it, so every rank ends with that rank's bits.
+ * Not a power of two (forced, or the plan's choice at large rank counts): the
  * ranks r >= p (p the largest power of two below n) fold their whole input into
  * r - p first and receive the result at the end, as recursive doubling does.
  * Out of place: the first halving step sends from the input and adds the input's
@@ -52,11 +59,19 @@ static int fail(mlc_tp *tp, mlc_tp_req *reqs, int posted, int rc) {
     return rc;
 }
 
-/* One halving step, distance d, every segment; *lo: the first block this rank
- * holds, moved to the half it keeps. */
+/* The bit reversal of r over log2(p) bits (p a power of two): its own inverse, so
+ * it maps ranks to virtual ranks and back. */
+static int reversed_bits(int r, int p) {
+    int v = 0;
+    for (int bit = 1; bit < p; bit <<= 1) v = (v << 1) | ((r & bit) != 0);
+    return v;
+}
+
+/* One halving step, distance d between virtual ranks, every segment; *lo: the first
+ * block this rank holds, moved to the half it keeps. */
 static int halve(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, int p, int d, int *lo) {
     mlc_tp_req reqs[2 * MAX_BATCH];
-    const int r = tp->rank, partner = r ^ d, es = c->elem_size;
+    const int r = reversed_bits(tp->rank, p), partner = reversed_bits(r ^ d, p), es = c->elem_size;
     const int keep = (r & d) ? *lo + d : *lo, give = (r & d) ? *lo : *lo + d;
     const int first = d == p / 2, last = d == 1 && c->op == MLC_OP_AVERAGE;
     const int64_t slot = slot_bytes(c, p);
@@ -93,11 +108,12 @@ static int halve(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, in
     return MLC_OK;
 }
 
-/* One doubling step, distance d: this rank's d blocks out, the partner's in. */
+/* One doubling step, distance d between virtual ranks: this rank's d blocks out, the
+ * partner's in. */
 static int double_up(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, int p, int d) {
     mlc_tp_req reqs[2 * MAX_BATCH];
-    const int r = tp->rank, partner = r ^ d, es = c->elem_size;
-    const int mine = r & ~(d - 1), theirs = partner & ~(d - 1);
+    const int r = reversed_bits(tp->rank, p), partner = reversed_bits(r ^ d, p), es = c->elem_size;
+    const int mine = r & ~(d - 1), theirs = (r ^ d) & ~(d - 1);
     int64_t off, len;
     int rc, posted = 0;
 

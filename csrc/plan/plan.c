@@ -9,8 +9,14 @@
  *              when the rank count is a power of two >= 4 and the values travel
  *              uncompressed (it has the ring's bytes in 2 log2(n) steps, not
  *              2(n-1); at 2 ranks the two are the same; it declines 16-bit wire
- *              values), and the ring above (keyed groups: always the ring,
- *              their tensors arrive segment by segment);
+ *              values), and the ring above (keyed groups: the ring, their
+ *              tensors arrive segment by segment). At large rank counts, where
+ *              the ring's blocks fall under MLC_RING_MIN_BLOCK_BYTES, every
+ *              uncompressed allreduce from latency_bytes up and every keyed
+ *              group takes Rabenseifner, from 65 ranks at any count (the ranks above a
+ *              power of two fold into one below it first): the ring's 2(n-1)
+ *              latencies per segment would cost more than its bytes (at 1,024
+ *              ranks, 2,046 steps of 1 KiB blocks);
  *   thread     a blocking call runs on the caller's thread (one lane) up to
  *              latency_bytes for recursive doubling and up to inline_bytes for the
  *              ring: the hand-off to the team's threads and back costs more than
@@ -57,11 +63,19 @@ static int compressed(const mlc_plan_input *in) {
     return in->dtype == MLC_FLOAT32 && in->compression != MLC_COMPRESSION_NONE;
 }
 
+/* Many ranks, and the ring's blocks (a chunk cut in one block per rank) too small to
+ * fill a step (plan.h). */
+static int ring_latency_bound(const mlc_plan_input *in) {
+    return in->nranks > MLC_RING_LATENCY_RANKS && in->chunk_bytes / in->nranks < MLC_RING_MIN_BLOCK_BYTES;
+}
+
 static int choose_algorithm(const mlc_plan_input *in, int64_t bytes, int direct) {
     if (direct) return MLC_ALG_DIRECT;
     if (in->algorithm != MLC_ALG_AUTO) return in->algorithm;
-    if (in->is_group) return MLC_ALG_RING;
+    const int raben_over_ring = ring_latency_bound(in) && !(compressed(in) && adds(in));
+    if (in->is_group) return raben_over_ring ? MLC_ALG_RABENSEIFNER : MLC_ALG_RING;
     if (bytes < in->latency_bytes) return MLC_ALG_RECURSIVE_DOUBLING;
+    if (raben_over_ring) return MLC_ALG_RABENSEIFNER;
     if (bytes < in->rabenseifner_bytes && in->nranks >= 4 && power_of_two(in->nranks) &&
         !(compressed(in) && adds(in)))
         return MLC_ALG_RABENSEIFNER;

@@ -2,7 +2,8 @@
 norms' gamma and beta, the classifier), channels scaled down 4x so the ~1.5 M
 parameters stay cheap at 4 ranks on 2 cores, reduces exactly in eager mode and inside
 tf.function. The list is several times larger than the fusion buffer (msglen) and
-spans thousands of segments."""
+spans thousands of segments. It runs with the plan's choice and with Rabenseifner, which
+the plan gives keyed groups above 64 ranks (csrc/plan/plan.c), folded at 3 ranks."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.mpi
 
 MSGLEN = 1 << 18  # elements: the ~1.5 M of the list stream through it
 CHUNK_BYTES = 16 << 10
+ALWAYS_SYNC = 1_000_000  # far above the steps run: the team stays synchronous
 
 tf_session = module_session_fixture(msglen=MSGLEN, chunk_bytes=CHUNK_BYTES)
 
@@ -52,8 +54,17 @@ def test_shapes_are_resnet50_like():
     assert 1_000_000 < sum(int(np.prod(s)) for s in SHAPES) < 2_000_000
 
 
+@pytest.mark.parametrize("alg", ["ALG_AUTO", "ALG_RABENSEIFNER"])
 @pytest.mark.parametrize("mode", ["eager", "function"])
-def test_resnet50_like_list(tf_session, mode):
+def test_resnet50_like_list(tf_session, mode, alg):
+    mc.config_team(0, getattr(mc, alg), ALWAYS_SYNC, ALWAYS_SYNC)
+    try:
+        check_resnet50_like_list(tf_session, f"{mode} {alg}", mode)
+    finally:
+        mc.config_team(0, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
+
+
+def check_resnet50_like_list(tf_session, tag: str, mode: str) -> None:
     c = Checks()
     r, n = tf_session.rank, tf_session.nranks
     arrays = [make_input(r, s, np.float32, i) for i, s in enumerate(SHAPES)]
@@ -61,12 +72,12 @@ def test_resnet50_like_list(tf_session, mode):
     fn = mc.gradients if mode == "eager" else tf.function(mc.gradients)
     for step in range(2):
         outs = [to_numpy(o) for o in fn(tensors)]
-        c.true(len(outs) == len(SHAPES), f"{mode}: {len(outs)} results for {len(SHAPES)}")
+        c.true(len(outs) == len(SHAPES), f"{tag}: {len(outs)} results for {len(SHAPES)}")
         bad = 0
         for i, (o, s) in enumerate(zip(outs, SHAPES)):
-            if not c.equal(o, expected_average(s, np.float32, n, i), f"{mode} step {step} #{i}"):
+            if not c.equal(o, expected_average(s, np.float32, n, i), f"{tag} step {step} #{i}"):
                 bad += 1
             if bad >= 5:
                 break
-        c.same_on_all_ranks(outs, f"{mode} step {step}")
+        c.same_on_all_ranks(outs, f"{tag} step {step}")
     c.finish()

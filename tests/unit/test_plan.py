@@ -46,7 +46,7 @@ def test_latency_path_below_the_threshold_ring_above():
     assert below.seg_elems == 512 * KIB // 4 - 1
 
 
-def test_keyed_groups_always_take_the_ring_on_the_team_threads():
+def test_keyed_groups_take_the_ring_on_the_team_threads():
     p = plan(10, is_group=1, blocking=0, ntensors=3, in_place=0)
     assert (p.algorithm, p.direct, p.on_caller, p.lanes, p.fused) == (lib.MLC_ALG_RING, 0, 0, 2, 1)
     assert p.window == TEAM["window_segments"]
@@ -173,7 +173,7 @@ def test_rabenseifner_at_power_of_two_rank_counts(nranks):
     assert rab(MIB // 4, nranks=nranks) == lib.MLC_ALG_RABENSEIFNER
 
 
-def test_rabenseifner_never_for_groups_compressed_values_or_a_chosen_algorithm():
+def test_at_few_ranks_rabenseifner_never_for_groups_compressed_values_or_a_chosen_algorithm():
     assert rab(MIB // 4, is_group=1, blocking=0) == lib.MLC_ALG_RING
     assert rab(MIB // 4, algorithm=lib.MLC_ALG_RING) == lib.MLC_ALG_RING
     assert rab(MIB // 4, rabenseifner_bytes=0) == lib.MLC_ALG_RING
@@ -217,3 +217,38 @@ def test_sixteen_bits_on_the_wire_for_float32_on_the_ring_only(compression):
 def test_compression_names():
     names = [ffi.string(lib.mlc_compression_name(c)).decode() for c in range(4)]
     assert names == ["none", "bf16", "fp16", "unknown"]
+
+
+# Above MLC_RING_LATENCY_RANKS (64), where TEAM's 256 KiB chunks make blocks under
+# MLC_RING_MIN_BLOCK_BYTES (16 KiB).
+@pytest.mark.parametrize("nranks", [65, 100, 1000, 1024, 4096])
+def test_large_rank_counts_take_rabenseifner_where_the_rings_blocks_are_small(nranks):
+    at = dict(nranks=nranks)
+    assert plan(MIB // 4, **at).algorithm == lib.MLC_ALG_RABENSEIFNER  # any rank count
+    group = plan(10, is_group=1, blocking=0, ntensors=3, in_place=0, **at)
+    assert (group.algorithm, group.lanes, group.on_caller) == (lib.MLC_ALG_RABENSEIFNER, 2, 0)
+    assert plan(512 * KIB // 4 - 1, **at).algorithm == lib.MLC_ALG_RECURSIVE_DOUBLING
+    assert plan(1024, **at).algorithm == lib.MLC_ALG_DIRECT
+    assert plan(MIB // 4, algorithm=lib.MLC_ALG_RING, **at).algorithm == lib.MLC_ALG_RING
+    # 16-bit wire values stay on the ring (Rabenseifner declines them), other ops do not.
+    for compression in (lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16):
+        p = plan(MIB // 4, compression=compression, **at)
+        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RING, compression)
+        p = plan(MIB // 4, compression=compression, op=lib.MLC_OP_MAX, **at)
+        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, lib.MLC_COMPRESSION_NONE)
+    # The segments are cut as the ring's.
+    q = plan(MIB // 4, algorithm=lib.MLC_ALG_RING, **at)
+    assert (plan(MIB // 4, **at).seg_elems, plan(MIB // 4, **at).nseg) == (q.seg_elems, q.nseg)
+
+
+@pytest.mark.parametrize("nranks", [3, 5, 12, 16, 17, 64])
+def test_the_ring_up_to_64_ranks_or_while_its_blocks_fill_a_step(nranks):
+    assert plan(MIB // 4, nranks=nranks).algorithm == lib.MLC_ALG_RING
+    assert plan(10, is_group=1, blocking=0, nranks=nranks).algorithm == lib.MLC_ALG_RING
+    assert plan(10, is_group=1, blocking=0, nranks=nranks, chunk_bytes=256).algorithm == (
+        lib.MLC_ALG_RING
+    )
+    # Larger chunks keep the ring at more ranks: 8 MiB chunks up to 512.
+    big = dict(chunk_bytes=8 * MIB, is_group=1, blocking=0)
+    assert plan(10, nranks=512, **big).algorithm == lib.MLC_ALG_RING
+    assert plan(10, nranks=513, **big).algorithm == lib.MLC_ALG_RABENSEIFNER
