@@ -230,6 +230,10 @@ void Team::run_lane(Request &req, int lane, mlc_tp *tp, int64_t *sampled_n, doub
     mlc_segment batch[MLC_RING_BATCH];
     int64_t staged_bytes = 0;
     int nb = 0;
+    // A request's first batch on a lane runs for real and is never sampled: it absorbs
+    // the ranks' arrival skew (with jitter, or with no agreement before it), which is
+    // paid once per request, not per batch.
+    bool first_batch = true;
     const int ntensors = (int)req.counts.size();
     for (int64_t g = 0; g < p->nseg; g++) {
         if (mlc_segment_owner(g, p->window, p->lanes) != lane) continue;
@@ -251,7 +255,9 @@ void Team::run_lane(Request &req, int lane, mlc_tp *tp, int64_t *sampled_n, doub
         const bool last = g + (int64_t)p->lanes >= p->nseg;
         if (nb < MLC_RING_BATCH && !last) continue;
         const double t0 = sg4::Engine::get_clock();
-        if (cfg_.sample_batches > 0 && *sampled_n >= cfg_.sample_batches && !last && nb == MLC_RING_BATCH) {
+        const bool steady = !last && !first_batch && nb == MLC_RING_BATCH;
+        first_batch = false;
+        if (cfg_.sample_batches > 0 && *sampled_n >= cfg_.sample_batches && steady) {
             sg4::this_actor::sleep_for(*sampled_s / *sampled_n); // a steady batch: its sampled mean
         } else {
             const mlc_algo_call call = {MLC_FLOAT32, es, MLC_OP_AVERAGE, batch, nb, arena(1), scratch_bytes,
@@ -261,7 +267,7 @@ void Team::run_lane(Request &req, int lane, mlc_tp *tp, int64_t *sampled_n, doub
                 std::fprintf(stderr, "rank %d: algorithm %d failed with status %d\n", rank_, p->algorithm, rc);
                 std::exit(3);
             }
-            if (!last && nb == MLC_RING_BATCH) {
+            if (steady) {
                 (*sampled_n)++;
                 *sampled_s += sg4::Engine::get_clock() - t0;
             }

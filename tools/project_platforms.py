@@ -56,13 +56,13 @@ def aries_params(nodes: int) -> tuple[str, int]:
     # Optical cables per group pair: 240 per group shared by the others, as links of
     # the base rate (one 12X AOC is 18.75 GB/s; 2 cables per base-rate link, rounded).
     blue = max(1, int(240 / max(1, groups - 1) * 18.75e9 / ARIES.bytes_per_s)) if groups > 1 else 1
-    if groups >= 3:
-        # SimGrid 3.32's max-min solver crashes (SIGSEGV in MaxMin::do_solve) on
-        # dragonflies of 3 groups or more with 16 or more links per group pair. 8 runs.
-        # At 512 nodes (2 groups) 463 links and 8 give the same step times to 5 digits
-        # for ml_comm and the allreduce-after-backprop baseline: both send 1/n of the
-        # bytes between groups at power-of-two node counts (docs/scale.md).
-        blue = min(blue, MAX_BLUE_LINKS_SIMGRID_RUNS)
+    # SimGrid 3.32's max-min solver crashes (SIGSEGV in MaxMin::do_solve) on dragonflies
+    # with many links per group pair once traffic between groups is heavy (3 groups and
+    # 16 links; 2 groups and 463 in an allreduce sweep at 512 nodes). 8 runs. At 512 nodes
+    # 463 links and 8 give the same training step times to 5 digits for ml_comm and the
+    # allreduce-after-backprop baseline: both send 1/n of the bytes between groups at
+    # power-of-two node counts (docs/scale.md).
+    blue = min(blue, MAX_BLUE_LINKS_SIMGRID_RUNS)
     return f"{groups},{blue};6,3;16,1;4", groups * NODES_PER_ARIES_GROUP
 
 
