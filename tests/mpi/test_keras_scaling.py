@@ -407,6 +407,24 @@ def test_embedding_with_adam_gets_sparse_gradients(keras_session):
     c.finish()
 
 
+def test_sparse_gradients_of_different_lengths_are_gathered(keras_session):
+    """Rank r's IndexedSlices holds r + 1 slices (rows 0..r, values N * (r + 1)): the
+    optimizer gets every rank's slices divided by N, so SGD(1) lowers row j by the sum of
+    r + 1 over the ranks r >= j."""
+    c = Checks()
+    r, n = keras_session
+    var = keras.Variable(np.zeros((n + 1, 2), np.float32))
+    grad = tf.IndexedSlices(
+        tf.fill([r + 1, 2], float(n * (r + 1))),
+        tf.range(r + 1, dtype=tf.int64),
+        tf.constant([n + 1, 2], tf.int64),
+    )
+    keras.optimizers.SGD(1.0).apply([grad], [var])
+    want = [[0.0 - sum(q + 1 for q in range(j, n))] * 2 for j in range(n + 1)]  # row n: +0
+    c.equal(np.asarray(var), np.array(want, np.float32), "rows after the sparse update")
+    c.finish()
+
+
 @pytest.mark.parametrize("mid_epoch", [True, False])
 def test_a_callback_stopping_one_rank_stops_every_rank(keras_session, mid_epoch):
     """TerminateOnNaN seeing a NaN loss on the last rank only (mid_epoch), or a callback
