@@ -93,40 +93,23 @@ class RowsKernel : public AsyncOpKernel {
 }  // namespace
 
 REGISTER_OP("MlCommAllreduceOp")
-    .Input("tensors: N * T")
-    .Output("reduced: N * T")
-    .Attr("N: int >= 1")
-    .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .ML_COMM_LIST_OP("reduced")
     .Attr("op: int")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext *c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
     .Doc("Reduce a list of tensors of one dtype over all ranks with op (MLC_OP_*).");
 
-class AllreduceOpOp : public AsyncOpKernel {
+class AllreduceOpOp : public TeamKernel {
  public:
-  explicit AllreduceOpOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  explicit AllreduceOpOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
     OP_REQUIRES(c, op_ >= 0 && op_ < MLC_NUM_OPS,
                 tensorflow::errors::InvalidArgument("ml_comm: unknown reduction op ", op_));
   }
 
-  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    HeldTeam held(ctx, team_handle_);
-    mlc_team *team = held.get();
-    if (team == nullptr) {
-      done();
-      return;
-    }
+  void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     AllreduceList(ctx, team, op_, CallPart{}, {}, std::move(done));
   }
 
  private:
-  int64_t team_handle_ = 0;
   int op_ = MLC_OP_SUM;
 };
 
