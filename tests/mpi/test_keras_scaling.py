@@ -25,6 +25,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_helpers import keras_ml_comm_session
 from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
@@ -46,12 +47,8 @@ RTOL = 1e-5
 
 @pytest.fixture(scope="module")
 def keras_session():
-    comm_world().barrier()
-    mk.init(nthread_per_team=1, nteams=1, msglen=64)
-    try:
-        yield mc.get_rank(), mc.get_nranks()
-    finally:
-        mk.finalize()
+    with keras_ml_comm_session(nthread_per_team=1, nteams=1, msglen=64) as session:
+        yield session
 
 
 def data(rows: int, seed: int, d_out: int = D_OUT):
