@@ -436,6 +436,7 @@ void mlc_describe_bad_args(int code, const int64_t detail[2], char *buf, size_t 
 }
 
 static int bad_alike(const table *t, int a, int b, const setting *s) {
+    (void)s;
     const mlc_signature *x = at(t, a), *y = at(t, b);
     return x->c.bad_args == y->c.bad_args && x->bad_detail[0] == y->bad_detail[0] &&
            x->bad_detail[1] == y->bad_detail[1];
