@@ -64,8 +64,7 @@ enum {
     MLC_BAD_SPLITS_COUNT = 2,        /* how many splits; how many ranks */
     MLC_BAD_SPLIT_NEGATIVE = 3,      /* which split; its value */
     MLC_BAD_SPLITS_SUM = 4,          /* the splits' sum; the input's rows */
-    MLC_BAD_ROWS_UNEVEN = 5,         /* no splits: the input's rows; the ranks */
-    MLC_NUM_BAD = 6
+    MLC_BAD_ROWS_UNEVEN = 5          /* no splits: the input's rows; the ranks */
 };
 
 /* Where a request stands in the check (mlc_agreement.state). */
