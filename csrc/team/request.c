@@ -127,6 +127,9 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
                            .ksteps = req->ksteps, .max_steps = req->max_steps,
                            .sizes_vary = req->sizes_vary, .row_elements = req->row_elements,
+                           .row_ndim = req->row_ndim, .row_shape = req->row_shape,
+                           .bad_args = req->bad_args,
+                           .bad_detail = {req->bad_detail[0], req->bad_detail[1]},
                            .aborted = atomic_load(&team->aborted_groups)};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||

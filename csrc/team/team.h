@@ -45,6 +45,10 @@ struct mlc_request {
     mlc_rows_call rows;  /* a collective of rows (rows.c): what its algorithm moves */
     int sizes_vary;      /* signed: its sizes differ by rank, row_elements is compared */
     int64_t row_elements;
+    int row_ndim;               /* and the rows' shape (the caller's, for a blocking call) */
+    const int64_t *row_shape;
+    int bad_args;               /* MLC_BAD_*: the caller's arguments failed its check */
+    int64_t bad_detail[2];
     mlc_agreement agreement; /* the agreement check's state (agree/) */
 
     int workers_left;
