@@ -127,7 +127,7 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
                            .ksteps = req->ksteps, .max_steps = req->max_steps,
                            .sizes_vary = req->sizes_vary, .row_elements = req->row_elements,
-                           .aborted = atomic_load(&team->aborted_groups)};
+                           .cancelled = req->cancelled};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -153,6 +153,7 @@ void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *r
     req->submitted_at = mlc_now();
     req->ready_at = req->submitted_at;
     req->workers_left = team->nthreads;
+    req->lanes_running = team->nthreads;
     take_seq(team, req, ready);
     if (team->tail) team->tail->next = req;
     else team->head = req;

@@ -115,7 +115,7 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
     pthread_mutex_unlock(&team->lock);
     if (!last) return;
     if (report.fn) report.fn(report.user, &report.stats);
-    if (req->status != MLC_OK && req->group) mlc_group_fail_remaining(req);
+    if (req->group) mlc_group_finish(req);
     if (req->callback) req->callback(req->user_data, req->status);
     pthread_mutex_lock(&team->lock);
     int detached = req->detached;
