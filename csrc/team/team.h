@@ -23,6 +23,13 @@ struct mlc_context {
 
 typedef struct mlc_group mlc_group;
 
+/* What this rank's last request on a team was, for messages (mlc_team_last_request). */
+typedef struct mlc_request_note {
+    int64_t seq; /* 0: none yet */
+    int kind, dtype, op, root, ntensors, is_group;
+    int64_t total, key, row_elements;
+} mlc_request_note;
+
 struct mlc_request {
     mlc_team *team;
     uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
@@ -92,6 +99,7 @@ struct mlc_team {
     mlc_request *open_groups; /* keyed groups still waiting for tensors */
     pthread_cond_t ready_cv;  /* a tensor of a group arrived */
     uint64_t next_seq;
+    mlc_request_note last_request; /* the request that took seq next_seq */
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
     int users;         /* holders of mlc_team_acquire: destroy waits for them to release */
