@@ -105,7 +105,7 @@ def waited_request(team, team_id: int, rank: int) -> str:
     buf = ffi.new("char[512]")
     last = lib.mlc_team_last_request(team, buf, 512)
     if last <= 0:
-        return f"team {team_id}'s first request, while rank {rank} made none on team {team_id}"
+        return f"team {team_id}'s first request, which rank {rank} never made (none on that team)"
     return (
         f"team {team_id}'s request {last + 1} or later, which rank {rank} never made (its "
         f"last on team {team_id} was request {last}: {ffi.string(buf).decode()})"
