@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
 from jobs import mpiexec_job, wait_gone
 
 SCRIPT = "uneven_steps_job.py"
@@ -69,16 +68,11 @@ def test_fit_with_different_step_counts_names_the_steps():
     assert "different numbers of steps" in job.output, job.detail()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="barrier.py's _abandon cancels its receives, but MPI cannot take back a "
-    "zero-byte send that was delivered eagerly: a later barrier lets the peer out before "
-    "rank 1 entered it, and one message is left over at finalize",
-)
 def test_barrier_that_raised_leaves_no_message_behind():
-    """Rank 1's barrier raises (rank 0 waits in a reduction rank 1 has not made): what it
-    posted must not stay behind, or a later barrier lets a rank out before the others
-    entered it, and finalize finds a barrier message never received."""
+    """Rank 1's barrier raises (rank 0 waits in a reduction rank 1 has not made). Its
+    send was delivered already (MPI cannot take it back), so its next barrier() resumes
+    it: otherwise a later barrier lets a rank out before the others entered it, and
+    finalize finds a barrier message never received and aborts the job."""
     job = mpiexec_job(2, SCRIPT, "barrier_after_raise", timeout=TIMEOUT_S)
     assert job.returncode == 0, job.detail()
     assert "rank 1 barrier raised: " in job.stdout, job.detail()
