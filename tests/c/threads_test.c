@@ -5,8 +5,10 @@
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
  * the latency path, every dtype; results are checked exactly. Also: settings written
  * while requests are planned, steps that fail part-way (cancelled groups, on every
- * rank and on one), setters given no team, and finalize while another thread submits.
+ * rank and on one), setters given no team, finalize while another thread submits, and
+ * a team whose communication thread fails to start.
  * Exit 0 on success. */
+#include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
@@ -352,6 +354,47 @@ static void cancel_on_one_rank(mlc_context *ctx, int finite) {
     mlc_team_destroy(team);
 }
 
+/* The core starts its threads through this (tools/sanitizers.py defines
+ * MLC_PTHREAD_CREATE): while fail_thread_in > 0, the call that brings it to 0 fails. */
+static atomic_int fail_thread_in;
+
+int mlc_test_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
+    if (atomic_load(&fail_thread_in) > 0 && atomic_fetch_sub(&fail_thread_in, 1) == 1) return EAGAIN;
+    return pthread_create(thread, attr, start, arg);
+}
+
+/* A team whose second thread fails to start: the error says so, and every
+ * communicator the team had made (its first thread's included) is freed. MPICH
+ * has a few thousand communicator ids: 1000 failed teams of 3 threads make 5000
+ * communicators, so a team leaking them would exhaust the ids and a team made
+ * afterwards would fail. */
+static void failed_thread_start_frees_communicators(mlc_context *ctx) {
+    char err[MLC_MSG_LEN];
+    for (int i = 0; i < 1000; i++) {
+        mlc_team *team = NULL;
+        err[0] = '\0';
+        atomic_store(&fail_thread_in, 2);
+        int rc = mlc_team_create(ctx, 3, 4096, 512, &team, err, sizeof err);
+        if (rc != MLC_ERR_NOMEM || team || !strstr(err, "pthread_create")) {
+            fail(err[0] ? err : "a team whose thread failed to start", -1, i, rc, MLC_ERR_NOMEM);
+            if (team) mlc_team_destroy(team);
+            return;
+        }
+    }
+    atomic_store(&fail_thread_in, 0);
+    mlc_team *team;
+    if (mlc_team_create(ctx, 3, 4096, 512, &team, err, sizeof err)) {
+        fail(err, -1, -1, 0, 0);
+        return;
+    }
+    float x[3] = {1, 2, 3};
+    mlc_tensor one = {x, NULL, 3};
+    if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err)) fail(err, -1, -1, 0, 0);
+    for (int i = 0; i < 3; i++)
+        if (x[i] != (float)((i + 1) * size)) fail("the team after failed ones", -1, i, x[i], (i + 1) * size);
+    mlc_team_destroy(team);
+}
+
 /* finalize on one thread while another submits: the submitting thread holds the
  * team (mlc_team_acquire) around each call, and finds it through a registry that
  * the finalizing thread empties first, as the TensorFlow ops do. Under
@@ -448,6 +491,7 @@ int main(int argc, char **argv) {
         cancel_on_one_rank(ctx, 1);
     }
     finalize_while_submitting(ctx);
+    failed_thread_start_frees_communicators(ctx);
     mlc_context_destroy(ctx);
     int local = atomic_load(&failures), total = 0;
     MPI_Allreduce(&local, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
