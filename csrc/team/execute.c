@@ -206,11 +206,16 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
     pthread_mutex_unlock(&team->lock);
     /* A group is finished (and freed) only once all its tensors arrived, even
      * empty ones that no segment waits for, and after a failure. */
-    mlc_group_wait_all(req);
+    const int arrived = mlc_group_wait_all(req); /* MLC_ERR_STATE: shut down first */
     /* Every rank's verdict is the same, so every rank's lane 0 seals, or none. */
-    if (verdict != MLC_OK || lane->index != 0 || !mlc_seal_wanted(req)) return rc;
+    if (verdict != MLC_OK || arrived != MLC_OK || lane->index != 0 || !mlc_seal_wanted(req))
+        return rc ? rc : arrived;
     char sealed[MLC_MSG_LEN];
+    mlc_stall stall; /* a peer that never seals is named like one that never sends data */
+    mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req, NULL, NULL);
+    mlc_tp_set_progress(lane->tp, mlc_stall_transport_progress, &stall);
     const int seal = mlc_seal(req, lane->tp, lane->scratch, lane->scratch_bytes, sealed);
+    mlc_tp_set_progress(lane->tp, NULL, NULL);
     if (rc == MLC_OK && seal != MLC_OK) {
         rc = seal;
         memcpy(message, sealed, MLC_MSG_LEN);
