@@ -3,6 +3,7 @@
  * calls plan/, agree/, algos/ and transport/, and nothing calls it but the
  * public API. Files: context.c, team.c (threads, queue, completion), request.c
  * (requests and the async/blocking entry points), group.c (keyed groups),
+ * seal.c (a group's check, after its data, that no rank's step cancelled it),
  * execute.c (segments), departure.c, timeline.c. */
 #ifndef MLC_TEAM_H
 #define MLC_TEAM_H
