@@ -30,7 +30,7 @@ typedef struct mlc_sign_input {
     int ntensors, part, nparts, is_group;
     int call_dtypes; /* bit d: the caller's call has a part of dtype d (0: not said) */
     int compression; /* the team's MLC_COMPRESSION_* (ranks must agree on it) */
-    int aborted;     /* keyed groups this rank cancelled so far (a failed step): ranks must agree */
+    int cancelled;   /* a keyed group this rank's failed step cancelled: ranks must agree */
     int64_t total, key;
     const mlc_tensor *tensors; /* counts (the layout); for a direct allreduce the input, */
     const int64_t *starts;     /* and where the result goes */

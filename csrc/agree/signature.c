@@ -9,9 +9,10 @@
  *             differ would exchange blocks of different sizes on the ring); for
  *             kinds whose sizes differ by rank (sizes_vary) total and layout are
  *             not compared; row_elements and the rows' shape (the dimensions
- *             after the first: 2x3 and 3x2 rows differ) always are; aborted
- *             (how many keyed groups the rank cancelled because its step failed: a
- *             rank whose step failed alone is named);
+ *             after the first: 2x3 and 3x2 rows differ) always are; cancelled (a
+ *             keyed group whose step failed on that rank: signed when the group's
+ *             signature waits for its last tensor, as with the finite check; else
+ *             the group's seal, team/seal.c, tells the ranks);
  *   settings  the team's schedule (config_team's alg, ksteps, max_steps) and the
  *             request's plan (algorithm, on the caller's thread or the team's,
  *             lanes, segment length, keyed group, direct inside the check).
@@ -47,7 +48,7 @@ typedef struct compared {
     /* settings */
     int32_t team_algorithm, algorithm, on_caller, lanes, is_group, direct;
     int64_t ksteps, max_steps, seg_elems;
-    int64_t aborted; /* keyed groups this rank cancelled so far (its steps failed) */
+    int64_t cancelled; /* this keyed group was cancelled on this rank (its step failed) */
 } compared;
 
 struct mlc_signature {
@@ -95,7 +96,7 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     c->ksteps = in->ksteps;
     c->max_steps = in->max_steps;
     c->seg_elems = in->seg_elems;
-    c->aborted = in->aborted;
+    c->cancelled = in->cancelled;
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < in->ntensors; i++) {
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
@@ -167,7 +168,7 @@ static int same_shape(const mlc_signature *a, const mlc_signature *b) {
            x->part == y->part && x->nparts == y->nparts && x->call_dtypes == y->call_dtypes &&
            x->compression == y->compression && x->sizes_vary == y->sizes_vary &&
            x->row_elements == y->row_elements && x->row_ndim == y->row_ndim &&
-           x->row_shape_hash == y->row_shape_hash && x->aborted == y->aborted;
+           x->row_shape_hash == y->row_shape_hash && x->cancelled == y->cancelled;
 }
 
 /* ---- the settings, each with its name and how its value reads ---- */
@@ -294,9 +295,8 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
     if (s->compression != MLC_COMPRESSION_NONE) /* the team's setting, whatever the dtype */
         mlc_append(buf, len, off, ", compression=%s", mlc_compression_name(s->compression));
-    if (s->aborted) /* the rank's own count: the ranks with the higher one had a step fail */
-        mlc_append(buf, len, off, ", after %lld step%s that failed on this rank cancelled its "
-                   "gradient group", (long long)s->aborted, s->aborted == 1 ? "" : "s");
+    if (s->cancelled)
+        mlc_append(buf, len, off, ", cancelled: the step that submitted it failed on this rank");
     if ((s->call_dtypes & ~(1 << s->dtype)) || (show_dtypes && s->call_dtypes)) {
         /* a call of several dtypes, or ranks whose calls say differently: name them all */
         mlc_append(buf, len, off, "; the call's dtypes:");

@@ -179,6 +179,11 @@ const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len);
  * yet, i.e. a peer inside a team operation this rank has not made; -1 when there
  * is none, -2 while this rank has operations of its own in flight on the team. */
 int mlc_team_waiting_peer(mlc_team *team);
+/* The number of this rank's last request on the team (0: none; -1: no team), and
+ * into buf what it was ("average of 3 float32 tensors, 2307 elements"): a peer that
+ * waits for this rank in the team's next request is told apart from one whose
+ * request this rank made. */
+int64_t mlc_team_last_request(mlc_team *team, char *buf, size_t len);
 
 /* Asynchronous allreduce of the concatenation of tensors (all of one dtype), in
  * place. Tensors of one request are reduced as one buffer; more than one tensor

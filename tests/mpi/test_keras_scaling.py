@@ -557,3 +557,49 @@ def test_pydataset_of_different_lengths_runs_the_fewest_batches(keras_session):
     steps = int(model.optimizer.iterations.numpy())
     c.true(steps == 3 * EPOCHS, f"{steps} training steps, want {3 * EPOCHS}")
     c.finish()
+
+
+class AccumulatorsAt(keras.callbacks.Callback):
+    """Records this rank's gradient accumulators at the end of batch `batch` of each epoch."""
+
+    def __init__(self, batch: int):
+        super().__init__()
+        self.batch = batch
+        self.seen: list[list[np.ndarray]] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            accumulators = self.model.optimizer._accumulated_gradients
+            self.seen.append([np.array(a.numpy()) for a in accumulators])
+
+
+@pytest.mark.parametrize("saver", ["checkpoint", "backup"])
+def test_mid_epoch_saves_hold_one_accumulator_state(keras_session, tmp_path, saver):
+    """gradient_accumulation_steps=2 and a save every 3 batches (an integer save_freq):
+    at the save, each rank holds its own partial sum of one micro-step; ml_comm averages
+    the ranks' accumulators first, so that rank 0's file holds a state every rank can
+    resume from (the next update, the average of gradient + accumulator over the ranks,
+    is unchanged by it)."""
+    c = Checks()
+    r, n = keras_session
+    model = make_model(70, ("sgd", 0.05), accumulate=2)
+    x, y = data(3 * B, seed=71 + r)  # 3 batches per epoch on every rank
+    shared = shared_dir(tmp_path, r)
+    if saver == "checkpoint":
+        save = keras.callbacks.ModelCheckpoint(str(shared / "mid.keras"), save_freq=3)
+    else:
+        save = keras.callbacks.BackupAndRestore(str(shared / "backup"), save_freq=3)
+    record = AccumulatorsAt(2)
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=False, callbacks=[save, record])
+    mine = record.seen[0]
+    c.true(any(np.any(a != 0) for a in mine), "the save came mid-cycle (a partial sum)")
+    everyone = comm_world().allgather(mine)
+    for q in range(n):
+        for i, (a, b) in enumerate(zip(everyone[0], everyone[q])):
+            c.equal(b, a, f"accumulator {i} at the save: rank {q} against rank 0")
+    c.finish()
+
+
+def shared_dir(tmp_path, rank: int):
+    """Rank 0's temporary directory on every rank (rank 0 writes, the ranks share a disk)."""
+    return type(tmp_path)(comm_world().bcast(str(tmp_path) if rank == 0 else None, root=0))
