@@ -9,8 +9,9 @@
 // node.recv_overhead_s, and each side node.cpu_per_byte_s per byte (the CPU side of
 // a message: MPI, and on the test bed the kernel's TCP; the wire side is the
 // platform's latency and bandwidth). Waits block the actor in simulated time instead of
-// polling (csrc/transport/wait.c polls a real clock, which does not advance here),
-// so this file implements the whole of transport.h, wait functions included.
+// polling (csrc/transport/wait.c polls a real clock, which does not advance here), so
+// this file implements transport.h's two waits; the rest of transport.h, which only
+// posts through the ops below, is the core's csrc/transport/post.c, linked with it.
 #include <simgrid/s4u.hpp>
 
 #include <memory>
@@ -169,23 +170,8 @@ void transport_close(mlc_tp *tp) {
 }  // namespace mlcsim
 
 
-// transport.h's functions, blocking in simulated time.
+// transport.h's waits, blocking in simulated time.
 extern "C" {
-
-void mlc_tp_set_progress(mlc_tp *tp, mlc_tp_progress fn, void *arg) {
-    tp->progress = fn;
-    tp->progress_arg = arg;
-}
-
-int mlc_tp_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag, mlc_tp_req *req) {
-    tp->send_peer = dest;
-    return tp->ops->isend(tp, buf, bytes, dest, tag, req);
-}
-
-int mlc_tp_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_req *req) {
-    tp->recv_peer = src;
-    return tp->ops->irecv(tp, buf, bytes, src, tag, req);
-}
 
 int mlc_tp_waitall(mlc_tp *tp, int n, mlc_tp_req *reqs) {
     auto *ep = static_cast<mlcsim::Endpoint *>(tp->impl);
@@ -217,36 +203,5 @@ int mlc_tp_waitany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
     *index = which[k];
     mlcsim::complete(ep, &reqs[*index]);
     return MLC_OK;
-}
-
-void mlc_tp_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
-    tp->ops->abandon(tp, n, reqs);
-    tp->recv_peer = tp->send_peer = -1;
-}
-
-int mlc_tp_sendrecv(mlc_tp *tp, const void *sbuf, int64_t sbytes, int dest, void *rbuf, int64_t rbytes,
-                    int src, int tag) {
-    mlc_tp_req reqs[2] = {};
-    int rc = mlc_tp_irecv(tp, rbuf, rbytes, src, tag, &reqs[0]);
-    if (!rc) rc = mlc_tp_isend(tp, sbuf, sbytes, dest, tag, &reqs[1]);
-    return rc ? rc : mlc_tp_waitall(tp, 2, reqs);
-}
-
-int mlc_tp_send(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag) {
-    mlc_tp_req req = {};
-    int rc = mlc_tp_isend(tp, buf, bytes, dest, tag, &req);
-    return rc ? rc : mlc_tp_waitall(tp, 1, &req);
-}
-
-int mlc_tp_recv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag) {
-    mlc_tp_req req = {};
-    int rc = mlc_tp_irecv(tp, buf, bytes, src, tag, &req);
-    return rc ? rc : mlc_tp_waitall(tp, 1, &req);
-}
-
-int mlc_tp_peek(mlc_tp *tp, mlc_tp_req *req) {
-    int done = 1;
-    tp->ops->peek(tp, req, &done);
-    return done;
 }
 }

@@ -51,6 +51,7 @@ CORE_SOURCES = [
     "csrc/base/schedule.c",
     "csrc/base/dtype.c",
     "csrc/base/tensors.c",
+    "csrc/transport/post.c",
 ]
 MODEL_SOURCES = ["transport_simgrid.cpp", "kernels_timed.cpp", "team_mirror.cpp", "main.cpp"]
 SIM_CFG = ["--cfg=network/model:CM02", "--log=root.thres:warning"]

@@ -30,7 +30,7 @@ typedef struct mlc_sign_input {
     int ntensors, part, nparts, is_group;
     int call_dtypes; /* bit d: the caller's call has a part of dtype d (0: not said) */
     int compression; /* the team's MLC_COMPRESSION_* (ranks must agree on it) */
-    int aborted;     /* keyed groups this rank cancelled so far (a failed step): ranks must agree */
+    int cancelled;   /* a keyed group this rank's failed step cancelled: ranks must agree */
     int64_t total, key;
     const mlc_tensor *tensors; /* counts (the layout); for a direct allreduce the input, */
     const int64_t *starts;     /* and where the result goes */
@@ -47,7 +47,25 @@ typedef struct mlc_sign_input {
      * not compared, the elements per first-dimension row are. */
     int sizes_vary;
     int64_t row_elements;
+    /* Collectives of rows: the dimensions after the first, compared (NULL: not said). */
+    int row_ndim;
+    const int64_t *row_shape;
+    /* The caller's own check of its arguments failed (MLC_BAD_*): the rank still takes
+     * part in the exchange, and every rank fails the request, naming what was wrong. */
+    int bad_args;
+    int64_t bad_detail[2];
 } mlc_sign_input;
+
+/* What a rank found wrong with its own arguments (mlc_sign_input.bad_args), and what
+ * bad_detail holds for each. */
+enum {
+    MLC_BAD_NONE = 0,
+    MLC_BAD_SPLITS_NOT_INTEGERS = 1, /* splits are not a list of integers */
+    MLC_BAD_SPLITS_COUNT = 2,        /* how many splits; how many ranks */
+    MLC_BAD_SPLIT_NEGATIVE = 3,      /* which split; its value */
+    MLC_BAD_SPLITS_SUM = 4,          /* the splits' sum; the input's rows */
+    MLC_BAD_ROWS_UNEVEN = 5          /* no splits: the input's rows; the ranks */
+};
 
 /* Where a request stands in the check (mlc_agreement.state). */
 enum { MLC_CHECK_NONE = 0, MLC_CHECK_PENDING = 1, MLC_CHECK_DONE = 2 };
@@ -130,12 +148,16 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
 /* A hash of every compared field: equal digests, equal signatures. */
 uint64_t mlc_signature_digest(const mlc_signature *s);
 int mlc_signature_stop(const mlc_signature *s);
+int mlc_signature_bad_args(const mlc_signature *s); /* MLC_BAD_* */
 void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
-/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_MISMATCH
+/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_ARG (a rank's
+ * own arguments were bad: naming each such rank and what), MLC_ERR_MISMATCH
  * (naming the shapes, or the settings, that differ and their ranks) or
  * MLC_ERR_NONFINITE with the message. */
 int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a);
 /* "average of 3 float32 tensors, 1000 elements" and the like. */
 void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len);
+/* "splits add up to 5 rows, the input has 6" and the like: an MLC_BAD_* with its details. */
+void mlc_describe_bad_args(int code, const int64_t detail[2], char *buf, size_t len);
 
 #endif

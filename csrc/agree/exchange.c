@@ -8,7 +8,8 @@
  * the finite check waits for its last tensor), signs it (signature.c) and makes
  * a fixed-size record of it: the signature's digest as both minimum and maximum,
  * its stop flag, its NaN/Inf scan (count of ranks, lowest rank and its first
- * tensor) and, for a direct allreduce, its input. The records are combined by a
+ * tensor), whether its own check of its arguments failed and, for a direct
+ * allreduce, its input. The records are combined by a
  * recursive-doubling allreduce (algos/allreduce_recursive_doubling.c's
  * schedule, p = the largest power of two <= n): ranks r >= p fold theirs into
  * r - p; log2(p) exchanges with r XOR 2^k, each combining both records (min,
@@ -17,7 +18,7 @@
  * payload's additions take the same two operands on both partners, and a + b
  * equals b + a in IEEE arithmetic). Equal minimum and maximum digests: every
  * rank signed the same request. Then, only when the digests differ or some rank
- * found NaN/Inf, every rank sends its full signature to every other (the old
+ * found NaN/Inf or bad arguments, every rank sends its full signature to every other (the old
  * all-to-all, O(n)) and judges the table, so the message names every rank and
  * setting. The same record and table everywhere give the same verdict
  * everywhere: every rank moves the request's data, or every rank fails it with
@@ -31,10 +32,10 @@
  *
  * Messages per rank and request when the ranks agree: 2 ceil(log2 n) at most,
  * sends and receives (log2(p) of each, plus one of each for a rank in the fold);
- * mlc_agree_counts reports them. Bytes on the wire per message: the 40-byte
+ * mlc_agree_counts reports them. Bytes on the wire per message: the 48-byte
  * record, plus N for a direct allreduce of N bytes; per rank and request about
- * ceil(log2 n) (40 + N) bytes each way, where an all-to-all of the 168-byte
- * signature would send (n-1) (168 + N). The latency is
+ * ceil(log2 n) (48 + N) bytes each way, where an all-to-all of the 264-byte
+ * signature would send (n-1) (264 + N). The latency is
  * log2(p) message latencies (+2 with a fold), against one for the all-to-all:
  * at 2 ranks both are one exchange. After a disagreement: 2(n-1) more messages
  * of a signature each. Direct payloads are capped at MLC_DIRECT_MAX_BYTES at any
@@ -71,6 +72,8 @@ typedef struct record {
     int32_t nonfinite_rank;   /* the lowest of them (INT32_MAX: none) */
     int32_t nonfinite_tensor; /* its first such tensor */
     int32_t direct_ranks;     /* ranks whose input follows (summed) */
+    int32_t bad_ranks;        /* ranks whose own check of their arguments failed */
+    int32_t unused;
 } record;
 
 _Static_assert(sizeof(record) % 8 == 0, "the payload after a record stays aligned");
@@ -274,7 +277,7 @@ static void make_record(mlc_agree *ag, mlc_agreement *a) {
     int tensor, count;
     mlc_signature_nonfinite(s, &tensor, &count);
     *r = (record){.ranks = 1, .stop = mlc_signature_stop(s), .nonfinite_rank = INT32_MAX,
-                  .direct_ranks = a->in.direct != 0};
+                  .direct_ranks = a->in.direct != 0, .bad_ranks = mlc_signature_bad_args(s) != 0};
     r->digest_min = r->digest_max = mlc_signature_digest(s);
     if (tensor >= 0) {
         r->nonfinite_ranks = 1;
@@ -302,6 +305,7 @@ static void combine(mlc_agreement *a, char *mine, const char *theirs) {
         x->nonfinite_tensor = y->nonfinite_tensor;
     }
     x->direct_ranks += y->direct_ranks;
+    x->bad_ranks += y->bad_ranks;
 }
 
 static int tree(mlc_agree *ag, mlc_agreement *a) {
@@ -368,7 +372,7 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
     make_record(ag, a);
     int rc = ag->tp.size > 1 ? tree(ag, a) : MLC_OK;
     const record *r = (const record *)ag->mine;
-    if (rc == MLC_OK && (r->digest_min != r->digest_max || r->nonfinite_ranks > 0)) {
+    if (rc == MLC_OK && (r->digest_min != r->digest_max || r->nonfinite_ranks > 0 || r->bad_ranks > 0)) {
         rc = ag->tp.size > 1 ? table(ag, a) : MLC_OK;
         if (rc == MLC_OK) rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a);
     }

@@ -8,16 +8,22 @@
  *             16-bit wire setting, whatever the request's dtype: ranks that
  *             differ would exchange blocks of different sizes on the ring); for
  *             kinds whose sizes differ by rank (sizes_vary) total and layout are
- *             not compared; row_elements (collectives of rows) always is; aborted
- *             (how many keyed groups the rank cancelled because its step failed: a
- *             rank whose step failed alone is named);
+ *             not compared; row_elements and the rows' shape (the dimensions
+ *             after the first: 2x3 and 3x2 rows differ) always are; cancelled (a
+ *             keyed group whose step failed on that rank: signed when the group's
+ *             signature waits for its last tensor, as with the finite check; else
+ *             the group's seal, team/seal.c, tells the ranks);
  *   settings  the team's schedule (config_team's alg, ksteps, max_steps) and the
  *             request's plan (algorithm, on the caller's thread or the team's,
  *             lanes, segment length, keyed group, direct inside the check).
  * Ranks whose settings differ would run different message patterns (a hang) or
  * a pipelined rank would return a step early. A shape that differs makes the
  * plans differ too, so a message names the shapes when they differ and the
- * settings only when the shapes agree. The first counts are kept for messages;
+ * settings only when the shapes agree. A rank whose own check of its arguments
+ * failed (bad_args: an alltoall's splits) signs that too, and the verdict fails
+ * the request on every rank with MLC_ERR_ARG, naming each such rank and what was
+ * wrong, before anything else is compared. The first counts (and the rows' first
+ * dimensions) are kept for messages;
  * the stop flag and the NaN/Inf scan ride along (exchange.c). The digest is a
  * hash of every compared field: equal digests, equal signatures. Sent as bytes:
  * the ranks of one job share one architecture. */
@@ -28,18 +34,21 @@
 #include "algos/algo.h"
 
 #define MLC_SIG_SHOWN_COUNTS 4
+#define MLC_SIG_SHOWN_DIMS 6
 
 /* Compared across ranks; no padding, so the digest hashes only these bytes. */
 typedef struct compared {
     int32_t kind, dtype, op, root;
     int32_t ntensors, part, nparts, call_dtypes;
     int32_t compression, sizes_vary;
+    int32_t row_ndim, bad_args; /* row_ndim -1: the rows' shape not said */
     int64_t total, row_elements;
-    uint64_t layout_hash; /* FNV-1a over every tensor's count */
+    uint64_t layout_hash;    /* FNV-1a over every tensor's count */
+    uint64_t row_shape_hash; /* and over the rows' dimensions */
     /* settings */
     int32_t team_algorithm, algorithm, on_caller, lanes, is_group, direct;
     int64_t ksteps, max_steps, seg_elems;
-    int64_t aborted; /* keyed groups this rank cancelled so far (its steps failed) */
+    int64_t cancelled; /* this keyed group was cancelled on this rank (its step failed) */
 } compared;
 
 struct mlc_signature {
@@ -49,9 +58,11 @@ struct mlc_signature {
     int32_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
     int32_t unused;
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
+    int64_t row_dims[MLC_SIG_SHOWN_DIMS]; /* the rows' first dimensions */
+    int64_t bad_detail[2];                /* what bad_args found (agree.h) */
 };
 
-_Static_assert(sizeof(compared) == 10 * 4 + 3 * 8 + 6 * 4 + 4 * 8, "compared has no padding");
+_Static_assert(sizeof(compared) == 12 * 4 + 4 * 8 + 6 * 4 + 4 * 8, "compared has no padding");
 _Static_assert(sizeof(compared) % 8 == 0, "the digest reads compared in 8-byte words");
 _Static_assert(sizeof(struct mlc_signature) % 8 == 0, "signatures stay 8-byte aligned");
 
@@ -85,13 +96,23 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     c->ksteps = in->ksteps;
     c->max_steps = in->max_steps;
     c->seg_elems = in->seg_elems;
-    c->aborted = in->aborted;
+    c->cancelled = in->cancelled;
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < in->ntensors; i++) {
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
         h = fnv(h, &in->tensors[i].count, sizeof in->tensors[i].count);
     }
     c->row_elements = in->row_elements; /* 0 but for collectives of rows */
+    c->row_ndim = in->row_shape ? in->row_ndim : -1;
+    c->row_shape_hash = 0;
+    for (int d = 0; in->row_shape && d < in->row_ndim; d++) {
+        if (d < MLC_SIG_SHOWN_DIMS) s->row_dims[d] = in->row_shape[d];
+        c->row_shape_hash = fnv(c->row_shape_hash ^ 1469598103934665603ull, &in->row_shape[d],
+                                sizeof in->row_shape[d]);
+    }
+    c->bad_args = in->bad_args;
+    s->bad_detail[0] = in->bad_detail[0];
+    s->bad_detail[1] = in->bad_detail[1];
     if (c->sizes_vary) { /* each rank's own sizes; only the rows' length must agree */
         c->layout_hash = 0;
         c->total = 0;
@@ -146,7 +167,8 @@ static int same_shape(const mlc_signature *a, const mlc_signature *b) {
            x->ntensors == y->ntensors && x->total == y->total && x->layout_hash == y->layout_hash &&
            x->part == y->part && x->nparts == y->nparts && x->call_dtypes == y->call_dtypes &&
            x->compression == y->compression && x->sizes_vary == y->sizes_vary &&
-           x->row_elements == y->row_elements && x->aborted == y->aborted;
+           x->row_elements == y->row_elements && x->row_ndim == y->row_ndim &&
+           x->row_shape_hash == y->row_shape_hash && x->cancelled == y->cancelled;
 }
 
 /* ---- the settings, each with its name and how its value reads ---- */
@@ -236,13 +258,24 @@ static int leads(const table *t, int r, alike_fn alike, const setting *s) {
     return 1;
 }
 
+/* ", shape (2, 3)": the rows' dimensions after the first, where the caller said them. */
+static void append_row_shape(char *buf, size_t len, size_t *off, const mlc_signature *sg) {
+    const int ndim = sg->c.row_ndim;
+    if (ndim < 0) return;
+    mlc_append(buf, len, off, " of shape (");
+    for (int d = 0; d < ndim && d < MLC_SIG_SHOWN_DIMS; d++)
+        mlc_append(buf, len, off, "%s%lld", d ? ", " : "", (long long)sg->row_dims[d]);
+    mlc_append(buf, len, off, ndim > MLC_SIG_SHOWN_DIMS ? ", ...)" : ndim == 1 ? ",)" : ")");
+}
+
 static void append_signature(char *buf, size_t len, size_t *off, const mlc_signature *sg,
                              int show_counts, int show_dtypes) {
     const compared *s = &sg->c;
-    if (s->sizes_vary)
+    if (s->sizes_vary) {
         mlc_append(buf, len, off, "%d tensor%s, rows of %lld %s elements", s->ntensors,
                    s->ntensors == 1 ? "" : "s", (long long)s->row_elements, mlc_dtype_name(s->dtype));
-    else
+        append_row_shape(buf, len, off, sg);
+    } else
         mlc_append(buf, len, off, "%d tensor%s, %lld %s elements", s->ntensors, s->ntensors == 1 ? "" : "s",
                    (long long)s->total, mlc_dtype_name(s->dtype));
     if (show_counts && s->ntensors > 0) {
@@ -255,13 +288,15 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     else if (s->kind == MLC_KIND_ALLREDUCE) mlc_append(buf, len, off, " (%s", op_name(s->op));
     else if (s->kind == MLC_KIND_REDUCESCATTER) mlc_append(buf, len, off, " (reducescatter, %s", op_name(s->op));
     else mlc_append(buf, len, off, " (%s", rows_kind_name(s->kind));
-    if (s->row_elements && !s->sizes_vary) mlc_append(buf, len, off, ", rows of %lld", (long long)s->row_elements);
+    if (s->row_elements && !s->sizes_vary) {
+        mlc_append(buf, len, off, ", rows of %lld", (long long)s->row_elements);
+        append_row_shape(buf, len, off, sg);
+    }
     if (s->nparts > 1) mlc_append(buf, len, off, ", part %d of %d", s->part + 1, s->nparts);
     if (s->compression != MLC_COMPRESSION_NONE) /* the team's setting, whatever the dtype */
         mlc_append(buf, len, off, ", compression=%s", mlc_compression_name(s->compression));
-    if (s->aborted) /* the rank's own count: the ranks with the higher one had a step fail */
-        mlc_append(buf, len, off, ", after %lld step%s that failed on this rank cancelled its "
-                   "gradient group", (long long)s->aborted, s->aborted == 1 ? "" : "s");
+    if (s->cancelled)
+        mlc_append(buf, len, off, ", cancelled: the step that submitted it failed on this rank");
     if ((s->call_dtypes & ~(1 << s->dtype)) || (show_dtypes && s->call_dtypes)) {
         /* a call of several dtypes, or ranks whose calls say differently: name them all */
         mlc_append(buf, len, off, "; the call's dtypes:");
@@ -379,8 +414,63 @@ static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {
     return MLC_ERR_NONFINITE;
 }
 
+/* "splits add up to 5 rows; the input has 6" and the like (agree.h, MLC_BAD_*). */
+static void append_bad_args(char *buf, size_t len, size_t *off, int code, const int64_t detail[2]) {
+    const long long x = (long long)detail[0], y = (long long)detail[1];
+    switch (code) {
+    case MLC_BAD_SPLITS_NOT_INTEGERS: mlc_append(buf, len, off, "splits are not a 1-D list of integers"); break;
+    case MLC_BAD_SPLITS_COUNT: mlc_append(buf, len, off, "%lld splits for %lld ranks (one per rank)", x, y); break;
+    case MLC_BAD_SPLIT_NEGATIVE: mlc_append(buf, len, off, "splits[%lld] is %lld, negative", x, y); break;
+    case MLC_BAD_SPLITS_SUM: mlc_append(buf, len, off, "splits add up to %lld rows, the input has %lld", x, y); break;
+    case MLC_BAD_ROWS_UNEVEN:
+        mlc_append(buf, len, off, "no splits, and its %lld rows do not divide by the %lld ranks", x, y);
+        break;
+    default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
+    }
+}
+
+void mlc_describe_bad_args(int code, const int64_t detail[2], char *buf, size_t len) {
+    size_t off = 0;
+    if (len) buf[0] = '\0';
+    append_bad_args(buf, len, &off, code, detail);
+}
+
+static int bad_alike(const table *t, int a, int b, const setting *s) {
+    (void)s;
+    const mlc_signature *x = at(t, a), *y = at(t, b);
+    return x->c.bad_args == y->c.bad_args && x->bad_detail[0] == y->bad_detail[0] &&
+           x->bad_detail[1] == y->bad_detail[1];
+}
+
+/* Every rank whose own check failed, grouped by what it found; the others' arguments
+ * were valid. */
+static int bad_args_message(const table *t, int team_id, mlc_agreement *a) {
+    char *buf = a->message;
+    size_t off = 0, len = MLC_MSG_LEN;
+    buf[0] = '\0';
+    mlc_append(buf, len, &off, "invalid %s arguments on team %d request %lld: ", rows_kind_name(at(t, 0)->c.kind),
+               team_id, (long long)a->seq);
+    int bad = 0, groups = 0;
+    for (int r = 0; r < t->n; r++) {
+        if (!at(t, r)->c.bad_args) continue;
+        bad++;
+        if (!leads(t, r, bad_alike, NULL)) continue;
+        if (groups++) mlc_append(buf, len, &off, "; ");
+        append_ranks(buf, len, &off, t, r, bad_alike, NULL);
+        mlc_append(buf, len, &off, ": ");
+        append_bad_args(buf, len, &off, at(t, r)->c.bad_args, at(t, r)->bad_detail);
+    }
+    if (bad < t->n) mlc_append(buf, len, &off, " (the other ranks' arguments are valid)");
+    mlc_append(buf, len, &off, ". No rank moved any data");
+    return MLC_ERR_ARG;
+}
+
+int mlc_signature_bad_args(const mlc_signature *s) { return s->c.bad_args; }
+
 int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a) {
     const table t = {slots, slot_bytes, n};
+    for (int r = 0; r < n; r++)
+        if (at(&t, r)->c.bad_args) return bad_args_message(&t, team_id, a);
     for (int r = 1; r < n; r++)
         if (memcmp(&at(&t, 0)->c, &at(&t, r)->c, sizeof(compared))) return mismatch_message(&t, team_id, a);
     for (int r = 0; r < n; r++)

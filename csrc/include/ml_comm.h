@@ -179,6 +179,11 @@ const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len);
  * yet, i.e. a peer inside a team operation this rank has not made; -1 when there
  * is none, -2 while this rank has operations of its own in flight on the team. */
 int mlc_team_waiting_peer(mlc_team *team);
+/* The number of this rank's last request on the team (0: none; -1: no team), and
+ * into buf what it was ("average of 3 float32 tensors, 2307 elements"): a peer that
+ * waits for this rank in the team's next request is told apart from one whose
+ * request this rank made. */
+int64_t mlc_team_last_request(mlc_team *team, char *buf, size_t len);
 
 /* Asynchronous allreduce of the concatenation of tensors (all of one dtype), in
  * place. Tensors of one request are reduced as one buffer; more than one tensor
@@ -233,33 +238,41 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
                        int root, char *err, size_t errlen);
 
 /* ---- collectives of rows (csrc/team/rows.c): blocking, on the caller's thread ----
- * A buffer of rows, each row_elements elements of dtype; the first dimension may
- * differ by rank where said. Every call is checked by the agreement like an
- * allreduce (kind, dtype, op, row_elements; layout where sizes agree), so a rank
- * that calls another collective, another dtype or another row length fails on
- * every rank with MLC_ERR_MISMATCH naming each rank's call. Calls that come in two
- * steps (the sizes, then the data) are parts 1 and 2 of 2 of one call: a caller
- * whose first step failed makes no second. */
+ * A buffer of rows of one shape: row_shape holds the row_ndim dimensions after the
+ * first (none: rows of one element); the first dimension may differ by rank where
+ * said. Every call is checked by the agreement like an allreduce (kind, dtype, op,
+ * the rows' shape; layout where sizes agree), so a rank that calls another
+ * collective, another dtype or rows of another shape fails on every rank with
+ * MLC_ERR_MISMATCH naming each rank's call. Calls that come in two steps (the
+ * sizes, then the data) are parts 1 and 2 of 2 of one call: a caller whose first
+ * step failed makes no second. */
 /* The team's rank and number of ranks (its context's). */
 int mlc_team_rank(const mlc_team *team);
 int mlc_team_size(const mlc_team *team);
 /* Allgather, step 1: every rank's number of rows into all_rows (size entries). */
-int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int64_t row_elements, int dtype,
-                            int64_t *all_rows, char *err, size_t errlen);
+int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape,
+                            int dtype, int64_t *all_rows, char *err, size_t errlen);
 /* Allgather, step 2: output (sum of all_rows rows) = every rank's input rows, in rank order. */
 int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const int64_t *all_rows,
-                        int64_t row_elements, int dtype, char *err, size_t errlen);
+                        int row_ndim, const int64_t *row_shape, int dtype, char *err, size_t errlen);
 /* Reduce-scatter: input (rows rows, alike on every rank) reduced with op over the ranks;
  * rank r receives mlc_rows_share(rows, size, r) rows, rank order, into output. */
 int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows,
-                           int64_t row_elements, int dtype, int op, char *err, size_t errlen);
-/* Alltoall, step 1: send_rows[d] rows go to rank d; recv_rows[s]: the rows rank s sends here. */
-int mlc_team_alltoall_splits(mlc_team *team, const int64_t *send_rows, int64_t row_elements,
-                             int dtype, int64_t *recv_rows, char *err, size_t errlen);
+                           int row_ndim, const int64_t *row_shape, int dtype, int op, char *err,
+                           size_t errlen);
+/* Alltoall, step 1: the input has rows rows; splits[d] of them go to rank d (nsplits
+ * entries, which must be one per rank; nsplits < 0: the caller found splits that are
+ * not a list of integers; splits NULL: rows / size to each rank). Fills send_rows (the
+ * splits) and recv_rows[s] (the rows rank s sends here), size entries each. Splits
+ * that are wrong on any rank fail the call on every rank with MLC_ERR_ARG, naming each
+ * such rank and what was wrong, before any data moves. */
+int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits, int64_t rows,
+                             int row_ndim, const int64_t *row_shape, int dtype, int64_t *send_rows,
+                             int64_t *recv_rows, char *err, size_t errlen);
 /* Alltoall, step 2: input holds the splits in rank order, output receives them in rank order. */
 int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_rows, void *output,
-                       const int64_t *recv_rows, int64_t row_elements, int dtype, char *err,
-                       size_t errlen);
+                       const int64_t *recv_rows, int row_ndim, const int64_t *row_shape, int dtype,
+                       char *err, size_t errlen);
 
 /* ---- agreement checks and the stall watchdog (csrc/agree/exchange.c, watchdog.c) ---- */
 /* Before a request moves any data, the ranks exchange its signature (kind, dtype,

@@ -179,11 +179,13 @@ static int rows_collective(const mlc_request *req, const mlc_lane *lane) {
     return algo && algo->rows ? algo->rows(lane->tp, &req->rows) : MLC_ERR_ARG;
 }
 
-/* The agreement first (ranks agree before data moves), then the data. */
+/* The agreement first (ranks agree before data moves), then the data, then for a
+ * keyed group its seal (seal.c) on lane 0. */
 static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
     mlc_team *team = req->team;
     message[0] = '\0';
-    int rc = mlc_agree_verdict(&team->agree, &req->agreement, message);
+    const int verdict = mlc_agree_verdict(&team->agree, &req->agreement, message);
+    int rc = verdict;
     if (rc == MLC_OK && !req->agreement.done_by_exchange) {
         mlc_stall stall;
         mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req, NULL, NULL);
@@ -198,9 +200,26 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
         if (rc == MLC_ERR_OVERFLOW && lane->thread < 0) mlc_overflow_message(req, message, MLC_MSG_LEN);
         mlc_tp_set_progress(lane->tp, NULL, NULL);
     }
+    if (!req->group) return rc;
+    pthread_mutex_lock(&team->lock);
+    mlc_seal_lane_done(req);
+    pthread_mutex_unlock(&team->lock);
     /* A group is finished (and freed) only once all its tensors arrived, even
      * empty ones that no segment waits for, and after a failure. */
-    if (req->group) mlc_group_wait_all(req);
+    const int arrived = mlc_group_wait_all(req); /* MLC_ERR_STATE: shut down first */
+    /* Every rank's verdict is the same, so every rank's lane 0 seals, or none. */
+    if (verdict != MLC_OK || arrived != MLC_OK || lane->index != 0 || !mlc_seal_wanted(req))
+        return rc ? rc : arrived;
+    char sealed[MLC_MSG_LEN];
+    mlc_stall stall; /* a peer that never seals is named like one that never sends data */
+    mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req, NULL, NULL);
+    mlc_tp_set_progress(lane->tp, mlc_stall_transport_progress, &stall);
+    const int seal = mlc_seal(req, lane->tp, lane->scratch, lane->scratch_bytes, sealed);
+    mlc_tp_set_progress(lane->tp, NULL, NULL);
+    if (rc == MLC_OK && seal != MLC_OK) {
+        rc = seal;
+        memcpy(message, sealed, MLC_MSG_LEN);
+    }
     return rc;
 }
 

@@ -19,12 +19,12 @@
  * tensors open a group of their own, and its missing tensors arrive as zeros, so
  * that this rank's lanes carry the request to its end in step with the other
  * ranks (their messages are posted already) and every communicator is left with
- * nothing in flight. The request fails on this rank. The team counts its
- * cancelled groups (but not those that failed their agreement check, which every
- * rank saw fail) and every later signature carries the count: where all ranks'
- * steps failed the counts agree and training goes on; where only some did, the
- * next request fails on every rank, naming them (with the finite check, the
- * cancelled group's own signature carries it, and no data moves).
+ * nothing in flight. The request fails on this rank. At more than one rank a
+ * group hands its tensors back only after its seal (seal.c), which tells every
+ * rank whether some rank cancelled it: then it fails on every rank, in the same
+ * step, naming those ranks, and no rank returns the zero-filled sums. The
+ * cancelled flag is also signed: with the finite check, whose signature waits for
+ * the last tensor, the cancelled group's own agreement check fails instead.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -46,6 +46,7 @@ struct mlc_group {
     void **tensor_user;
     int nonfinite_tensor, nonfinite_count; /* the finite check's scan so far */
     void **zeros;                          /* per tensor: what a cancelled group filled in */
+    int hold;                              /* done callbacks wait for the seal (seal.c) */
     mlc_request *next_open;                /* team->open_groups */
 };
 
@@ -117,6 +118,7 @@ static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const 
         int64_t first = req->starts[i] / seg, last = (req->starts[i] + counts[i] - 1) / seg;
         atomic_init(&req->group->segs_left[i], counts[i] ? (int)(last - first + 1) : 0);
     }
+    req->group->hold = mlc_seal_wanted(req);
     return req;
 }
 
@@ -173,12 +175,7 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
         pthread_mutex_unlock(&team->lock);
         return MLC_ERR_NOMEM;
     }
-    /* A group that failed its agreement check failed on every rank already: the
-     * others need not hear of it. */
-    const int known = req->status != MLC_OK ||
-                      (atomic_load(&req->agreement.state) == MLC_CHECK_DONE &&
-                       req->agreement.status != MLC_OK);
-    if (!known) atomic_fetch_add(&team->aborted_groups, 1);
+    req->cancelled = 1; /* before the zeros arrive: the seal reads it after them */
     if (req->status == MLC_OK) {
         req->status = MLC_ERR_STATE;
         snprintf(req->message, MLC_MSG_LEN,
@@ -342,21 +339,27 @@ int mlc_group_wait_all(mlc_request *req) {
 }
 
 /* Elements [start, start+count) are reduced and in place: tensors whose last
- * segment this was are done. */
+ * segment this was are done (told now, or after the seal). */
 void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count) {
     mlc_group *g = req->group;
     if (!g || count == 0) return;
     for (int t = mlc_tensor_at(req->starts, req->ntensors, start); t < req->ntensors && req->starts[t] < start + count; t++) {
         if (req->tensors[t].count == 0) continue;
-        if (atomic_fetch_sub(&g->segs_left[t], 1) == 1 && g->tensor_done[t])
+        if (atomic_fetch_sub(&g->segs_left[t], 1) == 1 && !g->hold && g->tensor_done[t])
             g->tensor_done[t](g->tensor_user[t], MLC_OK);
     }
 }
 
-/* After a failure: every tensor still waiting hears of it, once. */
-void mlc_group_fail_remaining(mlc_request *req) {
+void mlc_group_finish(mlc_request *req) {
     mlc_group *g = req->group;
-    for (int t = 0; g && t < req->ntensors; t++)
-        if (atomic_exchange(&g->segs_left[t], 0) > 0 && g->tensor_done[t])
-            g->tensor_done[t](g->tensor_user[t], req->status ? req->status : MLC_ERR_STATE);
+    for (int t = 0; g && t < req->ntensors; t++) {
+        if (req->tensors[t].count == 0) continue; /* told at its arrival */
+        const int left = atomic_exchange(&g->segs_left[t], 0);
+        if ((left > 0 || g->hold) && g->tensor_done[t])
+            g->tensor_done[t](g->tensor_user[t], req->status ? req->status
+                                                 : left > 0  ? MLC_ERR_STATE
+                                                             : MLC_OK);
+    }
 }
+
+int64_t mlc_group_key(const mlc_request *req) { return req->group ? req->group->key : 0; }

@@ -127,7 +127,10 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
                            .ksteps = req->ksteps, .max_steps = req->max_steps,
                            .sizes_vary = req->sizes_vary, .row_elements = req->row_elements,
-                           .aborted = atomic_load(&team->aborted_groups)};
+                           .row_ndim = req->row_ndim, .row_shape = req->row_shape,
+                           .bad_args = req->bad_args,
+                           .bad_detail = {req->bad_detail[0], req->bad_detail[1]},
+                           .cancelled = req->cancelled};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -145,6 +148,9 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
  * agreement check's. A keyed group's input is handed to the check later. */
 static void take_seq(mlc_team *team, mlc_request *req, const mlc_sign_input *in) {
     req->seq = ++team->next_seq;
+    team->last_request = (mlc_request_note){(int64_t)req->seq, req->kind, req->dtype, req->op, req->root,
+                                            req->ntensors, req->group != NULL, req->total,
+                                            mlc_group_key(req), req->row_elements};
     if (mlc_agree_wants(&team->agree, req->kind, req->dtype))
         mlc_agree_register(&team->agree, &req->agreement, (int64_t)req->seq, in);
 }
@@ -153,6 +159,7 @@ void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *r
     req->submitted_at = mlc_now();
     req->ready_at = req->submitted_at;
     req->workers_left = team->nthreads;
+    req->lanes_running = team->nthreads;
     take_seq(team, req, ready);
     if (team->tail) team->tail->next = req;
     else team->head = req;
@@ -348,4 +355,18 @@ int mlc_request_stop_asked(const mlc_request *req) { return req ? req->agreement
 
 void mlc_request_free(mlc_request *req) {
     if (req) mlc_free_request(req);
+}
+
+int64_t mlc_team_last_request(mlc_team *team, char *buf, size_t len) {
+    if (!team) return -1;
+    pthread_mutex_lock(&team->lock);
+    const mlc_request_note note = team->last_request;
+    pthread_mutex_unlock(&team->lock);
+    if (buf && len) buf[0] = '\0';
+    if (note.seq == 0 || !buf || !len) return note.seq;
+    const mlc_sign_input in = {.kind = note.kind, .dtype = note.dtype, .op = note.op, .root = note.root,
+                               .ntensors = note.ntensors, .is_group = note.is_group, .total = note.total,
+                               .key = note.key, .row_elements = note.row_elements};
+    mlc_describe_input(&in, buf, len);
+    return note.seq;
 }

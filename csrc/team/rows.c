@@ -9,7 +9,14 @@
  * the reduce-scatter's input). Where sizes differ by rank (an allgather's own
  * rows, an alltoall's splits) they are first exchanged by a request of their own,
  * part 1 of the call's 2, so that a rank that called something else fails there,
- * before any rank sizes a buffer from the others' numbers. */
+ * before any rank sizes a buffer from the others' numbers. The rows' shape (the
+ * dimensions after the first) is compared, not only their length.
+ *
+ * An alltoall's splits are checked here, not by the caller: a rank whose splits
+ * are wrong still takes part in the exchange of the splits, its signature saying
+ * what was wrong (agree.h, MLC_BAD_*), so that every rank fails the call at once
+ * with the same message instead of its peers waiting for it. Without the
+ * agreement (one rank, or ML_COMM_CHECK_LAYOUT=0) it fails on that rank alone. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -23,15 +30,35 @@ static int fail(char *err, size_t errlen, const char *what) {
     return MLC_ERR_ARG;
 }
 
+/* The elements of one row: the product of its dimensions; -1 when one is negative. */
+static int64_t row_elements_of(int row_ndim, const int64_t *row_shape) {
+    if (row_ndim < 0 || (row_ndim > 0 && !row_shape)) return -1;
+    int64_t n = 1;
+    for (int d = 0; d < row_ndim; d++) {
+        if (row_shape[d] < 0) return -1;
+        n *= row_shape[d];
+    }
+    return n;
+}
+
 static int bad_rows(const mlc_team *team, int64_t row_elements, int dtype) {
     return !team || row_elements < 0 || dtype < 0 || dtype >= MLC_NUM_DTYPES;
 }
 
+/* What a request of rows signs beyond its sizes: the rows' shape, and what the
+ * caller's check of its arguments found. */
+typedef struct rows_sign {
+    int row_ndim;
+    const int64_t *row_shape;
+    int bad_args;
+    int64_t bad_detail[2];
+} rows_sign;
+
 /* One request: part `part` of the call's nparts, its signed sizes (total elements, or
  * sizes_vary) and what its algorithm moves. */
 static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int nparts, int64_t total,
-                    int sizes_vary, int64_t row_elements, const mlc_rows_call *call, char *err,
-                    size_t errlen) {
+                    int sizes_vary, int64_t row_elements, const rows_sign *sign, const mlc_rows_call *call,
+                    char *err, size_t errlen) {
     mlc_tensor tensor = {call->output, call->input, total};
     int64_t starts[2];
     mlc_request req = {0};
@@ -42,30 +69,43 @@ static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int n
     req.nparts = nparts;
     req.sizes_vary = sizes_vary;
     req.row_elements = row_elements;
+    req.row_ndim = sign->row_ndim;
+    req.row_shape = sign->row_shape;
+    req.bad_args = sign->bad_args;
+    req.bad_detail[0] = sign->bad_detail[0];
+    req.bad_detail[1] = sign->bad_detail[1];
     req.rows = *call;
     return mlc_run_blocking(team, &req, err, errlen);
 }
 
-int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int64_t row_elements, int dtype,
+/* n ones: one int64 row per rank, for the exchanges of sizes. */
+static int64_t *ones(int n) {
+    int64_t *v = malloc(n * sizeof *v);
+    for (int r = 0; v && r < n; r++) v[r] = 1;
+    return v;
+}
+
+int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape, int dtype,
                             int64_t *all_rows, char *err, size_t errlen) {
+    const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || !all_rows)
-        return fail(err, errlen, "invalid allgather arguments (rows, row length, dtype or output)");
-    const int n = team->ctx->size;
-    int64_t *ones = malloc(n * sizeof *ones);
-    if (!ones) return MLC_ERR_NOMEM;
-    for (int r = 0; r < n; r++) ones[r] = 1;
+        return fail(err, errlen, "invalid allgather arguments (rows, row shape, dtype or output)");
+    int64_t *each = ones(team->ctx->size);
+    if (!each) return MLC_ERR_NOMEM;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
-                                NULL, ones, 0, NULL};
+                                NULL, each, 0, NULL};
+    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
-                      row_elements, &call, err, errlen);
-    free(ones);
+                      row_elements, &sign, &call, err, errlen);
+    free(each);
     return rc;
 }
 
 int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const int64_t *all_rows,
-                        int64_t row_elements, int dtype, char *err, size_t errlen) {
+                        int row_ndim, const int64_t *row_shape, int dtype, char *err, size_t errlen) {
+    const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || !all_rows)
-        return fail(err, errlen, "invalid allgather arguments (row counts, row length or dtype)");
+        return fail(err, errlen, "invalid allgather arguments (row counts, row shape or dtype)");
     const int n = team->ctx->size;
     int64_t rows = 0;
     for (int r = 0; r < n; r++) rows += all_rows[r];
@@ -73,14 +113,16 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
         return fail(err, errlen, "invalid allgather arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
                                 NULL, all_rows, 0, NULL};
+    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, 2, rows * row_elements, 0,
-                    row_elements, &call, err, errlen);
+                    row_elements, &sign, &call, err, errlen);
 }
 
-int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows,
-                           int64_t row_elements, int dtype, int op, char *err, size_t errlen) {
+int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows, int row_ndim,
+                           const int64_t *row_shape, int dtype, int op, char *err, size_t errlen) {
+    const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || op < 0 || op >= MLC_NUM_OPS)
-        return fail(err, errlen, "invalid reducescatter arguments (rows, row length, dtype or op)");
+        return fail(err, errlen, "invalid reducescatter arguments (rows, row shape, dtype or op)");
     const int n = team->ctx->size;
     if (rows * row_elements > 0 && (!input || (!output && mlc_rows_share(rows, n, team->ctx->rank))))
         return fail(err, errlen, "invalid reducescatter arguments (no input or output buffer)");
@@ -89,38 +131,78 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
                                 NULL, shares, 0, &team->rows_staging};
+    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, rows * row_elements, 0,
-                      row_elements, &call, err, errlen);
+                      row_elements, &sign, &call, err, errlen);
     free(shares);
     return rc;
 }
 
-int mlc_team_alltoall_splits(mlc_team *team, const int64_t *send_rows, int64_t row_elements,
-                             int dtype, int64_t *recv_rows, char *err, size_t errlen) {
-    if (bad_rows(team, row_elements, dtype) || !send_rows || !recv_rows)
-        return fail(err, errlen, "invalid alltoall arguments (splits, row length or dtype)");
-    const int n = team->ctx->size;
-    int64_t rows = 0;
-    for (int r = 0; r < n; r++) {
-        if (send_rows[r] < 0) return fail(err, errlen, "invalid alltoall arguments (a negative split)");
-        rows += send_rows[r];
+/* The splits this rank sends into send_rows (n of them), or what is wrong with them
+ * in sign (nsplits < 0: not a list of integers; else splits NULL: rows / n to each). */
+static void check_splits(const int64_t *splits, int nsplits, int64_t rows, int n, int64_t *send_rows,
+                         rows_sign *sign) {
+    int64_t sum = 0;
+    for (int d = 0; d < n; d++) send_rows[d] = splits || nsplits < 0 || rows % n ? 0 : rows / n;
+    if (nsplits < 0) {
+        sign->bad_args = MLC_BAD_SPLITS_NOT_INTEGERS;
+        return;
     }
-    int64_t *ones = malloc(n * sizeof *ones);
-    if (!ones) return MLC_ERR_NOMEM;
-    for (int r = 0; r < n; r++) ones[r] = 1;
+    if (!splits) {
+        if (rows % n) *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_ROWS_UNEVEN, {rows, n}};
+        return;
+    }
+    if (nsplits != n) {
+        *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_SPLITS_COUNT, {nsplits, n}};
+        return;
+    }
+    for (int d = 0; d < n; d++) {
+        if (splits[d] < 0) {
+            *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_SPLIT_NEGATIVE, {d, splits[d]}};
+            break;
+        }
+        sum += splits[d];
+    }
+    if (!sign->bad_args && sum != rows)
+        *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_SPLITS_SUM, {sum, rows}};
+    for (int d = 0; d < n && !sign->bad_args; d++) send_rows[d] = splits[d];
+    if (sign->bad_args)
+        for (int d = 0; d < n; d++) send_rows[d] = 0; /* nothing is ever sized from them */
+}
+
+int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits, int64_t rows, int row_ndim,
+                             const int64_t *row_shape, int dtype, int64_t *send_rows, int64_t *recv_rows,
+                             char *err, size_t errlen) {
+    const int64_t row_elements = row_elements_of(row_ndim, row_shape);
+    if (bad_rows(team, row_elements, dtype) || rows < 0 || !send_rows || !recv_rows)
+        return fail(err, errlen, "invalid alltoall arguments (rows, row shape, dtype or outputs)");
+    const int n = team->ctx->size;
+    rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
+    check_splits(splits, nsplits, rows, n, send_rows, &sign);
+    if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_ALLTOALL, dtype)) {
+        /* No exchange to carry it (one rank, or the check switched off): this rank alone. */
+        char what[256]; /* the verdict's words */
+        mlc_describe_bad_args(sign.bad_args, sign.bad_detail, what, sizeof what);
+        if (err && errlen) snprintf(err, errlen, "invalid alltoall arguments: rank %d: %s", team->ctx->rank, what);
+        return MLC_ERR_ARG;
+    }
+    int64_t *each = ones(n);
+    if (!each) return MLC_ERR_NOMEM;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)send_rows, (char *)recv_rows,
-                                ones, ones, 0, NULL};
+                                each, each, 0, NULL};
     int rc = run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
-                      row_elements, &call, err, errlen);
-    free(ones);
+                      row_elements, &sign, &call, err, errlen);
+    free(each);
+    if (rc == MLC_OK && sign.bad_args) rc = fail(err, errlen, "invalid alltoall arguments"); /* never: the verdict fails */
     return rc;
 }
 
 int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_rows, void *output,
-                       const int64_t *recv_rows, int64_t row_elements, int dtype, char *err,
+                       const int64_t *recv_rows, int row_ndim, const int64_t *row_shape, int dtype, char *err,
                        size_t errlen) {
+    const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || !send_rows || !recv_rows)
-        return fail(err, errlen, "invalid alltoall arguments (splits, row length or dtype)");
+        return fail(err, errlen, "invalid alltoall arguments (splits, row shape or dtype)");
     const int n = team->ctx->size;
     int64_t sent = 0, received = 0;
     for (int r = 0; r < n; r++) {
@@ -131,6 +213,7 @@ int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_ro
         return fail(err, errlen, "invalid alltoall arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
                                 send_rows, recv_rows, 0, NULL};
+    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, 2, sent * row_elements, 1,
-                    row_elements, &call, err, errlen);
+                    row_elements, &sign, &call, err, errlen);
 }

@@ -3,6 +3,7 @@
  * calls plan/, agree/, algos/ and transport/, and nothing calls it but the
  * public API. Files: context.c, team.c (threads, queue, completion), request.c
  * (requests and the async/blocking entry points), group.c (keyed groups),
+ * seal.c (a group's check, after its data, that no rank's step cancelled it),
  * execute.c (segments), departure.c, timeline.c. */
 #ifndef MLC_TEAM_H
 #define MLC_TEAM_H
@@ -23,6 +24,13 @@ struct mlc_context {
 
 typedef struct mlc_group mlc_group;
 
+/* What this rank's last request on a team was, for messages (mlc_team_last_request). */
+typedef struct mlc_request_note {
+    int64_t seq; /* 0: none yet */
+    int kind, dtype, op, root, ntensors, is_group;
+    int64_t total, key, row_elements;
+} mlc_request_note;
+
 struct mlc_request {
     mlc_team *team;
     uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
@@ -42,9 +50,15 @@ struct mlc_request {
     int overflow_tensor; /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN on the wire; -1 */
     int64_t overflow_element; /* and the element in it */
     mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
+    int cancelled;       /* a keyed group this rank's failed step cancelled (group.c), signed */
+    int lanes_running;   /* lanes not yet through its data (seal.c), under the team lock */
     mlc_rows_call rows;  /* a collective of rows (rows.c): what its algorithm moves */
     int sizes_vary;      /* signed: its sizes differ by rank, row_elements is compared */
     int64_t row_elements;
+    int row_ndim;               /* and the rows' shape (the caller's, for a blocking call) */
+    const int64_t *row_shape;
+    int bad_args;               /* MLC_BAD_*: the caller's arguments failed its check */
+    int64_t bad_detail[2];
     mlc_agreement agreement; /* the agreement check's state (agree/) */
 
     int workers_left;
@@ -90,10 +104,10 @@ struct mlc_team {
     mlc_request *open_groups; /* keyed groups still waiting for tensors */
     pthread_cond_t ready_cv;  /* a tensor of a group arrived */
     uint64_t next_seq;
+    mlc_request_note last_request; /* the request that took seq next_seq */
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
     int users;         /* holders of mlc_team_acquire: destroy waits for them to release */
-    _Atomic int aborted_groups; /* keyed groups cancelled on this rank (group.c) */
     mlc_worker *workers;
 
     /* Blocking operations on the caller's thread run on their own communicator. */
@@ -140,8 +154,18 @@ void mlc_account(mlc_team *team, int64_t bytes, double seconds); /* a request ru
 int mlc_group_wait_ready(mlc_request *req, int64_t end); /* MLC_ERR_STATE on shutdown */
 int mlc_group_wait_all(mlc_request *req); /* every tensor arrived; MLC_ERR_STATE on shutdown */
 void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count);
-void mlc_group_fail_remaining(mlc_request *req);
+/* The request is finished: tell every tensor not told yet (all of them, where the
+ * group held them back for its seal) of req->status. */
+void mlc_group_finish(mlc_request *req);
 void mlc_group_free(mlc_group *g);
+int64_t mlc_group_key(const mlc_request *req);
+
+/* seal.c */
+int mlc_seal_wanted(const mlc_request *req); /* a keyed group at more than one rank */
+void mlc_seal_lane_done(mlc_request *req);   /* under the team lock */
+/* Lane 0, once every lane is through the data and every tensor arrived: MLC_OK, or
+ * MLC_ERR_MISMATCH with message naming the ranks whose step cancelled the group. */
+int mlc_seal(mlc_request *req, mlc_tp *tp, char *scratch, int64_t scratch_bytes, char *message);
 
 /* execute.c */
 int mlc_execute_part(mlc_worker *w, mlc_request *req);

@@ -1,4 +1,4 @@
-/* Posting and waiting, over any transport implementation.
+/* Waiting, over any transport implementation.
  *
  * Waits poll instead of blocking inside the implementation: a blocked MPI call
  * spins, and with more communication threads than cores (several ranks per node,
@@ -10,31 +10,12 @@
  * sleeps between polls, each sleep a tenth of the time waited so far, at most
  * MLC_MAX_SLEEP_SECONDS: a late peer then costs a few wake-ups per millisecond
  * instead of a core, and the sleep adds at most a tenth to a wait. Every poll
- * calls the progress hook (the stall watchdog). The peers of the last posts are
- * kept so a stalled wait can say whom it waits for. */
+ * calls the progress hook (the stall watchdog). Posting and the blocking calls
+ * built on these waits are in post.c. */
 #include <sched.h>
 #include <time.h>
 
 #include "transport.h"
-
-void mlc_tp_set_progress(mlc_tp *tp, mlc_tp_progress fn, void *arg) {
-    tp->progress = fn;
-    tp->progress_arg = arg;
-}
-
-int mlc_tp_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag, mlc_tp_req *req) {
-    tp->send_peer = dest;
-    return tp->ops->isend(tp, buf, bytes, dest, tag, req);
-}
-
-int mlc_tp_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_req *req) {
-    tp->recv_peer = src;
-    return tp->ops->irecv(tp, buf, bytes, src, tag, req);
-}
-
-int mlc_tp_testall(mlc_tp *tp, int n, mlc_tp_req *reqs, int *done) {
-    return tp->ops->testall(tp, n, reqs, done);
-}
 
 #define MLC_BUSY_POLLS 64
 #define MLC_SPIN_SECONDS 100e-6
@@ -89,39 +70,4 @@ int mlc_tp_waitany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
     while ((rc = tp->ops->testany(tp, n, reqs, index)) == MLC_OK && *index == -1)
         poll_once(tp, poll++, &start);
     return rc;
-}
-
-void mlc_tp_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
-    tp->ops->abandon(tp, n, reqs);
-    tp->recv_peer = tp->send_peer = -1;
-}
-
-int mlc_tp_sendrecv(mlc_tp *tp, const void *sbuf, int64_t sbytes, int dest, void *rbuf,
-                    int64_t rbytes, int src, int tag) {
-    mlc_tp_req reqs[2];
-    int rc = mlc_tp_irecv(tp, rbuf, rbytes, src, tag, &reqs[0]);
-    if (rc) return rc;
-    if ((rc = mlc_tp_isend(tp, sbuf, sbytes, dest, tag, &reqs[1]))) {
-        mlc_tp_abandon(tp, 1, reqs);
-        return rc;
-    }
-    return mlc_tp_waitall(tp, 2, reqs);
-}
-
-int mlc_tp_send(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag) {
-    mlc_tp_req req;
-    int rc = mlc_tp_isend(tp, buf, bytes, dest, tag, &req);
-    return rc ? rc : mlc_tp_waitall(tp, 1, &req);
-}
-
-int mlc_tp_recv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag) {
-    mlc_tp_req req;
-    int rc = mlc_tp_irecv(tp, buf, bytes, src, tag, &req);
-    return rc ? rc : mlc_tp_waitall(tp, 1, &req);
-}
-
-int mlc_tp_peek(mlc_tp *tp, mlc_tp_req *req) {
-    int done = 1;
-    tp->ops->peek(tp, req, &done);
-    return done;
 }

@@ -13,7 +13,7 @@ import numpy as np
 from .._core import ffi, lib
 from ..core import dtypes as _dtypes
 from ..core.session import Session
-from ..core.status import ERR_LEN, check
+from ..core.status import ERR_LEN, check, text
 from .buffers import as_array, buffer
 from .pool import MIN_BYTES, OutputPool
 
@@ -52,20 +52,30 @@ def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     return _RESULTS.take(nbytes).view(dtype).reshape(shape)
 
 
-def _row_elements(arr: np.ndarray) -> int:
-    return int(np.prod(arr.shape[1:], dtype=np.int64))
+def _row_shape(arr: np.ndarray):
+    """The dimensions after the first, as the core compares them across ranks."""
+    return len(arr.shape) - 1, ffi.new("int64_t[]", [int(d) for d in arr.shape[1:]])
+
+
+def _check(rc: int, what: str, s: Session) -> None:
+    """check(), with the core's argument errors (which every rank raises alike) as ValueError."""
+    if rc == lib.MLC_ERR_ARG:
+        raise ValueError(f"{what} failed: {text(s.err)}")
+    check(rc, what, s.err)
 
 
 def allgather(s: Session, array, team: int) -> np.ndarray:
     """Every rank's rows, in rank order: shape (sum of the ranks' rows, *array.shape[1:])."""
     arr, code = _input(array, "allgather", rows=True)
-    handle, row = s.team(team), _row_elements(arr)
+    handle, (ndim, shape) = s.team(team), _row_shape(arr)
     all_rows = ffi.new("int64_t[]", s.size)
-    rc = lib.mlc_team_allgather_rows(handle, arr.shape[0], row, code, all_rows, s.err, ERR_LEN)
+    rc = lib.mlc_team_allgather_rows(
+        handle, arr.shape[0], ndim, shape, code, all_rows, s.err, ERR_LEN
+    )
     check(rc, "allgather", s.err)
     out = _empty((sum(all_rows), *arr.shape[1:]), arr.dtype)
     rc = lib.mlc_team_allgatherv(
-        handle, buffer(arr), buffer(out), all_rows, row, code, s.err, ERR_LEN
+        handle, buffer(arr), buffer(out), all_rows, ndim, shape, code, s.err, ERR_LEN
     )
     check(rc, "allgather", s.err)
     return out
@@ -76,11 +86,11 @@ def reducescatter(s: Session, array, op: str, team: int) -> np.ndarray:
     on the first rows % size ranks (Horovod's split), consecutive in rank order."""
     code_op = op_code(op, "reducescatter")
     arr, code = _input(array, "reducescatter", rows=True)
-    handle, row = s.team(team), _row_elements(arr)
+    handle, (ndim, shape) = s.team(team), _row_shape(arr)
     share = lib.mlc_rows_share(arr.shape[0], s.size, s.rank)
     out = _empty((share, *arr.shape[1:]), arr.dtype)
     rc = lib.mlc_team_reducescatter(
-        handle, buffer(arr), buffer(out), arr.shape[0], row, code, code_op, s.err, ERR_LEN
+        handle, buffer(arr), buffer(out), arr.shape[0], ndim, shape, code, code_op, s.err, ERR_LEN
     )
     check(rc, "reducescatter", s.err)
     return out
@@ -89,39 +99,36 @@ def reducescatter(s: Session, array, op: str, team: int) -> np.ndarray:
 def alltoall(s: Session, array, splits, team: int) -> tuple[np.ndarray, np.ndarray]:
     """Split d of the rows (splits[d] rows, in order) goes to rank d; returns the rows
     received, in rank order, and how many came from each rank. splits=None: the rows
-    split evenly (their number must divide by the ranks)."""
+    split evenly (their number must divide by the ranks). The core checks the splits, so
+    that wrong ones on any rank raise ValueError on every rank, naming each such rank."""
     arr, code = _input(array, "alltoall", rows=True)
-    send = _splits(splits, arr.shape[0], s.size)
-    handle, row = s.team(team), _row_elements(arr)
-    send_rows = ffi.new("int64_t[]", [int(x) for x in send])
+    handle, (ndim, shape) = s.team(team), _row_shape(arr)
+    given, nsplits = _splits(splits)
+    send_rows = ffi.new("int64_t[]", s.size)
     recv_rows = ffi.new("int64_t[]", s.size)
-    rc = lib.mlc_team_alltoall_splits(handle, send_rows, row, code, recv_rows, s.err, ERR_LEN)
-    check(rc, "alltoall", s.err)
+    rc = lib.mlc_team_alltoall_splits(
+        handle, given, nsplits, arr.shape[0], ndim, shape, code, send_rows, recv_rows,
+        s.err, ERR_LEN,
+    )  # fmt: skip
+    _check(rc, "alltoall", s)
     received = np.array(list(recv_rows), dtype=np.int64)
     out = _empty((int(received.sum()), *arr.shape[1:]), arr.dtype)
     rc = lib.mlc_team_alltoallv(
-        handle, buffer(arr), send_rows, buffer(out), recv_rows, row, code, s.err, ERR_LEN
+        handle, buffer(arr), send_rows, buffer(out), recv_rows, ndim, shape, code, s.err, ERR_LEN
     )
     check(rc, "alltoall", s.err)
     return out, received
 
 
-def _splits(splits, rows: int, size: int) -> np.ndarray:
+def _splits(splits):
+    """The splits as the core takes them: (NULL, 0) for none (evenly), (NULL, -1) for
+    something that is not a 1-D list of integers (the core says so on every rank)."""
     if splits is None:
-        if rows % size:
-            raise ValueError(
-                f"alltoall without splits sends rows / size rows to each rank: {rows} rows do "
-                f"not divide by {size} ranks; pass splits"
-            )
-        return np.full(size, rows // size, dtype=np.int64)
+        return ffi.NULL, 0
     send = np.asarray(splits)
-    if send.ndim != 1 or send.shape[0] != size or not np.issubdtype(send.dtype, np.integer):
-        raise ValueError(f"alltoall: splits must be {size} integers (one per rank); got {splits!r}")
-    if (send < 0).any() or int(send.sum()) != rows:
-        raise ValueError(
-            f"alltoall: splits must be non-negative and add up to the {rows} rows; got {splits!r}"
-        )
-    return send.astype(np.int64)
+    if send.ndim != 1 or not (np.issubdtype(send.dtype, np.integer) or send.size == 0):
+        return ffi.NULL, -1
+    return ffi.new("int64_t[]", [int(x) for x in send]), int(send.shape[0])
 
 
 def allreduce(s: Session, array, op: str, team: int) -> np.ndarray:

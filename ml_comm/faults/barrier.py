@@ -12,6 +12,11 @@ receive from rank - 2^k; log2(n) rounds), polled with short sleeps, so that:
   made different calls, e.g. ran different numbers of training steps) raises instead of
   waiting forever. A peer that has just passed the barrier may already have sent its
   next team operation's first message, so that finding has to last a moment first.
+  The barrier it raised in stays open: MPI cannot take back a send that was delivered
+  (a zero-byte message goes eagerly), so the peers will count this rank as entered.
+  The rank's next barrier() resumes it, with the same posted messages, instead of
+  starting another; every rank thus counts the same barriers, and no message is left
+  over. Closing the session cancels what it still has posted.
 
 Every message a rank is sent in a barrier is received before that rank leaves it, so an
 unreceived one always belongs to a barrier this rank has not entered.
@@ -23,7 +28,7 @@ import time
 
 import numpy as np
 
-from .._core import lib
+from .._core import ffi, lib
 from ..core.errors import MLCommError
 from .abort import _world, steps_text
 
@@ -40,19 +45,30 @@ class Barrier:
         self.rank = comm.Get_rank()
         self.comm = comm.Dup() if self.size > 1 else None
         self._empty = np.empty(0, np.uint8)
+        # A barrier that raised: (distance, tag, its posted requests) of its round.
+        self._open: tuple[int, int, list] | None = None
 
     def wait(self, teams, context: str = "") -> None:
         """Return once every rank has entered the barrier (collective)."""
         if self.comm is None:
             return
-        distance, tag = 1, 0
-        while distance < self.size:
-            dest = (self.rank + distance) % self.size
-            source = (self.rank - distance) % self.size
-            recv = self.comm.Irecv([np.empty(0, np.uint8), self.mpi.BYTE], source, tag)
-            send = self.comm.Isend([self._empty, self.mpi.BYTE], dest, tag)
-            self._poll([recv, send], teams, context)
+        if self._open is None:  # else the barrier that raised last time, resumed
+            self._open = (1, 0, self._post(1, 0))
+        while self._open is not None:
+            distance, tag, requests = self._open
+            self._poll(requests, teams, context)  # raises with the barrier left open
             distance, tag = 2 * distance, tag + 1
+            self._open = (
+                (distance, tag, self._post(distance, tag)) if distance < self.size else None
+            )
+
+    def _post(self, distance: int, tag: int) -> list:
+        """Round `tag`: send to rank + distance, receive from rank - distance."""
+        dest = (self.rank + distance) % self.size
+        source = (self.rank - distance) % self.size
+        recv = self.comm.Irecv([self._empty, self.mpi.BYTE], source, tag)
+        send = self.comm.Isend([self._empty, self.mpi.BYTE], dest, tag)
+        return [recv, send]
 
     def _poll(self, requests, teams, context: str) -> None:
         pause, stuck_since = 1e-5, None
@@ -63,23 +79,14 @@ class Barrier:
             elif stuck_since is None:
                 stuck_since = time.monotonic()
             elif time.monotonic() - stuck_since > _STUCK_SECONDS:
-                self._abandon(requests)  # the next barrier must not meet these messages
                 raise MLCommError(
                     f"rank {self.rank} of {self.size} waits in barrier(){context} while rank "
-                    f"{peer} waits for it in an operation on team {team} that rank {self.rank} "
-                    f"never made: the ranks did not make the same calls.{steps_text()}"
+                    f"{peer} waits for it in {waited_request(teams[team], team, self.rank)}: "
+                    f"the ranks did not make the same calls.{steps_text()} This rank's next "
+                    "barrier() resumes this one"
                 )
             time.sleep(pause)
             pause = min(2 * pause, _MAX_POLL_SECONDS)
-
-    def _abandon(self, requests) -> None:
-        """Cancel this barrier's messages still posted, and free what did not end."""
-        for request in requests:
-            if request == self.mpi.REQUEST_NULL:
-                continue
-            request.Cancel()
-            if not request.Test():
-                request.Free()
 
     def waiting_peer(self) -> int:
         """A rank that has sent this one a barrier message not yet received (it waits in
@@ -93,8 +100,29 @@ class Barrier:
 
     def close(self) -> None:
         if self.comm is not None and _world() is not None:  # not after MPI_Finalize
+            for request in self._open[2] if self._open is not None else []:
+                if request != self.mpi.REQUEST_NULL:
+                    request.Cancel()
+                    if not request.Test():
+                        request.Free()
             self.comm.Free()
         self.comm = None
+        self._open = None
+
+
+def waited_request(team, team_id: int, rank: int) -> str:
+    """What a peer that waits for this rank on the team waits in: the team's request
+    after this rank's last one ("team 0's request 12, after rank 1's last, request 11:
+    average of 3 float32 tensors, 2307 elements"). Requests go in one order on every
+    rank, so a peer inside a request this rank never made is in a later one."""
+    buf = ffi.new("char[512]")
+    last = lib.mlc_team_last_request(team, buf, 512)
+    if last <= 0:
+        return f"team {team_id}'s first request, which rank {rank} never made (none on that team)"
+    return (
+        f"team {team_id}'s request {last + 1} or later, which rank {rank} never made (its "
+        f"last on team {team_id} was request {last}: {ffi.string(buf).decode()})"
+    )
 
 
 def _team_peer_waiting(teams) -> tuple[int, int]:

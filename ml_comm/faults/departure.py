@@ -8,7 +8,7 @@ import time
 
 from .._core import lib
 from .abort import _world, abort, steps_text
-from .barrier import Barrier
+from .barrier import Barrier, waited_request
 
 # Polling interval of the leaving rank: short at first (the usual finalize finds
 # every rank there at once), then up to this, so that a long wait costs no CPU.
@@ -52,10 +52,9 @@ class Departure:
                     abort(
                         f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
                         f"sys.exit() or the end of the script) while rank {peer} waits for it in "
-                        f"an operation on team {t} that rank {self.rank} never made: the ranks "
-                        f"did not make the same calls.{steps_text()} Aborting the job "
-                        "(MPI_Abort) instead of "
-                        f"leaving rank {peer} waiting forever."
+                        f"{waited_request(team, t, self.rank)}: the ranks did not make the same "
+                        f"calls.{steps_text()} Aborting the job (MPI_Abort) instead of leaving "
+                        f"rank {peer} waiting forever."
                     )
             time.sleep(pause)
             pause = min(2 * pause, _MAX_POLL_SECONDS)

@@ -116,6 +116,15 @@ def _check_op(op) -> None:
         raise ValueError(f"op must be one of hvd.Average, Sum, Min, Max, Product; got {op!r}")
 
 
+def _reduction_op(op, average, process_set):
+    """allreduce's op after the checks: the process set, Horovod's rule for the deprecated
+    `average`, then the op itself."""
+    check_process_set(process_set)
+    op = handle_average_backwards_compatibility(op, average)
+    _check_op(op)
+    return op
+
+
 def _summed(tensors: list, average: bool = False) -> list:
     """The element-wise sums (or sums / size) over all ranks of a list of dense tensors,
     one fused call."""
@@ -144,9 +153,7 @@ def grouped_allreduce(
     ignore_name_scope=False,
 ):
     """Reduce a list of tensors over all ranks (one fused call for Sum/Average)."""
-    check_process_set(process_set)
-    op = handle_average_backwards_compatibility(op, average)
-    _check_op(op)
+    op = _reduction_op(op, average, process_set)
     tensors = list(tensors)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         return [
@@ -192,9 +199,7 @@ def allreduce(
     ignore_name_scope=False,
 ):
     """Reduce a tensor over all ranks; an IndexedSlices is gathered (Sum/Average only)."""
-    check_process_set(process_set)
-    op = handle_average_backwards_compatibility(op, average)
-    _check_op(op)
+    op = _reduction_op(op, average, process_set)
     if isinstance(tensor, tf.IndexedSlices):
         if op not in (Sum, Average):
             raise NotImplementedError(

@@ -68,6 +68,13 @@ class GradientReducer:
         return out
 
 
+def _check_no_groups(num_groups, groups) -> None:
+    if groups not in (None, 0) or num_groups:
+        raise NotImplementedError(
+            "groups/num_groups: ml_comm fuses all gradients of one call by itself; leave them out"
+        )
+
+
 # ---------------------------------------------------------------- gradient tape
 
 
@@ -131,10 +138,7 @@ def DistributedGradientTape(
     scale_local_gradients=True,
 ):
     """The tape, turned into one whose gradient() reduces over all ranks (op: Average)."""
-    if groups not in (None, 0) or num_groups:
-        raise NotImplementedError(
-            "groups/num_groups: ml_comm fuses all gradients of one call by itself; leave them out"
-        )
+    _check_no_groups(num_groups, groups)
     reducer = GradientReducer(
         op, compression, sparse_as_dense, gradient_predivide_factor, process_set
     )
@@ -161,19 +165,10 @@ def PartialDistributedGradientTape(
     scale_local_gradients=True,
 ):
     """A DistributedGradientTape whose local_layers' variables keep their own gradients."""
-    tape = DistributedGradientTape(
-        gradtape,
-        device_dense,
-        device_sparse,
-        compression,
-        sparse_as_dense,
-        op,
-        gradient_predivide_factor,
-        num_groups,
-        groups,
-        process_set,
-        scale_local_gradients,
-    )
+    # Every other parameter is DistributedGradientTape's, passed on by name.
+    tape_settings = dict(locals())
+    local_layers = tape_settings.pop("local_layers")
+    tape = DistributedGradientTape(**tape_settings)
     layers = (
         []
         if local_layers is None
@@ -231,10 +226,7 @@ def DistributedOptimizer(
     once, on the k-th (divided by k when average_aggregated_gradients=True); the
     variables change on the k-th call only, while `iterations` counts every call.
     """
-    if groups not in (None, 0) or num_groups:
-        raise NotImplementedError(
-            "groups/num_groups: ml_comm fuses all gradients of one call by itself; leave them out"
-        )
+    _check_no_groups(num_groups, groups)
     if isinstance(backward_passes_per_step, bool) or int(backward_passes_per_step) < 1:
         raise ValueError(
             f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}"

@@ -116,25 +116,16 @@ def _average(optimizer, state: OptimizerState, grads: list, variables: list | No
         return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)
     if not any(sparse.is_sparse(g) for g in grads):
         return mc.gradients(grads, state.team)
-    rank, nranks = mc.get_rank(), mc.get_nranks()
+    nranks = mc.get_nranks()
     if nranks == 1:
         return grads  # sparse ones as they are; dense ones are their own average
-    # One reduction for all: the dense gradients and the sparse ones' stacks (sparse.py).
-    flat, where = [], []
-    for g in grads:
-        if sparse.is_sparse(g):
-            where.append(len(flat))
-            flat.extend(sparse.stacks(g, rank, nranks))
-        else:
-            where.append(len(flat))
-            flat.append(g)
-    averaged = mc.gradients(flat, state.team)
-    return [
-        sparse.gathered(g, averaged[at], averaged[at + 1], nranks)
-        if sparse.is_sparse(g)
-        else averaged[at]
-        for g, at in zip(grads, where)
-    ]
+    # The dense gradients in one reduction, then each sparse one gathered (sparse.py).
+    dense = [i for i, g in enumerate(grads) if not sparse.is_sparse(g)]
+    out = list(grads)
+    if dense:
+        for i, g in zip(dense, mc.gradients([grads[i] for i in dense], state.team)):
+            out[i] = g
+    return [sparse.gathered(g, state.team, nranks) if sparse.is_sparse(g) else g for g in out]
 
 
 def _accumulate_then_average(optimizer, team, steps: int, grads: list, variables) -> list:

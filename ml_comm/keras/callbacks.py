@@ -12,6 +12,12 @@ which changes three things, so that a serial script's callbacks work unchanged a
 * `keras.callbacks.ModelCheckpoint`, `CSVLogger` and `TensorBoard` run on rank 0 only
   (the weights are the same on every rank; `GlobalMetrics` gives them the averaged
   metrics).
+* With gradient accumulation, each rank's accumulators hold its own partial sums
+  between updates. Before every save of ModelCheckpoint and BackupAndRestore (at the
+  epoch's end, or at the batches of an integer `save_freq`, counted as Keras counts
+  them) every rank replaces them by their average (apply.share_accumulators, a
+  collective that leaves the next update as it was), so that rank 0's file holds one
+  state that every rank can resume from.
 * `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
   received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
   same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
@@ -190,6 +196,7 @@ class RankZeroBackup(_Wrapper):
         self.state = state
         self.team = team
         self.writes = mc.get_rank() == 0
+        self.saves = _SaveBatches(inner.save_freq)
 
     def on_train_begin(self, logs=None):
         self.inner.on_train_begin(logs)  # every rank reads the backup, as Keras does
@@ -208,15 +215,13 @@ class RankZeroBackup(_Wrapper):
         self.inner.on_epoch_begin(epoch, logs)
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.saves.due(batch):
+            _share_accumulators(self.model, self.team)
         if self.writes:
             self.inner.on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        # Gradient accumulation: each rank's partial sums become their average, so that
-        # rank 0's backup holds every rank's (apply.share_accumulators).
-        optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None:
-            share_accumulators(optimizer, self.team)
+        _share_accumulators(self.model, self.team)
         # A stop in the middle of an epoch: Keras would record the epoch as done.
         if self.writes and (not self.state.stopped or self.state.epoch_complete):
             self.inner.on_epoch_end(epoch, logs)
@@ -236,6 +241,57 @@ class RankZeroOnly(_Wrapper):
         for name in _EVENTS:
             if self.active:
                 setattr(self, name, getattr(inner, name))
+
+
+class RankZeroCheckpoint(RankZeroOnly):
+    """ModelCheckpoint on rank 0; every rank shares its gradient accumulators before
+    each save, at the same batch or epoch end."""
+
+    def __init__(self, inner: keras.callbacks.ModelCheckpoint, team: int):
+        super().__init__(inner)
+        self.team = team
+        self.saves = _SaveBatches(inner.save_freq)
+        for name in ("on_train_batch_end", "on_epoch_end"):
+            self.__dict__.pop(name, None)  # these run on every rank (below)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.saves.due(batch):
+            _share_accumulators(self.model, self.team)
+        if self.active:
+            self.inner.on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.inner.save_freq == "epoch":
+            _share_accumulators(self.model, self.team)
+        if self.active:
+            self.inner.on_epoch_end(epoch, logs)
+
+
+class _SaveBatches:
+    """The batches at which a callback with `save_freq` saves, counted on every rank as
+    Keras's ModelCheckpoint and BackupAndRestore count them on rank 0 (batch numbers
+    restart each epoch and may jump by steps_per_execution)."""
+
+    def __init__(self, save_freq):
+        self.every = save_freq if isinstance(save_freq, int) else 0
+        self.since = 0
+        self.last = None
+
+    def due(self, batch: int) -> bool:
+        if not self.every:
+            return False
+        self.since += batch + 1 if self.last is None or batch <= self.last else batch - self.last
+        self.last = batch
+        if self.since < self.every:
+            return False
+        self.since = 0
+        return True
+
+
+def _share_accumulators(model, team: int) -> None:
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        share_accumulators(optimizer, team)
 
 
 _EVENTS = tuple(
@@ -272,6 +328,8 @@ def fit_callbacks(callbacks: list, team: int) -> list:
     for c in callbacks:
         if isinstance(c, keras.callbacks.BackupAndRestore):
             c = RankZeroBackup(c, stopper.state, team)
+        elif isinstance(c, keras.callbacks.ModelCheckpoint):
+            c = RankZeroCheckpoint(c, team)
         elif isinstance(c, _WRITE_FILES):
             c = RankZeroOnly(c)
         out.append(c)

@@ -64,21 +64,22 @@ def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
 
 def alltoall(tensor, splits=None, team: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     """splits[d] rows go to rank d (None: evenly); returns (rows received, in rank order,
-    and how many came from each rank, int64)."""
-    team_id, handle = _team(team)
+    and how many came from each rank, int64). Splits that are wrong on any rank (their
+    number, a negative one, their sum, or rows that do not divide evenly) fail the op on
+    every rank, naming each such rank."""
+    team_id, _ = _team(team)
     t = tf.convert_to_tensor(tensor)
-    size = lib.mlc_team_size(handle)
-    if splits is None:
-        rows = tf.shape(t, out_type=tf.int64)[0]
-        splits = tf.fill([size], rows // size)
-        if t.shape.rank and t.shape[0] is not None and t.shape[0] % size:
-            raise ValueError(
-                f"alltoall without splits sends rows / size rows to each rank: {t.shape[0]} "
-                f"rows do not divide by {size} ranks; pass splits"
-            )
-    splits = tf.cast(tf.convert_to_tensor(splits), tf.int64)
+    evenly = splits is None
+    if evenly:
+        splits = tf.zeros([0], tf.int64)
+    splits = tf.convert_to_tensor(splits)
+    # Splits that are not integers go to the core as no list at all (a 2-D tensor), so
+    # that every rank fails with this rank named, as for any other wrong splits.
+    splits = tf.cast(splits, tf.int64) if splits.dtype.is_integer else tf.zeros([0, 0], tf.int64)
     ops = load_ops()
-    out = _ordered(team_id, lambda: ops.ml_comm_alltoall(t, splits, team_handle=team_id))
+    out = _ordered(
+        team_id, lambda: ops.ml_comm_alltoall(t, splits, team_handle=team_id, evenly=evenly)
+    )
     return out[0], out[1]
 
 

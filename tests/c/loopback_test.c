@@ -587,6 +587,64 @@ static void sizes_vary_judge(void) {
     free(slots);
 }
 
+/* A rank whose own check of its arguments failed (odd: every rank but rank 0; all:
+ * every rank) signs it: every rank fails with MLC_ERR_ARG, naming each such rank and
+ * what was wrong, even where all ranks are wrong alike (equal digests). */
+static void bad_args_rank(job *j, int rank, mlc_tp *tp) {
+    const int all = *(int *)j->arg;
+    int64_t data[4] = {0};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    in.kind = MLC_KIND_ALLTOALL;
+    in.sizes_vary = 1;
+    in.row_elements = 1;
+    if (all || rank > 0) {
+        in.bad_args = MLC_BAD_SPLITS_SUM;
+        in.bad_detail[0] = 5;
+        in.bad_detail[1] = 4;
+    }
+    mlc_agreement a;
+    char message[MLC_MSG_LEN], want[128];
+    int rc = check_request(tp, &in, &a, message, j);
+    if (j->n == 1 && !all) {
+        if (rc != MLC_OK) fail(message, j->n, rank, 0, rc, MLC_OK);
+        return;
+    }
+    if (rc != MLC_ERR_ARG || !strstr(message, "invalid alltoall arguments")) fail(message, j->n, rank, 0, rc, MLC_ERR_ARG);
+    const int first = all ? 0 : 1; /* the bad ranks: first..n-1, named as one group */
+    if (first == j->n - 1) snprintf(want, sizeof want, ": rank %d: splits add up to 5 rows, the input has 4", first);
+    else snprintf(want, sizeof want, ": ranks %d-%d: splits add up to 5 rows, the input has 4", first, j->n - 1);
+    if (!strstr(message, want)) fail(message, j->n, rank, 1, 0, 0);
+    if (!all && !strstr(message, "the other ranks' arguments are valid"))
+        fail(message, j->n, rank, 0, 0, 0);
+}
+
+/* Rows of 2x3 and of 3x2 elements: the same length, another shape, named. */
+static void row_shape_rank(job *j, int rank, mlc_tp *tp) {
+    float data[12] = {0};
+    mlc_tensor t = {data, NULL, 12};
+    int64_t starts[2] = {0, 12};
+    const int64_t shape[2][2] = {{2, 3}, {3, 2}};
+    mlc_sign_input in = plain_input(&t, starts);
+    in.kind = MLC_KIND_ALLGATHER;
+    in.sizes_vary = 1;
+    in.row_elements = 6;
+    in.row_ndim = 2;
+    in.row_shape = shape[rank == j->n - 1 && j->n > 1];
+    mlc_agreement a;
+    char message[MLC_MSG_LEN];
+    int rc = check_request(tp, &in, &a, message, j);
+    if (j->n == 1) {
+        if (rc != MLC_OK) fail(message, j->n, rank, 0, rc, MLC_OK);
+        return;
+    }
+    char want[128];
+    snprintf(want, sizeof want, "rank %d submitted 1 tensor, rows of 6 float32 elements of shape (3, 2)", j->n - 1);
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want) || !strstr(message, "elements of shape (2, 3)"))
+        fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
+}
+
 /* A direct allreduce of values whose sums round: every rank ends with the same
  * bits, as the tree adds the same two operands on both partners. */
 static void direct_bits_rank(job *j, int rank, mlc_tp *tp) {
@@ -834,6 +892,10 @@ int main(int argc, char **argv) {
         int none = -1, last = n - 1;
         run_job(n, sizes_vary_rank, &none);
         if (n > 1) run_job(n, sizes_vary_rank, &last);
+        int odd = 0, all = 1;
+        run_job(n, bad_args_rank, &odd);
+        run_job(n, bad_args_rank, &all);
+        run_job(n, row_shape_rank, NULL);
         float results[MAX_RANKS][37];
         run_job(n, direct_bits_rank, results);
         for (int r = 1; r < n; r++)

@@ -5,6 +5,8 @@ naming each rank's call, and the team keeps working."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
@@ -176,6 +178,65 @@ def test_allgather_trailing_dimensions_differ(pair):
     x = np.ones((2, 5 if pair.rank == last else 4), np.float32)
     expect_mismatch(c, lambda: mc.allgather(x), "rows of 4 float32", "rows of 5 float32")
     still_works(c, pair)
+    c.finish()
+
+
+def test_allgather_row_shapes_differ(pair):
+    """Rows of 2x3 and of 3x2 elements: the same length, another shape."""
+    c = Checks()
+    last = pair.nranks - 1
+    x = np.ones((2, 3, 2) if pair.rank == last else (2, 2, 3), np.float32)
+    want = (f"rank {last} submitted", "of shape (3, 2)", "of shape (2, 3)")
+    expect_mismatch(c, lambda: mc.allgather(x), *want)
+    expect_mismatch(c, lambda: mc.reducescatter(x, "sum"), *want)
+    still_works(c, pair)
+    c.finish()
+
+
+def bad_splits(rank: int, last: int, n: int) -> dict[str, tuple]:
+    """Per case: (rows, splits of this rank, what the message says of rank `last`); only
+    rank `last` is wrong."""
+    good = [1] * n
+    cases = {
+        "too many": (n, good + [0], f"{n + 1} splits for {n} ranks"),
+        "too few": (n, good[:-1], f"{n - 1} splits for {n} ranks"),
+        "negative": (n, [-1] + [1] * (n - 2) + [2], "splits[0] is -1, negative"),
+        "sum": (n + 2, good, f"splits add up to {n} rows, the input has {n + 2}"),
+        "floats": (n, [1.0] * n, "splits are not a 1-D list of integers"),
+        "uneven": (n + 1, None, f"no splits, and its {n + 1} rows do not divide by the {n} ranks"),
+    }
+    return {
+        k: (v if rank == last else (n, good if v[1] is not None else None, v[2]))
+        for k, v in cases.items()
+    }
+
+
+@pytest.mark.parametrize("case", ["too many", "too few", "negative", "sum", "floats", "uneven"])
+def test_alltoall_bad_splits_fail_on_every_rank(pair, case):
+    """Splits that are wrong on one rank fail the call on every rank at once (not after
+    the stall warning), naming that rank and what was wrong; the team keeps working."""
+    c = Checks()
+    last = pair.nranks - 1
+    rows, splits, words = bad_splits(pair.rank, last, pair.nranks)[case]
+    start = time.monotonic()
+    e = c.raises(ValueError, mc.alltoall, np.ones((rows, 2), np.int32), splits=splits,
+                 words=("invalid alltoall arguments",))  # fmt: skip
+    c.true(time.monotonic() - start < 10, "the error came after the stall watchdog's wait")
+    text = str(e) if e is not None else ""
+    c.true(f"rank {last}: {words}" in text, f"the message lacks rank {last}'s {words!r}: {text!r}")
+    c.true("the other ranks' arguments are valid" in text, f"valid ranks not said: {text!r}")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_alltoall_bad_splits_on_every_rank(session):
+    """Every rank wrong alike (at one rank too): each raises, naming the ranks."""
+    c = Checks()
+    n = session.nranks
+    ranks = "rank 0" if n == 1 else f"ranks 0-{n - 1}"
+    c.raises(ValueError, mc.alltoall, np.ones((n, 2), np.int32), splits=[1] * (n + 1),
+             words=(f"{ranks}: {n + 1} splits for {n} ranks",))  # fmt: skip
+    still_works(c, session)
     c.finish()
 
 

@@ -7,12 +7,12 @@ travel as 16 bits). The rules of mpi_helpers.py hold."""
 from __future__ import annotations
 
 import contextlib
-import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_helpers import keras_ml_comm_session
 from mpi_helpers import CHUNK_BYTES, SCALED_THRESHOLDS, Checks, comm_world
 
 import ml_comm as mc
@@ -27,17 +27,11 @@ with contextlib.suppress(RuntimeError):
 
 @pytest.fixture(scope="module")
 def keras_session():
-    comm_world().barrier()
-    os.environ.update(SCALED_THRESHOLDS)  # 8 KiB of gradients take the ring
-    try:
-        mk.init(nthread_per_team=2, nteams=1, msglen=64, chunk_bytes=CHUNK_BYTES)
-    finally:
-        for name in SCALED_THRESHOLDS:
-            del os.environ[name]
-    try:
-        yield mc.get_rank(), mc.get_nranks()
-    finally:
-        mk.finalize()
+    # SCALED_THRESHOLDS: 8 KiB of gradients take the ring.
+    with keras_ml_comm_session(
+        SCALED_THRESHOLDS, nthread_per_team=2, nteams=1, msglen=64, chunk_bytes=CHUNK_BYTES
+    ) as session:
+        yield session
 
 
 LR = 0.05

@@ -6,16 +6,15 @@ hold."""
 from __future__ import annotations
 
 import contextlib
-import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from mpi_helpers import Checks, comm_world
+from keras_helpers import keras_ml_comm_session
+from mpi_helpers import Checks
 
 import ml_comm as mc
-import ml_comm.keras as mk
 
 pytestmark = pytest.mark.mpi
 
@@ -26,16 +25,10 @@ with contextlib.suppress(RuntimeError):
 
 @pytest.fixture(scope="module")
 def keras_session():
-    comm_world().barrier()
-    os.environ["ML_COMM_CHECK_FINITE"] = "1"
-    try:
-        mk.init(nthread_per_team=1, nteams=1, msglen=64)
-    finally:
-        os.environ.pop("ML_COMM_CHECK_FINITE")
-    try:
-        yield mc.get_rank(), mc.get_nranks()
-    finally:
-        mk.finalize()
+    with keras_ml_comm_session(
+        {"ML_COMM_CHECK_FINITE": "1"}, nthread_per_team=1, nteams=1, msglen=64
+    ) as session:
+        yield session
 
 
 def test_overflow_under_loss_scaling_names_the_check(keras_session):

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_helpers import keras_ml_comm_session
 from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
@@ -46,12 +47,8 @@ RTOL = 1e-5
 
 @pytest.fixture(scope="module")
 def keras_session():
-    comm_world().barrier()
-    mk.init(nthread_per_team=1, nteams=1, msglen=64)
-    try:
-        yield mc.get_rank(), mc.get_nranks()
-    finally:
-        mk.finalize()
+    with keras_ml_comm_session(nthread_per_team=1, nteams=1, msglen=64) as session:
+        yield session
 
 
 def data(rows: int, seed: int, d_out: int = D_OUT):
@@ -407,6 +404,24 @@ def test_embedding_with_adam_gets_sparse_gradients(keras_session):
     c.finish()
 
 
+def test_sparse_gradients_of_different_lengths_are_gathered(keras_session):
+    """Rank r's IndexedSlices holds r + 1 slices (rows 0..r, values N * (r + 1)): the
+    optimizer gets every rank's slices divided by N, so SGD(1) lowers row j by the sum of
+    r + 1 over the ranks r >= j."""
+    c = Checks()
+    r, n = keras_session
+    var = keras.Variable(np.zeros((n + 1, 2), np.float32))
+    grad = tf.IndexedSlices(
+        tf.fill([r + 1, 2], float(n * (r + 1))),
+        tf.range(r + 1, dtype=tf.int64),
+        tf.constant([n + 1, 2], tf.int64),
+    )
+    keras.optimizers.SGD(1.0).apply([grad], [var])
+    want = [[0.0 - sum(q + 1 for q in range(j, n))] * 2 for j in range(n + 1)]  # row n: +0
+    c.equal(np.asarray(var), np.array(want, np.float32), "rows after the sparse update")
+    c.finish()
+
+
 @pytest.mark.parametrize("mid_epoch", [True, False])
 def test_a_callback_stopping_one_rank_stops_every_rank(keras_session, mid_epoch):
     """TerminateOnNaN seeing a NaN loss on the last rank only (mid_epoch), or a callback
@@ -542,3 +557,49 @@ def test_pydataset_of_different_lengths_runs_the_fewest_batches(keras_session):
     steps = int(model.optimizer.iterations.numpy())
     c.true(steps == 3 * EPOCHS, f"{steps} training steps, want {3 * EPOCHS}")
     c.finish()
+
+
+class AccumulatorsAt(keras.callbacks.Callback):
+    """Records this rank's gradient accumulators at the end of batch `batch` of each epoch."""
+
+    def __init__(self, batch: int):
+        super().__init__()
+        self.batch = batch
+        self.seen: list[list[np.ndarray]] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            accumulators = self.model.optimizer._accumulated_gradients
+            self.seen.append([np.array(a.numpy()) for a in accumulators])
+
+
+@pytest.mark.parametrize("saver", ["checkpoint", "backup"])
+def test_mid_epoch_saves_hold_one_accumulator_state(keras_session, tmp_path, saver):
+    """gradient_accumulation_steps=2 and a save every 3 batches (an integer save_freq):
+    at the save, each rank holds its own partial sum of one micro-step; ml_comm averages
+    the ranks' accumulators first, so that rank 0's file holds a state every rank can
+    resume from (the next update, the average of gradient + accumulator over the ranks,
+    is unchanged by it)."""
+    c = Checks()
+    r, n = keras_session
+    model = make_model(70, ("sgd", 0.05), accumulate=2)
+    x, y = data(3 * B, seed=71 + r)  # 3 batches per epoch on every rank
+    shared = shared_dir(tmp_path, r)
+    if saver == "checkpoint":
+        save = keras.callbacks.ModelCheckpoint(str(shared / "mid.keras"), save_freq=3)
+    else:
+        save = keras.callbacks.BackupAndRestore(str(shared / "backup"), save_freq=3)
+    record = AccumulatorsAt(2)
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=False, callbacks=[save, record])
+    mine = record.seen[0]
+    c.true(any(np.any(a != 0) for a in mine), "the save came mid-cycle (a partial sum)")
+    everyone = comm_world().allgather(mine)
+    for q in range(n):
+        for i, (a, b) in enumerate(zip(everyone[0], everyone[q])):
+            c.equal(b, a, f"accumulator {i} at the save: rank {q} against rank 0")
+    c.finish()
+
+
+def shared_dir(tmp_path, rank: int):
+    """Rank 0's temporary directory on every rank (rank 0 writes, the ranks share a disk)."""
+    return type(tmp_path)(comm_world().bcast(str(tmp_path) if rank == 0 else None, root=0))

@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_helpers import keras_ml_comm_session
 from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
@@ -50,12 +51,8 @@ class LastBatch(keras.callbacks.Callback):
 
 @pytest.fixture
 def keras_session():
-    comm_world().barrier()
-    mk.init(nthread_per_team=1, nteams=1, msglen=64)
-    try:
-        yield mc.get_rank(), mc.get_nranks()
-    finally:
-        mk.finalize()
+    with keras_ml_comm_session(nthread_per_team=1, nteams=1, msglen=64) as session:
+        yield session
 
 
 def gathered(value: int, rank: int, nranks: int) -> list[int]:

@@ -24,6 +24,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras_helpers import keras_ml_comm_session
 from mpi_helpers import CHUNK_BYTES, SCALED_THRESHOLDS, Checks, comm_world, digest
 
 import ml_comm as mc
@@ -46,17 +47,10 @@ RTOL = 1e-5
 @pytest.fixture(scope="module")
 def keras_session():
     """ml_comm.keras for this module: 2 teams, small segments (multi-segment path)."""
-    comm_world().barrier()
-    os.environ.update(SCALED_THRESHOLDS)
-    try:
-        mk.init(nthread_per_team=2, nteams=2, msglen=64, chunk_bytes=CHUNK_BYTES)
-    finally:
-        for name in SCALED_THRESHOLDS:
-            del os.environ[name]
-    try:
-        yield mc.get_rank(), mc.get_nranks()
-    finally:
-        mk.finalize()
+    with keras_ml_comm_session(
+        SCALED_THRESHOLDS, nthread_per_team=2, nteams=2, msglen=64, chunk_bytes=CHUNK_BYTES
+    ) as session:
+        yield session
 
 
 def global_data(nranks: int, steps: int = STEPS, seed: int = 0):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 from mpi_helpers import DTYPES, Checks, expected_average, make_input, ml_comm_session
 
@@ -18,6 +19,7 @@ NTHREAD_PER_TEAM = 2
 MSGLEN = 2048
 ITERATIONS = 20
 JOIN_TIMEOUT_S = 240
+FAILING_CALLS = 300  # per team, at once: the messages' writes and reads interleave
 
 
 @pytest.fixture(scope="module")
@@ -128,4 +130,46 @@ def test_last_team_valid_next_is_not(session):
     out = mc.gradients([x], team=NTEAMS - 1)
     c.equal(out[0], expected_average((3,), DTYPES[0], session.nranks, 1), "last team")
     c.raises(ValueError, mc.gradients, [x], team=NTEAMS, words=[str(NTEAMS)])
+    c.finish()
+
+
+def test_teams_failing_at_once_keep_their_own_messages(session):
+    """Two teams, each driven by its own thread, fail at the same time (rank 0 submits
+    another size than the others): each error names its own team and its own sizes. The
+    calls release the GIL while they run, so one error buffer shared by the teams would
+    let one team's message overwrite the other's."""
+    n, rank = mc.get_nranks(), mc.get_rank()
+    if n == 1:
+        pytest.skip("needs two ranks")
+    c = Checks()
+    errors: dict[int, list[str]] = {0: [], 1: []}
+    start = threading.Barrier(2)
+
+    def fail_on(team: int) -> None:
+        size = 100 * (team + 1) + (1 if rank == 0 else 0)
+        start.wait()
+        for _ in range(FAILING_CALLS):
+            try:
+                mc.gradients([np.ones(size, np.float32)], team)
+            except mc.MLCommError as e:
+                errors[team].append(str(e))
+
+    threads = [threading.Thread(target=fail_on, args=(t,)) for t in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_TIMEOUT_S)
+    c.true(not any(t.is_alive() for t in threads), "both threads ended")
+    for team in (0, 1):
+        own = (
+            f"team {team} request",
+            f"{100 * (team + 1) + 1} float32",
+            f"{100 * (team + 1)} float32",
+        )
+        c.true(
+            len(errors[team]) == FAILING_CALLS,
+            f"team {team}: every call raised ({len(errors[team])})",
+        )
+        for e in errors[team]:
+            c.true(all(w in e for w in own), f"team {team}'s error names its own calls: {e}")
     c.finish()

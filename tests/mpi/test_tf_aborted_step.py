@@ -88,37 +88,95 @@ def test_failed_step_on_every_rank_then_clean_steps(tf_session):
     c.finish()
 
 
-def test_failed_step_on_one_rank_fails_every_rank(tf_session):
-    """Last in this module: the team stays failed (its ranks disagree on which steps
-    failed) until ml_comm.init() again."""
-    if tf_session.nranks == 1:
-        pytest.skip("needs two ranks")
+MIXED = [((300,), np.float32), ((200,), np.float64), ((90,), np.float64)]
+
+
+def make_mixed_step(rank: int):
+    """A step of two gradient dtypes (a group each). With bad set, rank 0's float32
+    gradient has another size (the ranks' float32 groups disagree: ml_comm's own error,
+    on every rank). The float32 gradient comes late on every rank, so that the float64
+    group opens first everywhere, and rank 0 holds its last float64 gradient back
+    longer still: its float64 group is open, and gets cancelled, when the step fails
+    there, while on the other ranks it is complete."""
+
+    def hold(x, seconds):
+        time.sleep(float(seconds))
+        return x
+
+    def held(x, seconds, shape):
+        x = tf.numpy_function(hold, [x, seconds], x.dtype, stateful=True)
+        x.set_shape(shape)
+        return x
+
+    @tf.function
+    def step(first, second, third, bad):
+        late = tf.where(bad, 0.3, 0.0)
+        first = held(first, late, first.shape)
+        third = held(third, late * (5.0 if rank == 0 else 0.0), MIXED[2][0])
+        return mc.gradients([first, second, third])
+
+    return step
+
+
+def mixed_inputs(rank: int, seed: int, bad: bool = False) -> list[tf.Tensor]:
+    shapes = [s for s, _ in MIXED]
+    if bad and rank == 0:
+        shapes[0] = (shapes[0][0] + 1,)
+    return [
+        tf.constant(make_input(rank, s, d, seed=seed + i))
+        for i, (s, (_, d)) in enumerate(zip(shapes, MIXED))
+    ]
+
+
+def test_multi_dtype_step_failing_on_a_mismatch_then_clean_steps(tf_session):
+    """The float32 group fails its agreement check on every rank; the float64 group is
+    cancelled on rank 0 only (complete elsewhere). Every rank raises in that step, and
+    the next steps are exact: no rank keeps a record of the failure that the others
+    lack."""
     c = Checks()
-    r = tf_session.rank
-    step = make_step()
-    step(inputs_for(r, 0), tf.constant(False))  # traced and run once cleanly
-    errors = []
+    r, n = tf_session.rank, tf_session.nranks
+    step = make_mixed_step(r)
     start = time.monotonic()
-    for k in range(2):  # the failing step, then the next one
+    try:
+        step(*mixed_inputs(r, 300, bad=True), tf.constant(True))
+        c.true(n == 1, "the step with disagreeing float32 groups raised")
+    except tf.errors.InternalError as e:
+        c.true("disagree" in str(e) or "failed on rank 0" in str(e), f"ml_comm's error: {e}")
+    c.true(time.monotonic() - start < 60, "the failed step returned promptly")
+    for k in range(CLEAN_STEPS):
         try:
-            step(inputs_for(r, 200 + k), tf.constant(r == 0 and k == 0))
-        except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as e:
-            errors.append(str(e))
-    c.true(time.monotonic() - start < 60, "the two steps returned promptly")
-    c.true(len(errors) >= 1, "this rank raised")
-    if r != 0:
-        c.true(
-            any("rank 0 submitted" in e and "failed on this rank" in e for e in errors),
-            f"the error names rank 0: {errors}",
-        )
+            out = step(*mixed_inputs(r, 10 * k), tf.constant(False))
+        except tf.errors.OpError as e:
+            c.true(False, f"clean step {k} after the failed one: {e}")
+            break
+        for i, (s, d) in enumerate(MIXED):
+            want = expected_average(s, d, n, seed=10 * k + i)
+            c.equal(out[i].numpy(), want, f"clean step {k} gradient {i}")
     c.finish()
 
 
-def test_gradients_after_mismatch_still_raise_not_hang(tf_session):
-    """Every later request on the team fails on every rank alike (no hang)."""
+def test_failed_step_on_one_rank_fails_every_rank_in_that_step(tf_session):
+    """Rank 0's step fails after its first submit: every rank raises in that same step
+    (none returns the sums in which rank 0's missing gradients were zeros), the other
+    ranks' errors name rank 0, and the next steps are exact on every rank."""
     if tf_session.nranks == 1:
         pytest.skip("needs two ranks")
     c = Checks()
-    x = tf.constant(make_input(tf_session.rank, (5,), np.float32, 1))
-    c.raises(tf.errors.InternalError, mc.gradients, [x], words=("rank 0",))
+    r, n = tf_session.rank, tf_session.nranks
+    step = make_step()
+    step(inputs_for(r, 0), tf.constant(False))  # traced and run once cleanly
+    for attempt in range(2):
+        start = time.monotonic()
+        try:
+            step(inputs_for(r, 200 + attempt), tf.constant(r == 0))
+            c.true(False, f"attempt {attempt}: the step in which rank 0 failed raised here too")
+        except tf.errors.InvalidArgumentError as e:
+            c.true(r == 0 and "second gradient" in str(e), f"rank 0's own error: {e}")
+        except tf.errors.InternalError as e:
+            c.true(r != 0, f"rank 0 raised its step's own error, not ml_comm's: {e}")
+            c.true("failed on rank 0" in str(e), f"the error names rank 0: {e}")
+        c.true(time.monotonic() - start < 60, f"attempt {attempt}: the step returned promptly")
+        check_clean_steps(c, step, r, n, f"after rank 0's failed step {attempt}")
+    left = pending_tokens()
+    c.true(left == 0, f"no tokens left after the failed steps (left: {left})")
     c.finish()

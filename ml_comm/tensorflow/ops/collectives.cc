@@ -29,10 +29,11 @@ tensorflow::Status RowsShape(InferenceContext *c) {
   return absl::OkStatus();
 }
 
-int64_t RowElements(const Tensor &t) {
-  int64_t n = 1;
-  for (int d = 1; d < t.dims(); ++d) n *= t.dim_size(d);
-  return n;
+// The dimensions after the first: the rows' shape, which the ranks compare.
+std::vector<int64_t> RowShape(const Tensor &t) {
+  std::vector<int64_t> shape;
+  for (int d = 1; d < t.dims(); ++d) shape.push_back(t.dim_size(d));
+  return shape;
 }
 
 tensorflow::TensorShape WithRows(const Tensor &t, int64_t rows) {
@@ -66,7 +67,9 @@ class RowsKernel : public AsyncOpKernel {
       std::string err(512, '\0');
       int rc = Run(ctx, team, &err[0], err.size());
       mlc_team_release(team);
-      if (rc != MLC_OK && ctx->status().ok())
+      if (rc == MLC_ERR_ARG && ctx->status().ok())
+        ctx->SetStatus(tensorflow::errors::InvalidArgument("ml_comm ", what_, " failed: ", err.c_str()));
+      else if (rc != MLC_OK && ctx->status().ok())
         ctx->SetStatus(tensorflow::errors::Internal("ml_comm ", what_, " failed: ", err.c_str()));
       done();
     }).detach();
@@ -93,40 +96,23 @@ class RowsKernel : public AsyncOpKernel {
 }  // namespace
 
 REGISTER_OP("MlCommAllreduceOp")
-    .Input("tensors: N * T")
-    .Output("reduced: N * T")
-    .Attr("N: int >= 1")
-    .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .ML_COMM_LIST_OP("reduced")
     .Attr("op: int")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext *c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
     .Doc("Reduce a list of tensors of one dtype over all ranks with op (MLC_OP_*).");
 
-class AllreduceOpOp : public AsyncOpKernel {
+class AllreduceOpOp : public TeamKernel {
  public:
-  explicit AllreduceOpOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  explicit AllreduceOpOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
     OP_REQUIRES(c, op_ >= 0 && op_ < MLC_NUM_OPS,
                 tensorflow::errors::InvalidArgument("ml_comm: unknown reduction op ", op_));
   }
 
-  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    HeldTeam held(ctx, team_handle_);
-    mlc_team *team = held.get();
-    if (team == nullptr) {
-      done();
-      return;
-    }
+  void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     AllreduceList(ctx, team, op_, CallPart{}, {}, std::move(done));
   }
 
  private:
-  int64_t team_handle_ = 0;
   int op_ = MLC_OP_SUM;
 };
 
@@ -149,16 +135,17 @@ class AllgatherOp : public RowsKernel {
   int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) override {
     const Tensor &in = ctx->input(0);
     const int dtype = CoreDtype(in.dtype()), size = mlc_team_size(team);
+    const std::vector<int64_t> row = RowShape(in);
     std::vector<int64_t> rows(size);
-    int rc = mlc_team_allgather_rows(team, in.dim_size(0), RowElements(in), dtype, rows.data(),
-                                     err, errlen);
+    int rc = mlc_team_allgather_rows(team, in.dim_size(0), row.size(), row.data(), dtype,
+                                     rows.data(), err, errlen);
     if (rc) return rc;
     int64_t total = 0;
     for (int64_t r : rows) total += r;
     Tensor *out = nullptr;
     if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) return rc;
-    return mlc_team_allgatherv(team, Data(in), Data(*out), rows.data(), RowElements(in), dtype,
-                               err, errlen);
+    return mlc_team_allgatherv(team, Data(in), Data(*out), rows.data(), row.size(), row.data(),
+                               dtype, err, errlen);
   }
 };
 
@@ -189,7 +176,8 @@ class ReducescatterOp : public RowsKernel {
     int64_t share = mlc_rows_share(rows, mlc_team_size(team), mlc_team_rank(team));
     int rc = Allocate(ctx, 0, WithRows(in, share), &out);
     if (rc) return rc;
-    return mlc_team_reducescatter(team, Data(in), Data(*out), rows, RowElements(in),
+    const std::vector<int64_t> row = RowShape(in);
+    return mlc_team_reducescatter(team, Data(in), Data(*out), rows, row.size(), row.data(),
                                   CoreDtype(in.dtype()), op_, err, errlen);
   }
 
@@ -206,49 +194,49 @@ REGISTER_OP("MlCommAlltoall")
     .Output("received_splits: int64")
     .Attr(TypeAttr())
     .Attr("team_handle: int")
+    .Attr("evenly: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext *c) {
       TF_RETURN_IF_ERROR(RowsShape(c));
-      c->set_output(1, c->input(1));
+      c->set_output(1, c->Vector(c->UnknownDim()));
       return absl::OkStatus();
     })
-    .Doc("splits[d] rows go to rank d; returns the rows received in rank order and how many "
-         "came from each rank.");
+    .Doc("splits[d] rows go to rank d (evenly: splits is ignored, rows / size to each); "
+         "returns the rows received in rank order and how many came from each rank. Splits "
+         "that are wrong on any rank fail the op on every rank.");
 
 class AlltoallOp : public RowsKernel {
  public:
-  explicit AlltoallOp(OpKernelConstruction *c) : RowsKernel(c, "alltoall") {}
+  explicit AlltoallOp(OpKernelConstruction *c) : RowsKernel(c, "alltoall") {
+    OP_REQUIRES_OK(c, c->GetAttr("evenly", &evenly_));
+  }
 
  protected:
+  // The splits are checked by the core, so that every rank fails together.
   int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) override {
     const Tensor &in = ctx->input(0), &splits = ctx->input(1);
     const int size = mlc_team_size(team);
-    if (splits.dims() != 1 || splits.NumElements() != size) {
-      snprintf(err, errlen, "splits must be %d integers (one per rank), got shape %s", size,
-               splits.shape().DebugString().c_str());
-      return MLC_ERR_ARG;
-    }
-    const int64_t *send = splits.flat<int64_t>().data();
-    int64_t sum = 0;
-    for (int d = 0; d < size; ++d) sum += send[d] < 0 ? in.dim_size(0) + 1 : send[d];
-    if (sum != in.dim_size(0)) {
-      snprintf(err, errlen, "splits must be non-negative and add up to the %lld rows",
-               static_cast<long long>(in.dim_size(0)));
-      return MLC_ERR_ARG;
-    }
+    const std::vector<int64_t> row = RowShape(in);
+    const int64_t *given = evenly_ ? nullptr : splits.flat<int64_t>().data();
+    const int nsplits = splits.dims() == 1 ? static_cast<int>(splits.NumElements()) : -1;
     const int dtype = CoreDtype(in.dtype());
+    std::vector<int64_t> send(size);
     Tensor *received = nullptr, *out = nullptr;
     int rc = Allocate(ctx, 1, tensorflow::TensorShape({size}), &received);
     if (rc) return rc;
     int64_t *recv = received->flat<int64_t>().data();
-    if ((rc = mlc_team_alltoall_splits(team, send, RowElements(in), dtype, recv, err, errlen)))
+    if ((rc = mlc_team_alltoall_splits(team, given, nsplits, in.dim_size(0), row.size(), row.data(),
+                                       dtype, send.data(), recv, err, errlen)))
       return rc;
     int64_t total = 0;
     for (int s = 0; s < size; ++s) total += recv[s];
     if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) return rc;
-    return mlc_team_alltoallv(team, Data(in), send, Data(*out), recv, RowElements(in), dtype, err,
-                              errlen);
+    return mlc_team_alltoallv(team, Data(in), send.data(), Data(*out), recv, row.size(), row.data(),
+                              dtype, err, errlen);
   }
+
+ private:
+  bool evenly_ = false;
 };
 
 REGISTER_KERNEL_BUILDER(Name("MlCommAlltoall").Device(tensorflow::DEVICE_CPU), AlltoallOp);

@@ -102,6 +102,46 @@ class HeldTeam {
   mlc_team *team_ = nullptr;
 };
 
+// The list ops' registration: N tensors of one dtype in, N out shaped as them, on the
+// team the id team_handle names. Use: REGISTER_OP(name).ML_COMM_LIST_OP("reduced").Attr(...)
+inline tensorflow::Status ListShapes(tensorflow::shape_inference::InferenceContext *c) {
+  for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+  return absl::OkStatus();
+}
+#define ML_COMM_LIST_OP(outputs)     \
+  Input("tensors: N * T")            \
+      .Output(outputs ": N * T")     \
+      .Attr("N: int >= 1")           \
+      .Attr(TypeAttr())              \
+      .Attr("team_handle: int")      \
+      .SetIsStateful()               \
+      .SetShapeFn(ListShapes)
+
+// An asynchronous kernel on the team its team_handle attribute names, held while Start
+// runs; when the team is gone the op fails (HeldTeam sets why) without calling Start.
+class TeamKernel : public AsyncOpKernel {
+ public:
+  explicit TeamKernel(OpKernelConstruction *c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) final {
+    HeldTeam held(ctx, team_handle_);
+    if (held.get() == nullptr) {
+      done();
+      return;
+    }
+    Start(ctx, held.get(), std::move(done));
+  }
+
+ protected:
+  // Starts the call; done() runs once it has finished (from the core's callback, or
+  // here when the call ends at once).
+  virtual void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) = 0;
+
+  int64_t team_handle_ = 0;
+};
+
 // The core's code of a TensorFlow dtype, or -1.
 inline int CoreDtype(DataType dt) {
   int code = -1;

@@ -419,40 +419,23 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
 }
 
 REGISTER_OP("MlCommAllreduceN")
-    .Input("tensors: N * T")
-    .Output("reduced: N * T")
-    .Attr("N: int >= 1")
-    .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .ML_COMM_LIST_OP("reduced")
     .Attr("average: bool = true")
     .ML_COMM_CALL_PART_ATTRS
-    .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
     .Doc("Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.");
 
-class AllreduceNOp : public AsyncOpKernel {
+class AllreduceNOp : public TeamKernel {
  public:
-  explicit AllreduceNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  explicit AllreduceNOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
   }
 
-  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    HeldTeam held(ctx, team_handle_);
-    mlc_team *team = held.get();
-    if (team == nullptr) {
-      done();
-      return;
-    }
+  void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done));
   }
 
  private:
-  int64_t team_handle_ = 0;
   bool average_ = true;
   CallPart part_;
 };
@@ -460,33 +443,17 @@ class AllreduceNOp : public AsyncOpKernel {
 REGISTER_KERNEL_BUILDER(Name("MlCommAllreduceN").Device(tensorflow::DEVICE_CPU), AllreduceNOp);
 
 REGISTER_OP("MlCommBroadcastN")
-    .Input("tensors: N * T")
-    .Output("broadcast: N * T")
-    .Attr("N: int >= 1")
-    .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .ML_COMM_LIST_OP("broadcast")
     .Attr("root: int")
-    .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
     .Doc("Every rank receives root's values of the tensors.");
 
-class BroadcastNOp : public AsyncOpKernel {
+class BroadcastNOp : public TeamKernel {
  public:
-  explicit BroadcastNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  explicit BroadcastNOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("root", &root_));
   }
 
-  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    HeldTeam held(ctx, team_handle_);
-    mlc_team *team = held.get();
-    if (team == nullptr) {
-      done();
-      return;
-    }
+  void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     std::vector<mlc_tensor> tensors;
     DataType dtype;
     // In place: the root's outputs must hold its own values before they are sent.
@@ -499,7 +466,6 @@ class BroadcastNOp : public AsyncOpKernel {
   }
 
  private:
-  int64_t team_handle_ = 0;
   int root_ = 0;
 };
 

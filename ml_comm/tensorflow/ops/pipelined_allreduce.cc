@@ -63,43 +63,29 @@ void StagingDone(void *user, int status) {
 }  // namespace
 
 REGISTER_OP("MlCommPipelinedAllreduceN")
-    .Input("tensors: N * T")
-    .Output("reduced: N * T")
-    .Attr("N: int >= 1")
-    .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .ML_COMM_LIST_OP("reduced")
     .Attr("ksteps: int")
     .Attr("max_steps: int")
     .Attr("average: bool = true")
     .ML_COMM_CALL_PART_ATTRS
-    .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
-      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-      return absl::OkStatus();
-    })
     .Doc(R"doc(
 Average (or sum) a list over all ranks on a pipelined team: depending on the call
 number (config_team ksteps and max_steps), the result is this call's reduction,
 the previous call's, zeros (entering the pipeline) or both summed (leaving it).
 )doc");
 
-class PipelinedAllreduceNOp : public AsyncOpKernel {
+class PipelinedAllreduceNOp : public TeamKernel {
  public:
-  explicit PipelinedAllreduceNOp(OpKernelConstruction *c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+  explicit PipelinedAllreduceNOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("ksteps", &ksteps_));
     OP_REQUIRES_OK(c, c->GetAttr("max_steps", &max_steps_));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
   }
 
-  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    HeldTeam held(ctx, team_handle_);
-    mlc_team *team = held.get();  // the rest of the call, when it runs later, runs on the
-    if (team == nullptr) {        // team's own thread (StagingDone): finalize joins it first
-      done();
-      return;
-    }
+  // The rest of the call, when it runs later, runs on the team's own thread
+  // (StagingDone): finalize joins it first, so it needs no hold of the team.
+  void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     OpInputList inputs;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
     std::vector<int64_t> counts;
@@ -192,7 +178,7 @@ class PipelinedAllreduceNOp : public AsyncOpKernel {
 
   int Op() const { return average_ ? MLC_OP_AVERAGE : MLC_OP_SUM; }
 
-  int64_t team_handle_ = 0, ksteps_ = 0, max_steps_ = 0;
+  int64_t ksteps_ = 0, max_steps_ = 0;
   bool average_ = true;
   CallPart part_;
 };

@@ -10,6 +10,9 @@ MODE:
   equal_steps         the same loop through ml_comm.data.equal_steps (ends well)
   fit_generator       model.fit on a generator of 23 batches on rank 0, 22 on rank 1
                       (the length is unknown before the data is read)
+  barrier_after_raise rank 1 enters mc.barrier() while rank 0 waits in gradients: it
+                      raises, then makes the reduction; then 4 barriers, each with
+                      another rank arriving last, print whether a rank left one early
 Every rank prints "started rank R pid P" first and "done rank R" at its end.
 """
 
@@ -30,6 +33,33 @@ if mode == "barrier_departure":
         mc.barrier()
     mc.finalize()
     print(f"done rank {mc.get_rank()}", flush=True)
+    sys.exit(0)
+
+if mode == "barrier_after_raise":
+    import numpy as np
+    from mpi4py import MPI
+
+    mc.init(1, 1, 16)
+    rank = mc.get_rank()
+    print(f"started rank {rank} pid {os.getpid()}", flush=True)
+    if rank == 1:
+        try:
+            mc.barrier()
+        except mc.MLCommError as e:
+            print(f"rank 1 barrier raised: {e}", flush=True)
+    mc.gradients([np.ones(3, np.float32)])
+    entered, left = [], []
+    for k in range(4):
+        if k % 2 == rank:
+            time.sleep(0.1)  # this rank arrives last in barrier k
+        entered.append(time.monotonic())
+        mc.barrier()
+        left.append(time.monotonic())
+    all_entered, all_left = MPI.COMM_WORLD.allgather(entered), MPI.COMM_WORLD.allgather(left)
+    early = [k for k in range(4) if min(t[k] for t in all_left) < max(t[k] for t in all_entered)]
+    print(f"rank {rank}: barriers a rank left early: {early}", flush=True)
+    mc.finalize()
+    print(f"done rank {rank}", flush=True)
     sys.exit(0)
 
 import keras  # noqa: E402

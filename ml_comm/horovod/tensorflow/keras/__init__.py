@@ -43,20 +43,8 @@ def DistributedOptimizer(
 ):
     """The same Keras optimizer, reducing its gradients over all ranks (see
     ml_comm.horovod.tensorflow.DistributedOptimizer)."""
-    return _distributed_optimizer(
-        optimizer,
-        name=name,
-        compression=compression,
-        sparse_as_dense=sparse_as_dense,
-        backward_passes_per_step=backward_passes_per_step,
-        op=op,
-        gradient_predivide_factor=gradient_predivide_factor,
-        average_aggregated_gradients=average_aggregated_gradients,
-        num_groups=num_groups,
-        groups=groups,
-        process_set=process_set,
-        scale_local_gradients=scale_local_gradients,
-    )
+    # Horovod's Keras order of ml_comm.horovod.tensorflow's parameters, passed on by name.
+    return _distributed_optimizer(**locals())
 
 
 def allreduce(
