@@ -53,9 +53,15 @@ def sweep(nodes: int, args: list[str], sizes: list[int]) -> dict:
 @pytest.mark.parametrize("nodes", [2, 3, 5])
 def test_ring_messages(built, nodes):
     # 8 MiB on the team's one thread: 8 segments of 1 MiB, each 2(n-1) sends; 2 calls.
-    out = sweep(nodes, ["--threads", "1", "--algorithm", "ring"], [8 * MIB])
+    out = sweep(nodes, ["--threads", "1", "--algorithm", "ring", "--agree", "alltoall"], [8 * MIB])
     assert out["data_messages_per_rank"] == 2 * 8 * 2 * (nodes - 1)
-    assert out["agree_messages_per_rank_per_request"] == nodes - 1
+    assert out["agree_messages_per_rank_per_request"] == nodes - 1  # every signature to every rank
+
+
+@pytest.mark.parametrize("nodes,rank0_sends", [(2, 1), (3, 2), (5, 3)])
+def test_the_tree_agreement_is_the_default(built, nodes, rank0_sends):
+    out = sweep(nodes, ["--threads", "1", "--algorithm", "ring"], [8 * MIB])
+    assert out["agree_messages_per_rank_per_request"] == rank0_sends
 
 
 @pytest.mark.parametrize("nodes,rank0_sends", [(2, 1), (4, 2), (5, 3), (16, 4)])
@@ -68,10 +74,10 @@ def test_recursive_doubling_and_tree_agreement(built, nodes, rank0_sends):
 
 
 def test_direct_rides_in_the_agreement(built):
-    # 1 KiB is at most direct_bytes: no message of its own, n-1 agreement messages.
+    # 1 KiB is at most direct_bytes: no message of its own, log2(4) agreement messages.
     out = sweep(4, [], [1024])
     assert out["data_messages_per_rank"] == 0
-    assert out["agree_messages_per_rank_per_request"] == 3
+    assert out["agree_messages_per_rank_per_request"] == 2
 
 
 def test_training_counts_every_tensor(built, tmp_path):
