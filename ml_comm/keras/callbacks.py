@@ -215,10 +215,7 @@ class RankZeroBackup(_Wrapper):
         self.inner.on_epoch_begin(epoch, logs)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.saves.due(batch):
-            _share_accumulators(self.model, self.team)
-        if self.writes:
-            self.inner.on_train_batch_end(batch, logs)
+        _batch_end_saving(self, batch, logs, self.writes)
 
     def on_epoch_end(self, epoch, logs=None):
         _share_accumulators(self.model, self.team)
@@ -230,6 +227,15 @@ class RankZeroBackup(_Wrapper):
         # After a stop the backup is what the next run resumes from: keep it.
         if self.writes and not self.state.stopped:
             self.inner.on_train_end(logs)
+
+
+def _batch_end_saving(wrapper, batch, logs, forward: bool) -> None:
+    """A saving callback's batch end: every rank shares its accumulators at a batch where
+    the inner callback saves, then the inner callback runs where it writes."""
+    if wrapper.saves.due(batch):
+        _share_accumulators(wrapper.model, wrapper.team)
+    if forward:
+        wrapper.inner.on_train_batch_end(batch, logs)
 
 
 class RankZeroOnly(_Wrapper):
@@ -255,10 +261,7 @@ class RankZeroCheckpoint(RankZeroOnly):
             self.__dict__.pop(name, None)  # these run on every rank (below)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.saves.due(batch):
-            _share_accumulators(self.model, self.team)
-        if self.active:
-            self.inner.on_train_batch_end(batch, logs)
+        _batch_end_saving(self, batch, logs, self.active)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.inner.save_freq == "epoch":
