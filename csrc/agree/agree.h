@@ -54,6 +54,13 @@ typedef struct mlc_sign_input {
      * part in the exchange, and every rank fails the request, naming what was wrong. */
     int bad_args;
     int64_t bad_detail[2];
+    /* Sizes carried by the exchange itself (a collective of rows whose sizes differ by
+     * rank, with direct set): sizes_count int64 slots, this rank's own filled and the
+     * rest zero. The tree sums them, so every rank learns every rank's sizes with no
+     * request of their own, and sizes_out gets the sum. */
+    int64_t sizes_count;
+    const int64_t *sizes_in;
+    int64_t *sizes_out;
 } mlc_sign_input;
 
 /* What a rank found wrong with its own arguments (mlc_sign_input.bad_args), and what
@@ -77,7 +84,7 @@ typedef struct mlc_agreement {
     _Atomic int ready; /* `in` is final (a keyed group's scan waits for its tensors) */
     _Atomic int state; /* MLC_CHECK_*; DONE publishes the fields below */
     int status;
-    int done_by_exchange; /* a direct allreduce: the result is already in place */
+    int done_by_exchange; /* a direct allreduce, or sizes carried: the result is in place */
     char message[MLC_MSG_LEN];
     int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
     int stop_asked; /* some rank's signature carried a stop flag (mlc_agree_request_stop) */

@@ -28,7 +28,9 @@
  *
  * Direct allreduce: when the plan says so, the record carries the whole input
  * and the exchange is also the reduction (summed along the tree, divided by n at
- * the end for an average). Nothing moves after it.
+ * the end for an average). Nothing moves after it. The sizes of a collective of
+ * rows travel the same way (sizes_count int64 slots, each rank filling its own):
+ * every rank learns every rank's sizes in the check itself.
  *
  * Messages per rank and request when the ranks agree: 2 ceil(log2 n) at most,
  * sends and receives (log2(p) of each, plus one of each for a rank in the fold);
@@ -263,7 +265,11 @@ static int move(mlc_agree *ag, mlc_agreement *a, const void *out, int64_t out_by
 
 /* ---- the tree ---- */
 
-static int64_t payload_bytes(const mlc_agreement *a) { return a->in.total * mlc_dtype_size(a->in.dtype); }
+/* A direct allreduce's input, or the sizes a collective of rows carries here. */
+static int64_t payload_bytes(const mlc_agreement *a) {
+    if (a->in.sizes_count > 0) return a->in.sizes_count * (int64_t)sizeof(int64_t);
+    return a->in.total * mlc_dtype_size(a->in.dtype);
+}
 
 /* A record's bytes on the wire: its payload only while every rank in it sent one. */
 static int64_t record_bytes(const mlc_agreement *a, const char *rec) {
@@ -284,7 +290,9 @@ static void make_record(mlc_agree *ag, mlc_agreement *a) {
         r->nonfinite_rank = ag->tp.rank;
         r->nonfinite_tensor = tensor;
     }
-    if (a->in.direct)
+    if (a->in.direct && a->in.sizes_count > 0)
+        memcpy(payload(ag->mine), a->in.sizes_in, (size_t)payload_bytes(a));
+    else if (a->in.direct)
         mlc_gather_range(a->in.tensors, a->in.starts, a->in.ntensors, a->in.dtype, 0, a->in.total,
                          payload(ag->mine));
 }
@@ -293,8 +301,12 @@ static void make_record(mlc_agree *ag, mlc_agreement *a) {
 static void combine(mlc_agreement *a, char *mine, const char *theirs) {
     record *x = (record *)mine;
     const record *y = (const record *)theirs;
-    if (x->direct_ranks == x->ranks && y->direct_ranks == y->ranks && a->in.direct)
-        mlc_reduce_sum_into(payload(mine), theirs + sizeof(record), a->in.total, a->in.dtype);
+    if (x->direct_ranks == x->ranks && y->direct_ranks == y->ranks && a->in.direct) {
+        if (a->in.sizes_count > 0)
+            mlc_reduce_sum_into(payload(mine), theirs + sizeof(record), a->in.sizes_count, MLC_INT64);
+        else
+            mlc_reduce_sum_into(payload(mine), theirs + sizeof(record), a->in.total, a->in.dtype);
+    }
     if (y->digest_min < x->digest_min) x->digest_min = y->digest_min;
     if (y->digest_max > x->digest_max) x->digest_max = y->digest_max;
     x->ranks += y->ranks;
@@ -381,7 +393,10 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
     a->stop_asked = r->stop != 0;
     int64_t none = -1;
     if (a->stop_asked) atomic_compare_exchange_strong(&ag->stop_seq, &none, a->seq);
-    if (a->in.direct && r->direct_ranks == r->ranks) { /* the reduction is done: put it in place */
+    if (a->in.direct && r->direct_ranks == r->ranks && a->in.sizes_count > 0) { /* every rank's sizes */
+        memcpy(a->in.sizes_out, payload(ag->mine), (size_t)payload_bytes(a));
+        a->done_by_exchange = 1;
+    } else if (a->in.direct && r->direct_ranks == r->ranks) { /* the reduction is done: put it in place */
         char *sum = payload(ag->mine);
         if (a->in.op == MLC_OP_AVERAGE) mlc_divide_by_ranks(sum, a->in.total, a->in.dtype, ag->tp.size);
         mlc_scatter_range(a->in.tensors, a->in.starts, a->in.ntensors, a->in.dtype, 0, a->in.total, sum);
@@ -418,8 +433,10 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
         snprintf(a->message, MLC_MSG_LEN, "%s", ag->drop_message);
     } else {
         ag->drop_left = 0;
-        if (!a->in.direct || payload_bytes(a) > ag->direct_bytes)
+        if (!a->in.direct || payload_bytes(a) > ag->direct_bytes) {
             a->in.direct = 0; /* the threshold shrank since the plan was made */
+            a->in.sizes_count = 0;
+        }
         mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
         status = exchange(ag, a);
         atomic_fetch_add(&ag->messages, a->messages);

@@ -223,10 +223,19 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
  * which tensor `index` arrived with user_data. Its missing tensors are taken as
  * zeros so that the request ends in step with the other ranks, and it fails on
  * this rank (the done callbacks still run); the next tensors of key open a new
- * group. Later signatures carry the count of cancelled groups: ranks whose
- * steps did not fail get an error naming this rank at their next request.
+ * group. With more than one rank the group's seal fails it on every rank, in the
+ * same step, naming this rank.
  * MLC_ERR_STATE: no such open group (it is complete, or finished). */
 int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data);
+/* Open (and queue) the group before any of its tensors, at a step's start, as a first
+ * arrival would; its tensors then join it. *opener: the id that cancels it, so that
+ * a step failing before its first tensor still fails on every rank. */
+int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
+                             int dtype, int op, int part, int nparts, int call_dtypes,
+                             int64_t *opener, char *err, size_t errlen);
+/* mlc_team_group_cancel for the group opened with this id, if it is still open;
+ * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */
+int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener);
 /* Hold a team across a use from a thread that does not own it: MLC_ERR_STATE once
  * it is shutting down. mlc_team_destroy waits until every hold is released. */
 int mlc_team_acquire(mlc_team *team);

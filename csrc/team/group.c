@@ -14,6 +14,11 @@
  * With the finite check, each arrival scans its own tensor, and the last hands
  * the finished input to the agreement check.
  *
+ * A framework may open the group at its step's start instead, before any tensor
+ * (mlc_team_group_open_part): then a step that fails before its first tensor
+ * still has a group to cancel (mlc_team_group_cancel_opened), and the other ranks
+ * fail that step too instead of meeting this rank's next step with it.
+ *
  * A step that fails after some of its tensors arrived (a framework op raised)
  * cancels its open group: the group leaves the open list, so the next step's
  * tensors open a group of their own, and its missing tensors arrive as zeros, so
@@ -151,17 +156,9 @@ static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
     pthread_cond_broadcast(&team->ready_cv);
 }
 
-int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data) {
-    if (!team) return MLC_ERR_ARG;
-    pthread_mutex_lock(&team->lock);
-    mlc_request *req = team->open_groups;
-    while (req && !(req->group->key == key && index >= 0 && index < req->ntensors &&
-                    req->group->arrived[index] && req->group->tensor_user[index] == user_data))
-        req = req->group->next_open;
-    if (!req) { /* complete already (it finishes on its own), or never opened */
-        pthread_mutex_unlock(&team->lock);
-        return MLC_ERR_STATE;
-    }
+/* Under the team lock: fail the open group req on this rank, its missing tensors
+ * taken as zeros so that its lanes carry it to its end in step with the other ranks. */
+static int cancel_group(mlc_team *team, mlc_request *req) {
     mlc_group *g = req->group;
     const int es = mlc_dtype_size(req->dtype);
     int nomem = !(g->zeros = calloc(req->ntensors, sizeof *g->zeros));
@@ -172,7 +169,6 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
         for (int i = 0; g->zeros && i < req->ntensors; i++) free(g->zeros[i]);
         free(g->zeros);
         g->zeros = NULL;
-        pthread_mutex_unlock(&team->lock);
         return MLC_ERR_NOMEM;
     }
     req->cancelled = 1; /* before the zeros arrive: the seal reads it after them */
@@ -181,7 +177,7 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
         snprintf(req->message, MLC_MSG_LEN,
                  "team %d request %lld (keyed group %lld) was cancelled: the step that submitted "
                  "it failed on this rank",
-                 team->agree.dog.team_id, (long long)req->seq, (long long)key);
+                 team->agree.dog.team_id, (long long)req->seq, (long long)g->key);
         memcpy(team->last_error, req->message, MLC_MSG_LEN);
     }
     for (int i = 0; i < req->ntensors; i++) {
@@ -190,8 +186,30 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
         req->tensors[i].source = NULL;
         mark_arrived(team, req, i);
     }
-    pthread_mutex_unlock(&team->lock);
     return MLC_OK;
+}
+
+int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    mlc_request *req = team->open_groups;
+    while (req && !(req->group->key == key && index >= 0 && index < req->ntensors &&
+                    req->group->arrived[index] && req->group->tensor_user[index] == user_data))
+        req = req->group->next_open;
+    /* NULL: complete already (it finishes on its own), or never opened */
+    const int rc = req ? cancel_group(team, req) : MLC_ERR_STATE;
+    pthread_mutex_unlock(&team->lock);
+    return rc;
+}
+
+int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    mlc_request *req = team->open_groups;
+    while (req && (int64_t)req->seq != opener) req = req->group->next_open;
+    const int rc = req ? cancel_group(team, req) : MLC_ERR_STATE;
+    pthread_mutex_unlock(&team->lock);
+    return rc;
 }
 
 static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *counts, int dtype,
@@ -212,6 +230,46 @@ static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *coun
     snprintf(err, errlen, "mlc_team_group_arrive: invalid arguments (index %d of %d): %s", index,
              ntensors, what);
     return 1;
+}
+
+/* Under the team lock: a new group appended at *link, the end of the open list (which
+ * keeps step order), and queued; NULL: out of memory. */
+static mlc_request *open_and_queue(mlc_team *team, mlc_request **link, int64_t key, int ntensors,
+                                   const int64_t *counts, int dtype, int op, int part, int nparts,
+                                   int call_dtypes) {
+    mlc_request *req = open_group(team, key, ntensors, counts, dtype, op, part, nparts, call_dtypes);
+    if (!req) return NULL;
+    *link = req;
+    mlc_sign_input in;
+    if (!team->agree.finite) sign_input(team, req, &in);
+    mlc_queue_request(team, req, team->agree.finite ? NULL : &in);
+    return req;
+}
+
+int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
+                             int op, int part, int nparts, int call_dtypes, int64_t *opener, char *err,
+                             size_t errlen) {
+    if (!opener) {
+        snprintf(err, errlen, "mlc_team_group_open_part: no place for the opener id");
+        return MLC_ERR_ARG;
+    }
+    *opener = 0;
+    if (bad_arguments(team, ntensors, counts, dtype, op, part, nparts, call_dtypes, 0, opener, err, errlen))
+        return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    if (team->shutting_down) {
+        pthread_mutex_unlock(&team->lock);
+        snprintf(err, errlen, "the team is shut down (ml_comm.finalize() was called)");
+        return MLC_ERR_STATE;
+    }
+    mlc_request **link = &team->open_groups;
+    while (*link) link = &(*link)->group->next_open;
+    mlc_request *req = open_and_queue(team, link, key, ntensors, counts, dtype, op, part, nparts, call_dtypes);
+    if (req) *opener = (int64_t)req->seq;
+    pthread_mutex_unlock(&team->lock);
+    if (req) return MLC_OK;
+    snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);
+    return MLC_ERR_NOMEM;
 }
 
 int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
@@ -251,17 +309,11 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
                  "than the group's", (long long)key, index);
         return MLC_ERR_ARG;
     }
-    if (!req) {
-        req = open_group(team, key, ntensors, counts, dtype, op, part, nparts, call_dtypes);
-        if (!req) {
-            pthread_mutex_unlock(&team->lock);
-            snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);
-            return MLC_ERR_NOMEM;
-        }
-        *link = req; /* appended: the open list keeps step order */
-        mlc_sign_input in;
-        if (!team->agree.finite) sign_input(team, req, &in);
-        mlc_queue_request(team, req, team->agree.finite ? NULL : &in);
+    if (!req && !(req = open_and_queue(team, link, key, ntensors, counts, dtype, op, part, nparts,
+                                       call_dtypes))) {
+        pthread_mutex_unlock(&team->lock);
+        snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);
+        return MLC_ERR_NOMEM;
     }
     mlc_group *g = req->group;
     req->tensors[index].data = data;

@@ -9,7 +9,11 @@
  * the reduce-scatter's input). Where sizes differ by rank (an allgather's own
  * rows, an alltoall's splits) they are first exchanged by a request of their own,
  * part 1 of the call's 2, so that a rank that called something else fails there,
- * before any rank sizes a buffer from the others' numbers. The rows' shape (the
+ * before any rank sizes a buffer from the others' numbers. That request's sizes
+ * ride inside its agreement (each rank fills its own int64 slots of n, or of n x n
+ * for splits, and the check's tree sums them: ceil(log2 n) message latencies and
+ * nothing after), while they fit the direct payload (ML_COMM_DIRECT_BYTES); past
+ * that, and without the check, a ring of int64 moves them. The rows' shape (the
  * dimensions after the first) is compared, not only their length.
  *
  * An alltoall's splits are checked here, not by the caller: a rank whose splits
@@ -19,6 +23,7 @@
  * agreement (one rank, or ML_COMM_CHECK_LAYOUT=0) it fails on that rank alone. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "team.h"
 
@@ -54,11 +59,20 @@ typedef struct rows_sign {
     int64_t bad_detail[2];
 } rows_sign;
 
+/* Sizes that the agreement may carry (mlc_sign_input.sizes_*); carried: it did. */
+typedef struct rows_sizes {
+    int64_t count;
+    const int64_t *in;
+    int64_t *out;
+    int carried;
+} rows_sizes;
+
 /* One request: part `part` of the call's nparts, its signed sizes (total elements, or
- * sizes_vary) and what its algorithm moves. */
+ * sizes_vary) and what its algorithm moves; sizes (or NULL): what the check may carry
+ * instead, when it runs and they fit its direct payload. */
 static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int nparts, int64_t total,
                     int sizes_vary, int64_t row_elements, const rows_sign *sign, const mlc_rows_call *call,
-                    char *err, size_t errlen) {
+                    rows_sizes *sizes, char *err, size_t errlen) {
     mlc_tensor tensor = {call->output, call->input, total};
     int64_t starts[2];
     mlc_request req = {0};
@@ -75,7 +89,19 @@ static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int n
     req.bad_detail[0] = sign->bad_detail[0];
     req.bad_detail[1] = sign->bad_detail[1];
     req.rows = *call;
-    return mlc_run_blocking(team, &req, err, errlen);
+    if (sizes && mlc_agree_wants(&team->agree, kind, dtype)) {
+        pthread_mutex_lock(&team->lock); /* the threshold is a setting */
+        req.plan.direct = sizes->count * (int64_t)sizeof(int64_t) <= team->agree.direct_bytes;
+        pthread_mutex_unlock(&team->lock);
+        if (req.plan.direct) {
+            req.sizes_count = sizes->count;
+            req.sizes_in = sizes->in;
+            req.sizes_out = sizes->out;
+        }
+    }
+    int rc = mlc_run_blocking(team, &req, err, errlen);
+    if (sizes) sizes->carried = rc == MLC_OK && req.agreement.done_by_exchange;
+    return rc;
 }
 
 /* n ones: one int64 row per rank, for the exchanges of sizes. */
@@ -90,14 +116,22 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || !all_rows)
         return fail(err, errlen, "invalid allgather arguments (rows, row shape, dtype or output)");
-    int64_t *each = ones(team->ctx->size);
-    if (!each) return MLC_ERR_NOMEM;
+    const int n = team->ctx->size;
+    int64_t *each = ones(n), *mine = calloc(n, sizeof *mine);
+    if (!each || !mine) {
+        free(each);
+        free(mine);
+        return MLC_ERR_NOMEM;
+    }
+    mine[team->ctx->rank] = rows;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
                                 NULL, each, 0, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
+    rows_sizes sizes = {n, mine, all_rows, 0};
     int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
-                      row_elements, &sign, &call, err, errlen);
+                      row_elements, &sign, &call, &sizes, err, errlen);
     free(each);
+    free(mine);
     return rc;
 }
 
@@ -115,7 +149,7 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
                                 NULL, all_rows, 0, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, 2, rows * row_elements, 0,
-                    row_elements, &sign, &call, err, errlen);
+                    row_elements, &sign, &call, NULL, err, errlen);
 }
 
 int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows, int row_ndim,
@@ -133,7 +167,7 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
                                 NULL, shares, 0, &team->rows_staging};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, rows * row_elements, 0,
-                      row_elements, &sign, &call, err, errlen);
+                      row_elements, &sign, &call, NULL, err, errlen);
     free(shares);
     return rc;
 }
@@ -186,13 +220,25 @@ int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits,
         if (err && errlen) snprintf(err, errlen, "invalid alltoall arguments: rank %d: %s", team->ctx->rank, what);
         return MLC_ERR_ARG;
     }
-    int64_t *each = ones(n);
-    if (!each) return MLC_ERR_NOMEM;
+    /* The n x n matrix of splits, this rank's row filled: column r is what rank r receives. */
+    int64_t *each = ones(n), *matrix = calloc((size_t)n * n, sizeof *matrix),
+            *summed = malloc((size_t)n * n * sizeof *summed);
+    if (!each || !matrix || !summed) {
+        free(each);
+        free(matrix);
+        free(summed);
+        return MLC_ERR_NOMEM;
+    }
+    memcpy(matrix + (size_t)team->ctx->rank * n, send_rows, n * sizeof *send_rows);
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)send_rows, (char *)recv_rows,
                                 each, each, 0, NULL};
+    rows_sizes sizes = {(int64_t)n * n, matrix, summed, 0};
     int rc = run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
-                      row_elements, &sign, &call, err, errlen);
+                      row_elements, &sign, &call, &sizes, err, errlen);
+    for (int s = 0; s < n && sizes.carried; s++) recv_rows[s] = summed[(size_t)s * n + team->ctx->rank];
     free(each);
+    free(matrix);
+    free(summed);
     if (rc == MLC_OK && sign.bad_args) rc = fail(err, errlen, "invalid alltoall arguments"); /* never: the verdict fails */
     return rc;
 }
@@ -215,5 +261,5 @@ int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_ro
                                 send_rows, recv_rows, 0, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, 2, sent * row_elements, 1,
-                    row_elements, &sign, &call, err, errlen);
+                    row_elements, &sign, &call, NULL, err, errlen);
 }

@@ -59,6 +59,9 @@ struct mlc_request {
     const int64_t *row_shape;
     int bad_args;               /* MLC_BAD_*: the caller's arguments failed its check */
     int64_t bad_detail[2];
+    int64_t sizes_count;        /* sizes the check carries (mlc_sign_input), with plan.direct */
+    const int64_t *sizes_in;
+    int64_t *sizes_out;
     mlc_agreement agreement; /* the agreement check's state (agree/) */
 
     int workers_left;

@@ -90,26 +90,27 @@ def gradients(
                 _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
         else:
             key = next(_group_keys)
+            group = {"group_key": key, "counts": counts, "average": average, "nranks": nranks}
+            # The group opens at the step's start (the op needs no input), so that a step
+            # failing before its first gradient exists still has a group to cancel.
             with tf.control_dependencies(_chain(team_handle)):
+                opener = ops.ml_comm_group_open(
+                    T=tensors[0].dtype, team_handle=team_handle, part=part, **group, **parts
+                )
+            with tf.control_dependencies([opener]):
                 submits = [
                     ops.ml_comm_group_submit(
-                        t,
-                        team_handle=team_handle,
-                        group_key=key,
-                        index=pos,
-                        counts=counts,
-                        average=average,
-                        nranks=nranks,
-                        part=part,
-                        **parts,
+                        t, team_handle=team_handle, index=pos, part=part, **group, **parts
                     )
                     for pos, t in enumerate(tensors)
                 ]
             # The waits are async (they block no thread) and keep program order;
             # the submits do not (unordered.py): each runs once its gradient exists.
             outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
-            # The group is open once its first member is submitted.
-            _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = submits[0][0].op
+            # What makes the request orders the next group: the opener, or for one small
+            # tensor, which its submit reduces then and there (ReducedBySubmit), the submit.
+            first = opener if len(tensors) > 1 else submits[0][0]
+            _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = first.op
         for i, out in zip(layout, outs):
             result[i] = out
     return result

@@ -25,14 +25,21 @@ tests/mpi/test_tf_overlap.py fails then).
 from __future__ import annotations
 
 SUBMIT_OP = "MlCommGroupSubmit"
+# The group's opener too: in program order it would wait for every stateful op of the
+# forward pass, and a step failing there would leave nothing opened to cancel.
+OPEN_OP = "MlCommGroupOpen"
 _installed = False
 
 
 def own_resource(op, reads, writes) -> bool:
-    """ACD resolver: a submit op reads its own token, so nothing is ordered with it."""
-    if op.type != SUBMIT_OP or len(op.outputs) < 2:
+    """ACD resolver: a submit op reads its own token, and an opener its own id, so
+    nothing is ordered with them (the opener keeps its explicit dependencies)."""
+    if op.type == SUBMIT_OP and len(op.outputs) >= 2:
+        token = op.outputs[1]
+    elif op.type == OPEN_OP and op.outputs:
+        token = op.outputs[0]
+    else:
         return False
-    token = op.outputs[1]
     if token in reads or token in writes:
         return False  # already added: report no change, or the resolver loop never ends
     reads.add(token)

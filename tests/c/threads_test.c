@@ -354,6 +354,53 @@ static void cancel_on_one_rank(mlc_context *ctx, int finite) {
     mlc_team_destroy(team);
 }
 
+/* A group opened before its tensors (a framework's step start): rank 0's step fails
+ * before any tensor arrived, so rank 0 cancels it by its opener id; every rank's group
+ * fails, the others' naming rank 0, and the next group of the same key is exact. */
+static void cancel_opened_before_any_tensor(mlc_context *ctx) {
+    static const int64_t counts[2] = {300, 4000};
+    char err[MLC_MSG_LEN] = "";
+    mlc_team *team;
+    if (mlc_team_create(ctx, 2, 4096, 512, &team, err, sizeof err)) { fail(err, -1, -1, 0, 0); return; }
+    static float src[2][4000], dst[2][4000];
+    for (int round = 0; round < 2; round++) {
+        atomic_int done_count = 0;
+        int64_t opener = 0;
+        if (mlc_team_group_open_part(team, 7, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, &opener, err,
+                                     sizeof err) || opener <= 0)
+            fail(err[0] ? err : "no opener id", -1, round, opener, 1);
+        const int fails = round == 0 && rank == 0;
+        if (fails && mlc_team_group_cancel_opened(team, opener) != MLC_OK) fail("cancel_opened", -1, -1, 0, 1);
+        for (int i = 0; i < 2 && !fails; i++) {
+            for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + k % 7);
+            if (mlc_team_group_arrive(team, 7, 2, counts, MLC_FLOAT32, MLC_OP_SUM, i, src[i], dst[i],
+                                      on_tensor_done, &done_count, err, sizeof err))
+                fail(err, -1, i, 0, 0);
+        }
+        if (fails) {
+            mlc_team_last_error(team, err, sizeof err);
+            if (!strstr(err, "failed on this rank")) fail(err[0] ? err : "no message", -1, -1, 0, 0);
+            if (mlc_team_group_cancel_opened(team, opener) != MLC_ERR_STATE) fail("a second cancel", -1, -1, 0, 1);
+            continue;
+        }
+        while (atomic_load(&done_count) % 1000 + atomic_load(&done_count) / 1000 < 2) sched_yield();
+        if (round == 0) {
+            if (atomic_load(&done_count) != 2000) fail("the group rank 0 cancelled", -1, -1, atomic_load(&done_count), 2000);
+            mlc_team_last_error(team, err, sizeof err);
+            if (!strstr(err, "failed on rank 0")) fail(err[0] ? err : "no message", -1, -1, 0, 0);
+            continue;
+        }
+        if (atomic_load(&done_count) != 2) fail("the next group", -1, -1, atomic_load(&done_count), 2);
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < counts[i]; k++)
+                if (dst[i][k] != (float)(size * (size - 1) / 2 + size * (k % 7))) {
+                    fail("the next group's sum", i, k, dst[i][k], size * (size - 1) / 2 + size * (k % 7));
+                    break;
+                }
+    }
+    mlc_team_destroy(team);
+}
+
 /* The core starts its threads through this (tools/sanitizers.py defines
  * MLC_PTHREAD_CREATE): while fail_thread_in > 0, the call that brings it to 0 fails. */
 static atomic_int fail_thread_in;
@@ -489,6 +536,7 @@ int main(int argc, char **argv) {
     if (size > 1) {
         cancel_on_one_rank(ctx, 0);
         cancel_on_one_rank(ctx, 1);
+        cancel_opened_before_any_tensor(ctx);
     }
     finalize_while_submitting(ctx);
     failed_thread_start_frees_communicators(ctx);

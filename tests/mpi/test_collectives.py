@@ -9,9 +9,11 @@ import time
 
 import numpy as np
 import pytest
+from ml_comm._core import ffi, lib
 from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
 
 import ml_comm as mc
+from ml_comm.api import _active
 
 pytestmark = pytest.mark.mpi
 
@@ -139,6 +141,40 @@ def test_alltoall_uneven_splits(session, dtype):
     want = np.concatenate([make_input(q, (2 * n, 3), dtype)[2 * r : 2 * r + 2] for q in range(n)])
     c.equal(out, want, "alltoall without splits")
     c.equal(received, np.full(n, 2, np.int64), "received splits without splits")
+    c.finish()
+
+
+@pytest.mark.parametrize("direct_bytes", [0, 65536], ids=["ring", "agreement"])
+def test_counts_inside_the_agreement_or_on_a_ring(session, direct_bytes):
+    """Row counts and splits ride inside the agreement exchange while they fit its direct
+    payload (n int64 for an allgather, n x n for an alltoall), else a ring carries them:
+    the same results either way, at every rank count."""
+    c = Checks()
+    n, r = session.nranks, session.rank
+    team = _active().team(0)
+    before = ffi.new("mlc_team_settings *")
+    lib.mlc_team_get_settings(team, before)
+    lib.mlc_team_set_direct_threshold(team, direct_bytes)
+    try:
+        mine = rows_input(r, rows_of(r), np.float32, seed=direct_bytes)
+        want = [rows_input(q, rows_of(q), np.float32, seed=direct_bytes) for q in range(n)]
+        c.equal(mc.allgather(mine), np.concatenate(want), "allgather")
+
+        def splits_of(q):
+            return [(q + d) % 3 for d in range(n)]
+
+        def sent(q):  # rank q's input: its splits in order, values tagged by q
+            return np.arange(sum(splits_of(q)), dtype=np.int64) + 100 * q
+
+        def block(q, d):  # what rank q sends to rank d
+            start = sum(splits_of(q)[:d])
+            return sent(q)[start : start + splits_of(q)[d]]
+
+        out, received = mc.alltoall(sent(r), splits=splits_of(r))
+        c.equal(received, np.array([splits_of(q)[r] for q in range(n)], np.int64), "splits")
+        c.equal(out, np.concatenate([block(q, r) for q in range(n)]), "alltoall")
+    finally:
+        lib.mlc_team_set_direct_threshold(team, before.direct_bytes)
     c.finish()
 
 

@@ -1,10 +1,11 @@
 """A training step that fails part-way (an op raises after some of its gradients were
-submitted): the step's open gradient group is cancelled, its tokens are freed, and the
-next steps are exact and return; where only one rank's step failed, every rank raises
-and none hangs.
+submitted, or before any of them exists): the step's open gradient group is cancelled,
+its tokens are freed, and the next steps are exact and return; where only one rank's
+step failed, every rank raises and none hangs.
 
 The failing step holds its second gradient back in a py-function until the first one's
-submit has run, then fails a check_numerics on it, as a NaN check in a real step would.
+submit has run, then fails a check_numerics on it, as a NaN check in a real step would;
+the early-failing step fails a check on its input, which every gradient comes from.
 """
 
 from __future__ import annotations
@@ -177,6 +178,54 @@ def test_failed_step_on_one_rank_fails_every_rank_in_that_step(tf_session):
             c.true("failed on rank 0" in str(e), f"the error names rank 0: {e}")
         c.true(time.monotonic() - start < 60, f"attempt {attempt}: the step returned promptly")
         check_clean_steps(c, step, r, n, f"after rank 0's failed step {attempt}")
+    left = pending_tokens()
+    c.true(left == 0, f"no tokens left after the failed steps (left: {left})")
+    c.finish()
+
+
+def make_early_failing_step():
+    """A tf.function step whose every gradient comes from an input checked first: with
+    fail set, the check fails (after a moment, as a loss computed first would) before any
+    gradient exists, so no submit runs on that rank."""
+
+    def hold(x):
+        time.sleep(0.3)
+        return x
+
+    @tf.function
+    def step(inputs, fail):
+        poison = tf.where(fail, tf.constant(np.nan, tf.float32), tf.constant(0.0, tf.float32))
+        late = tf.numpy_function(hold, [poison], tf.float32, stateful=True)
+        late.set_shape(())  # the gradients keep their shapes: one keyed group
+        checked = tf.debugging.check_numerics(late, "the step's loss")
+        return mc.gradients([x + checked for x in inputs])
+
+    return step
+
+
+def test_step_failing_before_its_first_submit_on_one_rank_fails_every_rank(tf_session):
+    """Rank 0's step fails before any of its gradients exists: its group, opened at the
+    step's start, is cancelled, so every rank raises in that step (the others naming rank
+    0) instead of rank 0's next step pairing with the others' current one, and the next
+    steps are exact on every rank."""
+    if tf_session.nranks == 1:
+        pytest.skip("needs two ranks")
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    step = make_early_failing_step()
+    check_clean_steps(c, step, r, n, "before")  # traced and run once cleanly
+    for attempt in range(2):
+        start = time.monotonic()
+        try:
+            step(inputs_for(r, 400 + attempt), tf.constant(r == 0))
+            c.true(False, f"attempt {attempt}: the step in which rank 0 failed raised here too")
+        except tf.errors.InvalidArgumentError as e:
+            c.true(r == 0 and "the step's loss" in str(e), f"rank 0's own error: {e}")
+        except tf.errors.InternalError as e:
+            c.true(r != 0, f"rank 0 raised its step's own error, not ml_comm's: {e}")
+            c.true("failed on rank 0" in str(e), f"the error names rank 0: {e}")
+        c.true(time.monotonic() - start < 60, f"attempt {attempt}: the step returned promptly")
+        check_clean_steps(c, step, r, n, f"after rank 0's early failed step {attempt}")
     left = pending_tokens()
     c.true(left == 0, f"no tokens left after the failed steps (left: {left})")
     c.finish()

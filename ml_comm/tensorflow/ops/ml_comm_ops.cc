@@ -3,6 +3,8 @@
 // ComputeAsync hands (pointer, count, dtype) to the core and returns; the core's
 // completion callback, on a communication thread, calls done() (a group of one
 // small tensor is reduced on the op's own thread, see GroupSubmitOp::RunsHere). The ops:
+//   MlCommGroupOpen         a keyed group opened at its step's start (a step that
+//                           fails before any gradient exists still fails it)
 //   MlCommGroupSubmit/Wait  one gradient of a keyed group: one pair per gradient,
 //                           so each is submitted as soon as backprop produced it
 //   MlCommAllreduceN        a whole list at once (eager mode, where ops run one by one)
@@ -171,6 +173,96 @@ extern "C" int64_t mlc_tf_pending_tokens() {
   return static_cast<int64_t>(tokens.size());
 }
 
+namespace {
+
+// A group of one tensor of at most kRunsHereBytes (and the team's inline_bytes)
+// is reduced by its submit, then and there: the hand-off to the team's threads and
+// back costs more than the transfer at these sizes, and with one tensor there is
+// nothing to overlap. Above 1 MiB the team's threads, several lanes at once,
+// measured faster (benchmarks/RESULTS.md). Counts and settings decide, so every
+// rank takes the same path.
+constexpr int64_t kRunsHereBytes = 1 << 20;
+bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataType dtype) {
+  if (counts.size() != 1) return false;
+  mlc_team_settings settings;
+  mlc_team_get_settings(team, &settings);
+  const int64_t bytes = counts[0] * static_cast<int64_t>(tensorflow::DataTypeSize(dtype));
+  return bytes <= kRunsHereBytes && bytes <= settings.inline_bytes;
+}
+
+}  // namespace
+
+REGISTER_OP("MlCommGroupOpen")
+    .Output("opener: int64")
+    .Attr(TypeAttr())
+    .Attr("team_handle: int")
+    .Attr("group_key: int")
+    .Attr("counts: list(int)")
+    .Attr("average: bool = true")
+    .Attr("nranks: int")
+    .ML_COMM_CALL_PART_ATTRS
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Open the keyed group group_key at the step's start, before its first MlCommGroupSubmit
+(which must depend on this op): a step that fails before any of its gradients exists
+cancels the group, so every rank fails that step, instead of this rank's next step
+meeting the others' current one. opener: its id (0: no group, as for one rank).
+)doc");
+
+// The step's cancellation (a failure, or the step's end) cancels the group if it is
+// still open; once every submit of the step has run it is complete, and the
+// cancellation finds nothing to do.
+class GroupOpenOp : public tensorflow::OpKernel {
+ public:
+  explicit GroupOpenOp(OpKernelConstruction *c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("T", &dtype_));
+    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
+    OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
+    OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+    OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
+    OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
+  }
+
+  void Compute(OpKernelContext *ctx) override {
+    Tensor *opener = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &opener));
+    opener->scalar<int64_t>()() = 0;
+    if (nranks_ == 1) return;
+    HeldTeam held(ctx, team_handle_);
+    mlc_team *team = held.get();
+    if (team == nullptr || ReducedBySubmit(team, counts_, dtype_)) return;
+    int64_t id = 0;
+    char err[256] = "";
+    int rc = mlc_team_group_open_part(team, group_key_, static_cast<int>(counts_.size()), counts_.data(),
+                                      CoreDtype(dtype_), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM,
+                                      part_.part, part_.nparts, part_.call_dtypes, &id, err, sizeof err);
+    OP_REQUIRES(ctx, rc == MLC_OK, tensorflow::errors::Internal("ml_comm: ", err));
+    opener->scalar<int64_t>()() = id;
+    tensorflow::CancellationManager *cm = ctx->cancellation_manager();
+    if (cm == nullptr) return;
+    const int64_t team_id = team_handle_;
+    auto cancel = [team_id, id] {
+      if (mlc_team *t = AcquireLive(team_id)) {
+        mlc_team_group_cancel_opened(t, id);  // MLC_ERR_STATE: complete, nothing to do
+        mlc_team_release(t);
+      }
+    };
+    if (!cm->RegisterCallback(cm->get_cancellation_token(), cancel)) cancel();  // failing already
+  }
+
+ private:
+  DataType dtype_;
+  int64_t team_handle_ = 0, group_key_ = 0;
+  std::vector<int64_t> counts_;
+  bool average_ = true;
+  int nranks_ = 0;
+  CallPart part_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("MlCommGroupOpen").Device(tensorflow::DEVICE_CPU), GroupOpenOp);
+
 REGISTER_OP("MlCommGroupSubmit")
     .Input("tensor: T")
     .Output("buffer: T")
@@ -270,19 +362,8 @@ class GroupSubmitOp : public tensorflow::OpKernel {
   }
 
  private:
-  // A group of one tensor of at most kRunsHereBytes (and the team's inline_bytes)
-  // is reduced here, now: the hand-off to the team's threads and back costs more
-  // than the transfer at these sizes, and with one tensor there is nothing to
-  // overlap. Above 1 MiB the team's threads, several lanes at once, measured
-  // faster (benchmarks/RESULTS.md). Counts and settings decide, so every rank
-  // takes the same path.
-  static constexpr int64_t kRunsHereBytes = 1 << 20;
   bool RunsHere(mlc_team *team, const Tensor &input) const {
-    if (counts_.size() != 1) return false;
-    mlc_team_settings settings;
-    mlc_team_get_settings(team, &settings);
-    const auto bytes = static_cast<int64_t>(input.TotalBytes());
-    return bytes <= kRunsHereBytes && bytes <= settings.inline_bytes;
+    return ReducedBySubmit(team, counts_, input.dtype());
   }
 
   void Reduce(OpKernelContext *ctx, mlc_team *team, const Tensor &input, Tensor *output) const {
