@@ -156,23 +156,19 @@ def test_multi_dtype_step_failing_on_a_mismatch_then_clean_steps(tf_session):
     c.finish()
 
 
-def test_failed_step_on_one_rank_fails_every_rank_in_that_step(tf_session):
-    """Rank 0's step fails after its first submit: every rank raises in that same step
-    (none returns the sums in which rank 0's missing gradients were zeros), the other
-    ranks' errors name rank 0, and the next steps are exact on every rank."""
-    if tf_session.nranks == 1:
-        pytest.skip("needs two ranks")
+def fail_on_rank_0_then_clean_steps(tf_session, step, own_error: str, seed: int) -> None:
+    """Two steps that fail on rank 0 only (its own error, `own_error` in it), each followed
+    by clean steps: every rank raises in the failed step, the others naming rank 0, the
+    step returns promptly, the clean steps are exact, and no token is left."""
     c = Checks()
     r, n = tf_session.rank, tf_session.nranks
-    step = make_step()
-    step(inputs_for(r, 0), tf.constant(False))  # traced and run once cleanly
     for attempt in range(2):
         start = time.monotonic()
         try:
-            step(inputs_for(r, 200 + attempt), tf.constant(r == 0))
+            step(inputs_for(r, seed + attempt), tf.constant(r == 0))
             c.true(False, f"attempt {attempt}: the step in which rank 0 failed raised here too")
         except tf.errors.InvalidArgumentError as e:
-            c.true(r == 0 and "second gradient" in str(e), f"rank 0's own error: {e}")
+            c.true(r == 0 and own_error in str(e), f"rank 0's own error: {e}")
         except tf.errors.InternalError as e:
             c.true(r != 0, f"rank 0 raised its step's own error, not ml_comm's: {e}")
             c.true("failed on rank 0" in str(e), f"the error names rank 0: {e}")
@@ -181,6 +177,17 @@ def test_failed_step_on_one_rank_fails_every_rank_in_that_step(tf_session):
     left = pending_tokens()
     c.true(left == 0, f"no tokens left after the failed steps (left: {left})")
     c.finish()
+
+
+def test_failed_step_on_one_rank_fails_every_rank_in_that_step(tf_session):
+    """Rank 0's step fails after its first submit: every rank raises in that same step
+    (none returns the sums in which rank 0's missing gradients were zeros), the other
+    ranks' errors name rank 0, and the next steps are exact on every rank."""
+    if tf_session.nranks == 1:
+        pytest.skip("needs two ranks")
+    step = make_step()
+    step(inputs_for(tf_session.rank, 0), tf.constant(False))  # traced and run once cleanly
+    fail_on_rank_0_then_clean_steps(tf_session, step, "second gradient", seed=200)
 
 
 def make_early_failing_step():
@@ -210,22 +217,6 @@ def test_step_failing_before_its_first_submit_on_one_rank_fails_every_rank(tf_se
     steps are exact on every rank."""
     if tf_session.nranks == 1:
         pytest.skip("needs two ranks")
-    c = Checks()
-    r, n = tf_session.rank, tf_session.nranks
     step = make_early_failing_step()
-    check_clean_steps(c, step, r, n, "before")  # traced and run once cleanly
-    for attempt in range(2):
-        start = time.monotonic()
-        try:
-            step(inputs_for(r, 400 + attempt), tf.constant(r == 0))
-            c.true(False, f"attempt {attempt}: the step in which rank 0 failed raised here too")
-        except tf.errors.InvalidArgumentError as e:
-            c.true(r == 0 and "the step's loss" in str(e), f"rank 0's own error: {e}")
-        except tf.errors.InternalError as e:
-            c.true(r != 0, f"rank 0 raised its step's own error, not ml_comm's: {e}")
-            c.true("failed on rank 0" in str(e), f"the error names rank 0: {e}")
-        c.true(time.monotonic() - start < 60, f"attempt {attempt}: the step returned promptly")
-        check_clean_steps(c, step, r, n, f"after rank 0's early failed step {attempt}")
-    left = pending_tokens()
-    c.true(left == 0, f"no tokens left after the failed steps (left: {left})")
-    c.finish()
+    step(inputs_for(tf_session.rank, 0), tf.constant(False))  # traced and run once cleanly
+    fail_on_rank_0_then_clean_steps(tf_session, step, "the step's loss", seed=400)
