@@ -405,6 +405,8 @@ def main(argv=None) -> int:
         "step_median_ms": 1e3 * statistics.median(step_times),
         "step_min_ms": 1e3 * min(step_times),
         "step_max_ms": 1e3 * max(step_times),
+        # every timed step: the per-node spread that the scale model's jitter draws from
+        "step_ms": [round(1e3 * t, 3) for t in step_times],
         "cpu_ms_per_step": cpu_ms,
         "images_per_s_rank": args.batch * args.steps / elapsed,
         "final_loss": loss,

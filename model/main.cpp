@@ -34,6 +34,7 @@ struct Run {
     std::vector<int> order;                      // train: tensor indices in arrival order
     std::vector<double> backward;                // train: seconds before each arrival
     double forward_s = 0, jitter = 0;
+    std::vector<double> jitter_samples;          // measured step times over their mean
     int steps = 3, iters = 2;
     bool pipelined = false;
     bool after_backprop = false; // one blocking allreduce of every gradient after backprop
@@ -71,9 +72,14 @@ void sweep_rank(int rank, Team &team) {
 void train_rank(int rank, Team &team) {
     std::mt19937_64 rng(1000003ULL * rank + 17);
     std::normal_distribution<double> spread(1.0, run.jitter);
+    std::uniform_int_distribution<size_t> pick(0, std::max<size_t>(1, run.jitter_samples.size()) - 1);
     std::shared_ptr<Request> previous;
     for (int s = 0; s < run.steps; s++) {
-        double scale = run.jitter > 0 ? std::max(0.5, spread(rng)) : 1.0;
+        // Each node's compute in each step: a measured step time drawn at random, or a
+        // normal draw; independent across nodes, so every step waits for its slowest.
+        double scale = !run.jitter_samples.empty() ? run.jitter_samples[pick(rng)]
+                       : run.jitter > 0            ? std::max(0.5, spread(rng))
+                                                   : 1.0;
         step_starts[rank][s] = sg4::Engine::get_clock();
         compute(run.forward_s * scale);
         std::shared_ptr<Request> req;
@@ -152,6 +158,16 @@ void usage() {
     std::exit(2);
 }
 
+void read_jitter_samples(const char *path) {
+    std::ifstream f(path);
+    double x;
+    while (f >> x) run.jitter_samples.push_back(x);
+    if (run.jitter_samples.empty()) {
+        std::fprintf(stderr, "mlcsim: %s holds no step-time samples\n", path);
+        std::exit(2);
+    }
+}
+
 void read_tensors(const char *path) {
     std::ifstream f(path);
     int index;
@@ -208,6 +224,7 @@ int main(int argc, char **argv) {
         else if (a == "--compute-on-core") node.compute_on_core = true;
         else if (a == "--forward") run.forward_s = arg_double(argv, i);
         else if (a == "--jitter") run.jitter = arg_double(argv, i);
+        else if (a == "--jitter-samples") read_jitter_samples(argv[++i]);
         else if (a == "--steps") run.steps = std::atoi(argv[++i]);
         else if (a == "--iters") run.iters = std::atoi(argv[++i]);
         else if (a == "--pipelined") run.pipelined = true;

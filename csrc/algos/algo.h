@@ -28,9 +28,9 @@ typedef struct mlc_algo_call {
     int nseg;
     char *scratch; /* receive staging of the calling thread */
     int64_t scratch_bytes;
-    /* MLC_COMPRESSION_*: a float32 call's messages carry 16-bit values (the ring only;
-     * the plan never gives it to another algorithm). Last, so that calls written
-     * without it mean NONE. */
+    /* MLC_COMPRESSION_*: a float32 sum's messages carry 16-bit values (the ring and
+     * Rabenseifner; the plan gives it to no other algorithm). Last, so that calls
+     * written without it mean NONE. */
     int compression;
 } mlc_algo_call;
 

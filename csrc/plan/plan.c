@@ -8,15 +8,15 @@
  *              latency_bytes, Rabenseifner from there up to rabenseifner_bytes
  *              when the rank count is a power of two >= 4 and the values travel
  *              uncompressed (it has the ring's bytes in 2 log2(n) steps, not
- *              2(n-1); at 2 ranks the two are the same; it declines 16-bit wire
- *              values), and the ring above (keyed groups: the ring, their
+ *              2(n-1); at 2 ranks the two are the same; 16-bit wire values keep
+ *              the ring there), and the ring above (keyed groups: the ring, their
  *              tensors arrive segment by segment). At large rank counts, where
  *              the ring's blocks fall under MLC_RING_MIN_BLOCK_BYTES, every
- *              uncompressed allreduce from latency_bytes up and every keyed
- *              group takes Rabenseifner, from 65 ranks at any count (the ranks above a
- *              power of two fold into one below it first): the ring's 2(n-1)
- *              latencies per segment would cost more than its bytes (at 1,024
- *              ranks, 2,046 steps of 1 KiB blocks);
+ *              allreduce from latency_bytes up and every keyed group takes
+ *              Rabenseifner, 16-bit wire values included, from 65 ranks at any
+ *              count (the ranks above a power of two fold into one below it
+ *              first): the ring's 2(n-1) latencies per segment would cost more
+ *              than its bytes (at 1,024 ranks, 2,046 steps of 1 KiB blocks);
  *   thread     a blocking call runs on the caller's thread (one lane) up to
  *              latency_bytes for recursive doubling and up to inline_bytes for the
  *              ring: the hand-off to the team's threads and back costs more than
@@ -30,13 +30,14 @@
  *              or more starts on a segment boundary (mlc_segment_aligned_starts),
  *              so that none of its segments is packed;
  *   wire       the team's compression (16-bit values on the wire) for float32
- *              requests that take the ring at more than one rank; other dtypes
+ *              requests that take the ring or Rabenseifner at more than one
+ *              rank; other dtypes
  *              keep their own (float64 would lose more than the saving is worth,
  *              integers must stay exact, 16-bit ones save nothing), and the
  *              latency paths (direct, recursive doubling) stay float32: their
  *              cost is message latency, not bytes.
  * Min, max and product: as a sum, but never direct (the agreement exchange only
- * adds) and never with 16-bit values on the wire (the ring's wire path only adds).
+ * adds) and never with 16-bit values on the wire (the wire paths only add).
  * Broadcast: on the caller's thread up to latency_bytes (whole tensors), else
  * segments of chunk_bytes per tensor spread over the team's threads.
  * Collectives of rows (allgather, reduce-scatter, alltoall): their kind's row of
@@ -58,7 +59,8 @@ static int power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 /* The ring's wire path and the agreement exchange only add. */
 static int adds(const mlc_plan_input *in) { return in->op == MLC_OP_SUM || in->op == MLC_OP_AVERAGE; }
 
-/* The ring would carry it as 16-bit values: Rabenseifner must not take it. */
+/* 16-bit values on the wire: below the latency-bound rank counts the ring carries
+ * them (what the 2-4-node figures measured), so the power-of-two rule skips them. */
 static int compressed(const mlc_plan_input *in) {
     return in->dtype == MLC_FLOAT32 && in->compression != MLC_COMPRESSION_NONE;
 }
@@ -72,7 +74,7 @@ static int ring_latency_bound(const mlc_plan_input *in) {
 static int choose_algorithm(const mlc_plan_input *in, int64_t bytes, int direct) {
     if (direct) return MLC_ALG_DIRECT;
     if (in->algorithm != MLC_ALG_AUTO) return in->algorithm;
-    const int raben_over_ring = ring_latency_bound(in) && !(compressed(in) && adds(in));
+    const int raben_over_ring = ring_latency_bound(in);
     if (in->is_group) return raben_over_ring ? MLC_ALG_RABENSEIFNER : MLC_ALG_RING;
     if (bytes < in->latency_bytes) return MLC_ALG_RECURSIVE_DOUBLING;
     if (raben_over_ring) return MLC_ALG_RABENSEIFNER;
@@ -123,8 +125,9 @@ void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
     }
     p->nseg = mlc_segment_count(in->total, p->seg_elems); /* aligned: the request recounts */
     p->aligned = p->fused && p->nseg > 1;
-    p->compression = in->dtype == MLC_FLOAT32 && p->algorithm == MLC_ALG_RING && in->nranks > 1 && adds(in)
-                         ? in->compression : MLC_COMPRESSION_NONE;
+    const int wired = p->algorithm == MLC_ALG_RING || p->algorithm == MLC_ALG_RABENSEIFNER;
+    p->compression = in->dtype == MLC_FLOAT32 && wired && in->nranks > 1 && adds(in) ? in->compression
+                                                                                     : MLC_COMPRESSION_NONE;
     if (!p->fused) p->window = p->nseg;
     else p->window = p->on_caller ? (whole ? 1 : MLC_RING_BATCH) : in->window_segments;
 }

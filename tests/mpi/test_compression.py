@@ -187,3 +187,29 @@ def test_bad_compression_names_raise_before_anything_is_sent(session):
     with pytest.raises(TypeError):
         mc.config_team(0, mc.ALG_AUTO, 0, 0, compression=16)
     assert mc.team_settings(0)["compression"] == "none"
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_rabenseifner_carries_16_bit_values(session, name):
+    """The algorithm the plan takes above 64 ranks, chosen here at any rank count: exact
+    on 16-bit sums, the same 16-bit bits on every rank, float16 overflow failing alike."""
+    c = Checks()
+    mc.config_team(0, mc.ALG_RABENSEIFNER, 0, 0, compression=name)
+    try:
+        counts = [1500, 20011]
+        out = mc.gradients([small_ints(session.rank, n, seed=k) for k, n in enumerate(counts)], 0)
+        for k, n in enumerate(counts):
+            c.equal(out[k], wire_average(n, session.nranks, name, seed=k), f"gradients[{k}]")
+        rng = np.random.default_rng(5 + session.rank)
+        x = (rng.standard_normal(20011) * 10 ** rng.uniform(-2, 2, 20011)).astype(np.float32)
+        noisy = mc.gradients([x], 0)[0]
+        c.same_on_all_ranks([noisy], f"{name} Rabenseifner average of random float32")
+        c.true(session.nranks == 1 or is_16_bit(noisy, name), "a result is not a 16-bit value")
+        big = [np.full(20011, 2.0**17, np.float32)]  # beyond float16, exact in bfloat16
+        if session.nranks > 1 and name == "fp16":
+            c.raises(MLCommError, mc.gradients, big, 0, words=["float16 overflow"])
+        else:
+            c.true(np.all(mc.gradients(big, 0)[0] == 2.0**17), "2**17 does not come back")
+    finally:
+        mc.config_team(0, mc.ALG_AUTO, 0, 0, compression="none")
+    c.finish()

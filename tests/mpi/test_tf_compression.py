@@ -21,10 +21,15 @@ tf_session = module_session_fixture()
 COUNTS = [3, 20011, 40, 1500]  # packed, reduced where it lies, packed, ...
 
 
-@pytest.fixture(params=["bf16", "fp16"])
+@pytest.fixture(
+    params=[("bf16", "auto"), ("fp16", "auto"), ("bf16", "rabenseifner"), ("fp16", "rabenseifner")],
+    ids=lambda p: "-".join(p),
+)
 def wire(request, tf_session):
-    mc.config_team(0, mc.ALG_AUTO, 0, 0, compression=request.param)
-    yield request.param
+    """The plan's algorithms (the ring here), or Rabenseifner (the plan's above 64 ranks)."""
+    name, alg = request.param
+    mc.config_team(0, mc.ALG_AUTO if alg == "auto" else mc.ALG_RABENSEIFNER, 0, 0, compression=name)
+    yield name
     mc.config_team(0, mc.ALG_AUTO, 0, 0, compression="none")
 
 

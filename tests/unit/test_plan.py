@@ -184,17 +184,18 @@ def test_at_few_ranks_rabenseifner_never_for_groups_compressed_values_or_a_chose
         p = plan(MIB // 8, rabenseifner_bytes=RABENSEIFNER_BYTES, compression=compression,
                  dtype=lib.MLC_FLOAT64)  # fmt: skip
         assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, lib.MLC_COMPRESSION_NONE)
+    # A chosen Rabenseifner carries the team's 16-bit values, as the ring does.
     forced = plan(
         MIB // 4, algorithm=lib.MLC_ALG_RABENSEIFNER, compression=lib.MLC_COMPRESSION_BF16
     )
     assert (forced.algorithm, forced.compression) == (
         lib.MLC_ALG_RABENSEIFNER,
-        lib.MLC_COMPRESSION_NONE,
+        lib.MLC_COMPRESSION_BF16,
     )
 
 
 @pytest.mark.parametrize("compression", [lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16])
-def test_sixteen_bits_on_the_wire_for_float32_on_the_ring_only(compression):
+def test_sixteen_bits_on_the_wire_for_float32_sums_on_the_ring_and_rabenseifner(compression):
     ring = MIB // 4  # above the latency threshold: the ring
     assert plan(ring, compression=compression).compression == compression
     assert plan(ring, compression=compression, blocking=0, ntensors=3).compression == compression
@@ -230,10 +231,12 @@ def test_large_rank_counts_take_rabenseifner_where_the_rings_blocks_are_small(nr
     assert plan(512 * KIB // 4 - 1, **at).algorithm == lib.MLC_ALG_RECURSIVE_DOUBLING
     assert plan(1024, **at).algorithm == lib.MLC_ALG_DIRECT
     assert plan(MIB // 4, algorithm=lib.MLC_ALG_RING, **at).algorithm == lib.MLC_ALG_RING
-    # 16-bit wire values stay on the ring (Rabenseifner declines them), other ops do not.
+    # 16-bit wire values take Rabenseifner too (sums and averages; other ops send float32).
     for compression in (lib.MLC_COMPRESSION_BF16, lib.MLC_COMPRESSION_FP16):
         p = plan(MIB // 4, compression=compression, **at)
-        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RING, compression)
+        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, compression)
+        p = plan(10, is_group=1, blocking=0, ntensors=3, compression=compression, **at)
+        assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, compression)
         p = plan(MIB // 4, compression=compression, op=lib.MLC_OP_MAX, **at)
         assert (p.algorithm, p.compression) == (lib.MLC_ALG_RABENSEIFNER, lib.MLC_COMPRESSION_NONE)
     # The segments are cut as the ring's.

@@ -98,3 +98,42 @@ def test_resnet50_layout():
     counts = project.resnet50_tensors()
     assert len(counts) == 161
     assert sum(counts) == 25_557_032
+
+
+def test_measured_jitter_multiplies_each_nodes_compute(built, tmp_path):
+    # Step times drawn from a file: all 1.0 is no jitter at all; all 2.0 doubles every
+    # node's forward and backward time in every step (the 0.05 s of compute and the
+    # communication that it does not hide: 0.0525 s a step without jitter).
+    tensors = tmp_path / "t.txt"
+    tensors.write_text("0 262144 0.01\n1 262144 0.01\n2 1000 0.01\n")
+    net = project_platforms.Network(250e6, 20e-6)
+    plat = project.write_platform(project_platforms.platform_xml("testbed", 3, net), tmp_path)
+    runs = {}
+    for name, extra in [("plain", []), ("one", ["1.0"]), ("two", ["2.0"])]:
+        args = [*project.node_args(NODE), "--forward", "0.02", "--steps", "4"]
+        if extra:
+            (tmp_path / name).write_text("\n".join(extra) + "\n")
+            args += ["--jitter-samples", str(tmp_path / name)]
+        runs[name] = project.mlcsim(plat, 3, [*args, "train", str(tensors)])
+    assert runs["one"]["steps"] == runs["plain"]["steps"]
+    assert project.mean_step(runs["plain"]) >= 0.05
+    assert project.mean_step(runs["two"]) >= 0.1  # twice the compute, 0.05 s a step
+
+
+def test_jitter_options(tmp_path):
+    cal = {"jitter": {"step_over_mean": [0.9, 1.0, 1.1]}}
+    args, steps = project.jitter_args("measured", cal, tmp_path)
+    assert args[0] == "--jitter-samples" and steps == 1 + project.JITTER_STEPS
+    assert Path(args[1]).read_text().split() == ["0.9", "1.0", "1.1"]
+    assert project.jitter_args("0", cal, tmp_path) == (["--jitter", "0.0"], 2)
+    assert project.jitter_args("0.02", cal, tmp_path)[1] == 1 + project.JITTER_STEPS
+
+
+def test_the_calibrations_step_times_are_each_over_their_runs_mean():
+    spread = project.step_time_spread()
+    ratios = spread["step_over_mean"]
+    assert len(ratios) == sum(
+        len(project.json.loads(f.read_text())["step_ms"]) for f in project.STEP_TIMES
+    )
+    assert abs(sum(ratios) / len(ratios) - 1) < 1e-3
+    assert ratios == sorted(ratios) and ratios[0] > 0
