@@ -137,3 +137,5 @@ def test_the_calibrations_step_times_are_each_over_their_runs_mean():
     )
     assert abs(sum(ratios) / len(ratios) - 1) < 1e-3
     assert ratios == sorted(ratios) and ratios[0] > 0
+    # model/calibration.json holds exactly these: it was written from the files here.
+    assert project.load_calibration()["jitter"]["step_over_mean"] == ratios
