@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "ring_blocks.h" /* the wire image per segment, as the ring lays it out */
 
 #define MAX_BATCH 8
 
@@ -67,16 +68,6 @@ static int64_t slot_bytes(const mlc_algo_call *c, int p) {
     return (max_count + p - 1) / p * (p / 2) * c->elem_size;
 }
 
-static int wired(const mlc_algo_call *c) { return c->compression != MLC_COMPRESSION_NONE; }
-
-/* A segment's wire image: the largest segment at 16 bits, 8-byte aligned. */
-static int64_t image_bytes(const mlc_algo_call *c) {
-    int64_t max_count = 0;
-    for (int d = 0; d < c->nseg; d++)
-        if (c->segs[d].count > max_count) max_count = c->segs[d].count;
-    return (max_count * mlc_wire_size(c->compression) + 7) / 8 * 8;
-}
-
 /* Blocks [b, b+nb) of segment s in its wire image: the address, bytes and elements. */
 static char *image(const mlc_algo_call *c, const mlc_segment *seg, int s, int p, int b, int nb,
                    int64_t *bytes, int64_t *count) {
@@ -85,7 +76,7 @@ static char *image(const mlc_algo_call *c, const mlc_segment *seg, int s, int p,
     const int ws = mlc_wire_size(c->compression);
     *count = len;
     *bytes = len * ws;
-    return c->scratch + s * image_bytes(c) + off * ws;
+    return c->scratch + s * mlc_ring_wire_slot_bytes(c) + off * ws;
 }
 
 static int fail(mlc_tp *tp, mlc_tp_req *reqs, int posted, int rc) {
@@ -116,7 +107,7 @@ static int halve(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, in
         const mlc_segment *seg = &segs[s];
         char *in = c->scratch + s * slot;
         blocks(seg->count, p, keep, d, es, &off, &len);
-        if (wired(c)) in = image(c, seg, s, p, keep, d, &len, &count);
+        if (mlc_ring_wired(c)) in = image(c, seg, s, p, keep, d, &len, &count);
         if ((rc = mlc_tp_irecv(tp, in, len, partner, seg->tag, &reqs[s]))) return fail(tp, reqs, posted, rc);
         posted++;
     }
@@ -125,7 +116,7 @@ static int halve(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, in
         const char *from = first && seg->input ? seg->input : seg->data;
         blocks(seg->count, p, give, d, es, &off, &len);
         from += off;
-        if (wired(c)) {
+        if (mlc_ring_wired(c)) {
             char *out = image(c, seg, s, p, give, d, &len, &count);
             mlc_wire_pack(out, (const float *)from, count, c->compression);
             from = out;
@@ -140,7 +131,7 @@ static int halve(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs, in
         const mlc_segment *seg = &segs[idx];
         const char *mine = first && seg->input ? seg->input : seg->data;
         blocks(seg->count, p, keep, d, es, &off, &len);
-        if (wired(c)) {
+        if (mlc_ring_wired(c)) {
             const char *in = image(c, seg, idx, p, keep, d, &len, &count);
             float *out = (float *)(seg->data + off);
             if (last) mlc_wire_sum_average_to(out, (const float *)(mine + off), in, count, c->compression, tp->size);
@@ -168,16 +159,16 @@ static int double_up(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs
 
     for (int s = 0; s < c->nseg; s++) {
         blocks(segs[s].count, p, theirs, d, es, &off, &len);
-        char *in = wired(c) ? image(c, &segs[s], s, p, theirs, d, &len, &count) : segs[s].data + off;
+        char *in = mlc_ring_wired(c) ? image(c, &segs[s], s, p, theirs, d, &len, &count) : segs[s].data + off;
         if ((rc = mlc_tp_irecv(tp, in, len, partner, segs[s].tag, &reqs[posted]))) return fail(tp, reqs, posted, rc);
         posted++;
         blocks(segs[s].count, p, mine, d, es, &off, &len);
-        char *out = wired(c) ? image(c, &segs[s], s, p, mine, d, &len, &count) : segs[s].data + off;
+        char *out = mlc_ring_wired(c) ? image(c, &segs[s], s, p, mine, d, &len, &count) : segs[s].data + off;
         if ((rc = mlc_tp_isend(tp, out, len, partner, segs[s].tag, &reqs[posted]))) return fail(tp, reqs, posted, rc);
         posted++;
     }
     if ((rc = mlc_tp_waitall(tp, posted, reqs))) return rc;
-    for (int s = 0; wired(c) && s < c->nseg; s++) {
+    for (int s = 0; mlc_ring_wired(c) && s < c->nseg; s++) {
         blocks(segs[s].count, p, theirs, d, es, &off, &len);
         const char *in = image(c, &segs[s], s, p, theirs, d, &len, &count);
         *special |= mlc_wire_unpack((float *)(segs[s].data + off), in, count, c->compression);
@@ -196,14 +187,14 @@ static int fold_in(mlc_tp *tp, const mlc_algo_call *c, mlc_segment *segs, int p)
         const char *mine = segs[s].input ? segs[s].input : segs[s].data;
         char *buf = c->scratch;
         bytes = segs[s].count * c->elem_size;
-        if (wired(c)) buf = image(c, &segs[s], s, p, 0, p, &bytes, &count);
+        if (mlc_ring_wired(c)) buf = image(c, &segs[s], s, p, 0, p, &bytes, &count);
         if (r >= p) {
-            if (wired(c)) mlc_wire_pack(buf, (const float *)mine, count, c->compression);
-            if ((rc = mlc_tp_send(tp, wired(c) ? buf : mine, bytes, partner, segs[s].tag))) return rc;
+            if (mlc_ring_wired(c)) mlc_wire_pack(buf, (const float *)mine, count, c->compression);
+            if ((rc = mlc_tp_send(tp, mlc_ring_wired(c) ? buf : mine, bytes, partner, segs[s].tag))) return rc;
             continue;
         }
         if ((rc = mlc_tp_recv(tp, buf, bytes, partner, segs[s].tag))) return rc;
-        if (wired(c)) mlc_wire_sum_to((float *)segs[s].data, (const float *)mine, buf, count, c->compression);
+        if (mlc_ring_wired(c)) mlc_wire_sum_to((float *)segs[s].data, (const float *)mine, buf, count, c->compression);
         else mlc_reduce_op_to(segs[s].data, mine, buf, segs[s].count, c->dtype, c->op);
         segs[s].input = NULL;
     }
@@ -219,11 +210,11 @@ static int fold_out(mlc_tp *tp, const mlc_algo_call *c, const mlc_segment *segs,
     for (int s = 0; s < c->nseg && partner >= 0; s++) {
         char *buf = segs[s].data;
         bytes = segs[s].count * c->elem_size;
-        if (wired(c)) buf = image(c, &segs[s], s, p, 0, p, &bytes, &count);
+        if (mlc_ring_wired(c)) buf = image(c, &segs[s], s, p, 0, p, &bytes, &count);
         rc = r >= p ? mlc_tp_recv(tp, buf, bytes, partner, segs[s].tag)
                     : mlc_tp_send(tp, buf, bytes, partner, segs[s].tag);
         if (rc) return rc;
-        if (wired(c) && r >= p) *special |= mlc_wire_unpack((float *)segs[s].data, buf, count, c->compression);
+        if (mlc_ring_wired(c) && r >= p) *special |= mlc_wire_unpack((float *)segs[s].data, buf, count, c->compression);
     }
     return MLC_OK;
 }
@@ -246,13 +237,13 @@ int mlc_allreduce_rabenseifner(mlc_tp *tp, const mlc_algo_call *c) {
     mlc_segment segs[MAX_BATCH];
     int rc, lo = 0;
 
-    if (c->nseg > MAX_BATCH || (wired(c) && c->dtype != MLC_FLOAT32)) return MLC_ERR_ARG;
+    if (c->nseg > MAX_BATCH || (mlc_ring_wired(c) && c->dtype != MLC_FLOAT32)) return MLC_ERR_ARG;
     if (n == 1) { /* nothing to exchange: an out-of-place input is the result */
         for (int s = 0; s < c->nseg; s++) mlc_segment_copy_input(&c->segs[s], c->elem_size);
         return MLC_OK;
     }
-    int64_t need = c->nseg * (wired(c) ? image_bytes(c) : slot_bytes(c, p));
-    for (int s = 0; p < n && !wired(c) && s < c->nseg; s++)
+    int64_t need = c->nseg * (mlc_ring_wired(c) ? mlc_ring_wire_slot_bytes(c) : slot_bytes(c, p));
+    for (int s = 0; p < n && !mlc_ring_wired(c) && s < c->nseg; s++)
         if (c->segs[s].count * c->elem_size > need) need = c->segs[s].count * c->elem_size;
     if (need > c->scratch_bytes) return MLC_ERR_ARG;
     memcpy(segs, c->segs, c->nseg * sizeof *segs);
@@ -262,7 +253,7 @@ int mlc_allreduce_rabenseifner(mlc_tp *tp, const mlc_algo_call *c) {
     if (tp->rank < p) {
         for (int d = p / 2; d >= 1; d /= 2)
             if ((rc = halve(tp, c, segs, p, d, &lo))) return rc;
-        if (wired(c)) special = round_own(c, segs, p, lo);
+        if (mlc_ring_wired(c)) special = round_own(c, segs, p, lo);
         for (int d = 1; d < p; d *= 2)
             if ((rc = double_up(tp, c, segs, p, d, &special))) return rc;
     }

@@ -1,6 +1,6 @@
 /* What the two ring halves share: the block layout of a segment and the clean-up
  * after a failed post. Included by reduce_scatter_ring.c, allgather_ring.c and
- * allreduce_ring.c only. */
+ * allreduce_ring.c, and by allreduce_rabenseifner.c for the wire image's size. */
 #ifndef MLC_RING_BLOCKS_H
 #define MLC_RING_BLOCKS_H
 
