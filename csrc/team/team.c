@@ -215,6 +215,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
         if ((rc = mlc_agree_open(&team->agree, &tp)))
             set_error(err, errlen, "out of memory allocating the team's check buffers");
         mlc_tp_mpi_open(&team->caller_tp, &team->caller_comm, ctx->rank, ctx->size, team->caller_message);
+        team->caller_tp.never_sleeps = 1;
     }
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         mlc_worker *w = &team->workers[i];

@@ -42,6 +42,9 @@ struct mlc_tp {
     mlc_tp_progress progress;
     void *progress_arg;
     int recv_peer, send_peer; /* last peers posted to while a wait is due; -1: none */
+    /* 1: waits yield between polls but never sleep (wait.c): a thread blocked in its
+     * caller's collective, with nothing else to do. */
+    int never_sleeps;
 };
 
 void mlc_tp_set_progress(mlc_tp *tp, mlc_tp_progress fn, void *arg);
