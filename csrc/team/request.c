@@ -152,7 +152,7 @@ static void take_seq(mlc_team *team, mlc_request *req, const mlc_sign_input *in)
     team->last_request = (mlc_request_note){(int64_t)req->seq, req->kind, req->dtype, req->op, req->root,
                                             req->ntensors, req->group != NULL, req->total,
                                             mlc_group_key(req), req->row_elements};
-    if (mlc_agree_wants(&team->agree, req->kind, req->dtype))
+    if (!req->covered && mlc_agree_wants(&team->agree, req->kind, req->dtype))
         mlc_agree_register(&team->agree, &req->agreement, (int64_t)req->seq, in);
 }
 

@@ -63,6 +63,7 @@ struct mlc_request {
     const int64_t *sizes_in;
     int64_t *sizes_out;
     mlc_agreement agreement; /* the agreement check's state (agree/) */
+    int covered; /* an allgather's data, checked with its counts request (rows.c) */
 
     int workers_left;
     _Atomic int finished; /* set last; waiters may poll it without the lock */
@@ -121,6 +122,10 @@ struct mlc_team {
     int64_t caller_pack_bytes, caller_scratch_bytes;
     char caller_message[MLC_MSG_LEN];
     mlc_buffer rows_staging; /* collectives of rows (rows.c), under caller_lock */
+    /* A digest of the counts, dtype and row length of the last allgather whose counts
+     * request the agreement checked and whose data has not moved yet (rows.c); 0: none.
+     * Under lock. */
+    uint64_t rows_agreed;
 
     mlc_team_stats stats;
     int64_t report_every; /* mlc_team_set_report */

@@ -74,7 +74,15 @@ def allgather(s: Session, array, team: int) -> np.ndarray:
         handle, arr.shape[0], ndim, shape, code, all_rows, s.err, ERR_LEN
     )
     check(rc, "allgather", s.err)
-    out = _empty((sum(ffi.unpack(all_rows, s.size)), *arr.shape[1:]), arr.dtype)
+    try:
+        out = _empty((sum(ffi.unpack(all_rows, s.size)), *arr.shape[1:]), arr.dtype)
+    except BaseException:
+        # The data moves without a check of its own: this rank relays the others' rows
+        # (the ring needs every rank), keeps none, and fails alone.
+        lib.mlc_team_allgatherv(
+            handle, buffer(arr), ffi.NULL, all_rows, ndim, shape, code, s.err, ERR_LEN
+        )
+        raise
     rc = lib.mlc_team_allgatherv(
         handle, buffer(arr), buffer(out), all_rows, ndim, shape, code, s.err, ERR_LEN
     )

@@ -178,6 +178,56 @@ def test_counts_inside_the_agreement_or_on_a_ring(session, direct_bytes):
     c.finish()
 
 
+def agreement_checks(team) -> int:
+    messages, checks = ffi.new("int64_t *"), ffi.new("int64_t *")
+    lib.mlc_team_agreement_counts(team, messages, checks)
+    return checks[0]
+
+
+def test_an_allgather_is_checked_once(session):
+    """The data request runs on the counts its checked counts request returned: that check
+    covers it, so an allgather costs one agreement exchange, an alltoall still two."""
+    if session.nranks < 2:
+        pytest.skip("one rank checks nothing")
+    c = Checks()
+    team = _active().team(0)
+    mine = rows_input(session.rank, rows_of(session.rank), np.float32)
+    for _ in range(3):
+        before = agreement_checks(team)
+        mc.allgather(mine)
+        checks = agreement_checks(team) - before
+        c.true(checks == 1, f"an allgather made {checks} agreement checks")
+    before = agreement_checks(team)
+    mc.alltoall(np.arange(2 * session.nranks, dtype=np.int64))
+    checks = agreement_checks(team) - before
+    c.true(checks == 2, f"an alltoall made {checks} agreement checks")
+    c.finish()
+
+
+def test_a_rank_that_cannot_take_its_allgather_output_fails_alone(session, monkeypatch):
+    """The last rank cannot allocate its output: it relays the others' rows and raises
+    MemoryError; the others get every rank's rows, and the next allgather works everywhere."""
+    from ml_comm.arrays import collectives
+
+    c = Checks()
+    n, r = session.nranks, session.rank
+    mine = rows_input(r, rows_of(r), np.float32, seed=7)
+    want = np.concatenate([rows_input(q, rows_of(q), np.float32, seed=7) for q in range(n)])
+    if r == n - 1:
+
+        def no_memory(shape, dtype):
+            raise MemoryError(f"no room for {shape}")
+
+        monkeypatch.setattr(collectives, "_empty", no_memory)
+        with pytest.raises(MemoryError, match="no room"):
+            mc.allgather(mine)
+        monkeypatch.undo()
+    else:
+        c.equal(mc.allgather(mine), want, "allgather beside a rank that relays")
+    c.equal(mc.allgather(mine), want, "the next allgather")
+    c.finish()
+
+
 @pytest.fixture
 def pair(session):
     if session.nranks < 2:

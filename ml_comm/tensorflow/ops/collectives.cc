@@ -143,7 +143,12 @@ class AllgatherOp : public RowsKernel {
     int64_t total = 0;
     for (int64_t r : rows) total += r;
     Tensor *out = nullptr;
-    if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) return rc;
+    if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) {
+      // The data moves without a check of its own: relay the others' rows, keep none.
+      mlc_team_allgatherv(team, Data(in), nullptr, rows.data(), row.size(), row.data(), dtype,
+                          err, errlen);
+      return rc;
+    }
     return mlc_team_allgatherv(team, Data(in), Data(*out), rows.data(), row.size(), row.data(),
                                dtype, err, errlen);
   }
