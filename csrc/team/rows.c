@@ -156,8 +156,9 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
                       row_elements, &sign, &call, &sizes, 0, &checked, err, errlen);
     if (rc == MLC_OK && checked) { /* its data request, with these counts, needs no check */
+        const uint64_t digest = rows_digest(all_rows, n, dtype, row_elements);
         pthread_mutex_lock(&team->lock);
-        team->rows_agreed = rows_digest(all_rows, n, dtype, row_elements);
+        team->rows_agreed = digest;
         pthread_mutex_unlock(&team->lock);
     }
     free(each);

@@ -14,6 +14,7 @@ from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
 
 import ml_comm as mc
 from ml_comm.api import _active
+from ml_comm.arrays import collectives
 
 pytestmark = pytest.mark.mpi
 
@@ -207,8 +208,6 @@ def test_an_allgather_is_checked_once(session):
 def test_a_rank_that_cannot_take_its_allgather_output_fails_alone(session, monkeypatch):
     """The last rank cannot allocate its output: it relays the others' rows and raises
     MemoryError; the others get every rank's rows, and the next allgather works everywhere."""
-    from ml_comm.arrays import collectives
-
     c = Checks()
     n, r = session.nranks, session.rank
     mine = rows_input(r, rows_of(r), np.float32, seed=7)
