@@ -22,6 +22,12 @@ void charge_core(double seconds) {
     sg4::this_actor::exec_init(seconds * h->get_speed())->set_priority(node.comm_weight)->wait();
 }
 
+sg4::ExecPtr start_core(double seconds) {
+    if (seconds <= 0) return nullptr;
+    sg4::Host *h = sg4::this_actor::get_host();
+    return sg4::this_actor::exec_init(seconds * h->get_speed())->set_priority(node.comm_weight)->start();
+}
+
 }  // namespace mlcsim
 
 using mlcsim::charge_core;

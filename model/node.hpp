@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include <simgrid/s4u/Exec.hpp>
+
 namespace mlcsim {
 
 struct NodeParams {
@@ -26,6 +28,8 @@ extern NodeParams node;
 // Charge `seconds` of one core's time to the calling actor's host, at the
 // communication threads' weight.
 void charge_core(double seconds);
+// The same, started and left running: the caller waits for it later (nullptr: nothing).
+simgrid::s4u::ExecPtr start_core(double seconds);
 
 // Messages posted through the simulated transport, per rank, by communicator class.
 struct Counters {

@@ -33,6 +33,10 @@ CALIBRATION = ROOT / "model" / "calibration.json"
 RESULTS = ROOT / "benchmarks" / "results"
 # The test-bed runs the calibration reads (2 nodes) and the validation compares with (3, 4).
 SWEEP_2 = RESULTS / "testbed_2gbit_t1.json"
+# The 2-node ping-pong (benchmarks/pingpong.py): latency and per-message CPU.
+PINGPONG = RESULTS / "testbed_2gbit_pingpong.json"
+# The core's kernels timed on this machine (--measure-kernels).
+KERNELS = RESULTS / "kernel_speed.json"
 # Training runs at 2 nodes (benchmarks/RESULTS.md "Training throughput and scaling"):
 # rate, batch -> the summary; the timelines of the batch-8 runs at 2 Gbit/s give the
 # gradients' sizes and the order and times of their arrival in backprop.
@@ -110,32 +114,58 @@ def measure_kernels() -> dict:
     """The product's float32 sum, bfloat16 rounding and a copy, timed on this machine's
     core (model/kernel_speed.c, built with the product's flags)."""
     out = subprocess.run([str(KERNEL_SPEED)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    return {**json.loads(out.stdout), "from": "model/kernel_speed on this machine"}
+
+
+def recorded_kernels() -> dict:
+    if not KERNELS.exists():
+        sys.exit(f"project: no {KERNELS.relative_to(ROOT)}; run `tools/dev.py project "
+                 "--measure-kernels`")  # fmt: skip
+    return {k: v for k, v in json.loads(KERNELS.read_text()).items() if k != "from"}
 
 
 def calibrate() -> dict:
-    """Network from the 2-node sweep; node speeds measured here (the test bed's nodes
-    are namespaces of this machine: the same cores)."""
+    """Network and per-message costs from the 2-node ping-pong, the link rate fitted to the
+    2-node sweep, node speeds as recorded by --measure-kernels (the test bed's nodes are
+    namespaces of this machine: the same cores). Only recorded measurements are read, so
+    the same files give the same calibration."""
     r2 = rows(SWEEP_2)
     large = [r["mlcomm_busbw"] * 1e9 for r in r2 if r["bytes"] >= MIB]
-    # Below direct_bytes the data rides in the agreement's one message round: the
-    # time of one round of messages, whatever the size (8 B .. 1 KiB).
-    small = [r["mlcomm_time_us"] * 1e-6 for r in r2 if r["bytes"] <= 1024]
-    kernels = measure_kernels()
+    pp = json.loads(PINGPONG.read_text())
+    send, recv = pp["send_overhead_us"] * 1e-6, pp["recv_overhead_us"] * 1e-6
+    half = statistics.median(
+        r["half_round_trip_us"] * 1e-6 for r in pp["ping_pong"] if r["bytes"] <= 2048
+    )
+    if half <= send + recv:
+        sys.exit(f"project: {PINGPONG.relative_to(ROOT)}: a small message's half round trip "
+                 f"({half * 1e6:.1f} us) is not longer than its overheads")  # fmt: skip
+    streamed = [
+        r["bytes"] / (r["half_round_trip_us"] * 1e-6)
+        for r in pp["ping_pong"]
+        if r["bytes"] >= 8 * MIB
+    ]
+    kernels = recorded_kernels()
     cal = {
         "network": {
             "link_bytes_per_s": statistics.median(large),
-            "latency_s": statistics.median(small),
-            "from": f"{SWEEP_2.relative_to(ROOT)}: ml_comm busbw from 1 MiB (median); "
-            "ml_comm time at 8 B - 1 KiB (one message round, median)",
+            "latency_s": half - send - recv,
+            "from": f"{PINGPONG.relative_to(ROOT)}: the latency is a small message's half "
+            f"round trip ({half * 1e6:.1f} us, 8 B - 2 KiB, median) less one send and one "
+            "receive overhead; the link rate fitted so that the model's 2-node sweep "
+            f"({SWEEP_2.relative_to(ROOT)}) matches it from 1 MiB, because the test bed's "
+            "token bucket lends each pause in sending a burst that SimGrid's links do not "
+            f"model (a lone message from 8 MiB moves at {min(streamed) / 1e6:.0f}-"
+            f"{max(streamed) / 1e6:.0f} MB/s)",
         },
         "node": {
             **kernels,
-            "send_overhead_s": 0.0,
-            "recv_overhead_s": 0.0,
-            "from": "model/kernel_speed.c: the core's float32 sum, bfloat16 rounding and a "
-            "copy of 32 MiB on this machine (the test bed's cores); per-message CPU is inside "
-            "the network latency (no ping-pong sweep was split into wire and CPU parts)",
+            "send_overhead_s": send,
+            "recv_overhead_s": recv,
+            "from": f"{KERNELS.relative_to(ROOT)} (model/kernel_speed.c): the core's float32 "
+            "sum, bfloat16 rounding and a copy on this machine (the test bed's cores); "
+            "send and receive "
+            f"overheads: {PINGPONG.relative_to(ROOT)}, the CPU time per small message of "
+            f"{pp['window']} sent, and {pp['window']} taken, at once",
         },
     }
     cal["node"]["cpu_per_byte_s"] = tcp_cpu_per_byte()
@@ -179,29 +209,20 @@ def tcp_cpu_per_byte() -> float:
 
 
 def fit_link(cal: dict, r2: list[dict]) -> None:
-    """The link rate and latency that make the model's 2-node sweep from 1 MiB the
-    measured one: the rate from 8 MiB up (the measured busbw already contains the
-    reductions that the model charges on the node's core, so the link itself is faster
-    than the busbw), the latency at 1 MiB (a call there is 3 message latencies in a row:
-    the agreement, the ring's reduce-scatter step and its allgather step; the 8 B - 1 KiB
-    time also holds the Python call and the direct sum, so it is only the start)."""
+    """The link rate that makes the model's 2-node sweep from 1 MiB (the sizes validated)
+    the measured one, in the median (the measured busbw already contains the reductions
+    that the model charges on the node's core, so the link itself is faster than the
+    busbw)."""
     sizes = [r["bytes"] for r in r2 if r["bytes"] >= MIB]
     real = {r["bytes"]: r["mlcomm_time_us"] * 1e-6 for r in r2}
     net = cal["network"]
     with tempfile.TemporaryDirectory() as d:
-        for _ in range(6):
+        for _ in range(4):
             link = platforms.Network(net["link_bytes_per_s"], net["latency_s"])
             plat = write_platform(platforms.platform_xml("testbed", 2, link), Path(d))
             sim = mlcsim(plat, 2, [*node_args(cal["node"]), "sweep", *map(str, sizes)])
             got = {r["bytes"]: r["time_s"] for r in sim["rows"]}
-            net["link_bytes_per_s"] *= statistics.median(
-                got[b] / real[b] for b in sizes if b >= 8 * MIB
-            )
-            net["latency_s"] = max(1e-6, net["latency_s"] - (got[MIB] - real[MIB]) / 3)
-    net["from"] += (
-        "; then the link rate fitted so that the model's 2-node sweep matches it from 8 MiB, "
-        "the latency at 1 MiB"
-    )
+            net["link_bytes_per_s"] *= statistics.median(got[b] / real[b] for b in sizes)
 
 
 def write_calibration(cal: dict) -> None:
@@ -351,6 +372,8 @@ def validate(small: bool) -> int:
     files = [SWEEP_2, *SWEEPS[3], *SWEEPS[4], *SWEEPS_KEPT[3], *SWEEPS_KEPT[4]]
     print(
         "calibrated on",
+        PINGPONG.relative_to(ROOT),
+        "and",
         SWEEP_2.relative_to(ROOT),
         "; compared with",
         ", ".join(str(f.relative_to(ROOT)) for f in files[1:]),
@@ -419,6 +442,11 @@ def traced_progress() -> tuple[float, float]:
     return before, statistics.median(durations[1:])
 
 
+def share_at(cal: dict, weight: float, tmp: Path) -> float:
+    cal["node"]["comm_weight"] = weight
+    return train_sim(cal, "2gbit", 8, False, tmp)["batches_before_backprop_end"]
+
+
 def fit_comm_weight(cal: dict) -> None:
     """The communication threads' share of the core against backprop's (SimGrid's
     priority weight): bisected so that the share of batches the model starts before the
@@ -428,10 +456,12 @@ def fit_comm_weight(cal: dict) -> None:
     with tempfile.TemporaryDirectory() as d:
         for _ in range(12):
             mid = math.sqrt(lo * hi)
-            cal["node"]["comm_weight"] = mid
-            got = train_sim(cal, "2gbit", 8, False, Path(d))["batches_before_backprop_end"]
+            got = share_at(cal, mid, Path(d))
             lo, hi = (lo, mid) if got > target else (mid, hi)
-    cal["node"]["comm_weight"] = math.sqrt(lo * hi)
+        # The share moves in whole batches: keep the end whose share is nearer the trace's.
+        cal["node"]["comm_weight"] = min(
+            (lo, hi), key=lambda w: abs(share_at(cal, w, Path(d)) - target)
+        )
     cal["node"]["from"] += (
         f"; comm_weight: fitted to {TRACE.relative_to(ROOT)} (batches started before the last "
         "gradient)"
@@ -752,6 +782,11 @@ def main(argv: list[str]) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--calibrate", action="store_true", help="write model/calibration.json")
+    p.add_argument(
+        "--measure-kernels",
+        action="store_true",
+        help=f"time the core's kernels here into {KERNELS.relative_to(ROOT)}",
+    )
     p.add_argument("--validate", action="store_true", help="predict the 3-4 node sweeps")
     p.add_argument(
         "--small", action="store_true", help="with --validate: 3 sizes (the test command's)"
@@ -797,6 +832,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--png")
     args = p.parse_args(argv)
     build()
+    if args.measure_kernels:
+        KERNELS.write_text(json.dumps(measure_kernels(), indent=1) + "\n")
     if args.calibrate:
         write_calibration(calibrate())
         print(CALIBRATION.read_text())
