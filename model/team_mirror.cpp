@@ -37,6 +37,7 @@ char *arena(int which) {
 
 constexpr int SIGNATURE_BYTES = 96;
 constexpr int COMM_CALLER = 0, COMM_AGREE = 1, COMM_LANE0 = 2;
+constexpr int SEAL_TAG = MLC_TAG_SPACE - 1; // csrc/team/seal.c's
 
 }  // namespace
 
@@ -161,6 +162,14 @@ void Team::lane_main(int lane) {
         mu_->unlock();
         run_lane(*req, lane, &lane_tp_[lane], &sampled_n, &sampled_s);
         mu_->lock();
+        req->lanes_through++;
+        cv_->notify_all();
+        if (lane == 0 && req->is_group && cfg_.nranks > 1) {
+            while (req->lanes_through < cfg_.nthreads) cv_->wait(mu_);
+            mu_->unlock();
+            seal();
+            mu_->lock();
+        }
         if (--req->lanes_left == 0) req->t_done = sg4::Engine::get_clock();
         cv_->notify_all();
         mu_->unlock();
@@ -204,6 +213,19 @@ void Team::exchange(Request &req) {
         }
     }
     if (req.plan.direct) mlc_reduce_sum_into(nullptr, nullptr, (n - 1) * req.span, MLC_FLOAT32);
+}
+
+// A keyed group's seal (csrc/team/seal.c): once every lane of this rank is through the
+// group's data, lane 0 runs a recursive-doubling minimum of two int64 (the ranks that
+// cancelled the group) before the group's tensors are handed back.
+void Team::seal() {
+    mlc_segment seg = {arena(0), nullptr, 2, SEAL_TAG};
+    const mlc_algo_call call = {MLC_INT64, (int)sizeof(int64_t), MLC_OP_MIN, &seg, 1, arena(1), 64,
+                                MLC_COMPRESSION_NONE};
+    if (int rc = mlc_allreduce_recursive_doubling(&lane_tp_[0], &call)) {
+        std::fprintf(stderr, "rank %d: the seal failed with status %d\n", rank_, rc);
+        std::exit(3);
+    }
 }
 
 // csrc/team/execute.c's run_lane and allreduce_segments, on sizes.

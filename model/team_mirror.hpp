@@ -49,6 +49,7 @@ struct Request {
     std::vector<char> got;       // per tensor: arrived
     bool agreed = false;
     int lanes_left = 0;
+    int lanes_through = 0; // lanes through their segments (a group's seal waits for all)
     double t_start = -1, t_agreed = -1, t_done = -1;
 };
 
@@ -73,6 +74,7 @@ class Team {
     void lane_main(int lane);
     void run_lane(Request &req, int lane, mlc_tp *tp, int64_t *sampled_n, double *sampled_s);
     void exchange(Request &req);
+    void seal();
     int rank_;
     TeamConfig cfg_;
     RankStats *stats_;

@@ -70,8 +70,10 @@ MODEL_SOURCES = ["transport_simgrid.cpp", "kernels_timed.cpp", "team_mirror.cpp"
 # allreduce ("Cannot saturate more a constraint"); 1e-4 and 1e-3 give the same times.
 SIM_CFG = ["--cfg=network/model:CM02", "--cfg=maxmin/precision:1e-4", "--log=root.thres:warning"]
 MIB = 1 << 20
-# Steps averaged when the nodes' compute jitters: each step is the maximum of n draws.
-JITTER_STEPS = 4
+# Steps averaged when the nodes' compute jitters (--jitter-steps). Each step waits for
+# the slowest of n draws, which at 1,024 nodes come from the measured tail (1.39-1.66):
+# one step's efficiency varies by several points, so the mean needs many steps.
+JITTER_STEPS = 16
 
 
 def build() -> None:
@@ -550,22 +552,44 @@ def tensors_file(
     return path, step_s * forward_share
 
 
-def jitter_args(jitter: str, cal: dict, tmp: Path) -> tuple[list[str], int]:
+def jitter_args(
+    jitter: str, cal: dict, tmp: Path, averaged: int = JITTER_STEPS
+) -> tuple[list[str], int]:
     """The model's options for --jitter (a relative sd, or `measured`: the calibration's
     step times), and the steps to run: one more than averaged, the first being the warm-up
     (the ranks' arrival skew, the empty pipeline)."""
     if jitter == "measured":
         samples = tmp / "jitter.txt"
         samples.write_text("\n".join(map(str, cal["jitter"]["step_over_mean"])) + "\n")
-        return ["--jitter-samples", str(samples)], 1 + JITTER_STEPS
+        return ["--jitter-samples", str(samples)], 1 + averaged
     sd = float(jitter)
-    return ["--jitter", str(sd)], 1 + (JITTER_STEPS if sd > 0 else 1)
+    return ["--jitter", str(sd)], 1 + (averaged if sd > 0 else 1)
 
 
 def mean_step(sim: dict) -> float:
     """The mean time of the steps after the first: with jitter, each is the slowest node's."""
     steps = sim["steps"]
     return (steps[-1]["end_s"] - steps[0]["end_s"]) / (len(steps) - 1)
+
+
+def step_times(sim: dict) -> list[float]:
+    """Each step after the first, from the end of the one before."""
+    ends = [s["end_s"] for s in sim["steps"]]
+    return [b - a for a, b in zip(ends, ends[1:])]
+
+
+def efficiency_se(step_s: float, times: list[float]) -> float | None:
+    """The standard error of the efficiency step_s / mean(times), the steps taken as
+    independent (None for fewer than 2)."""
+    if len(times) < 2:
+        return None
+    mean = statistics.fmean(times)
+    return step_s / mean * statistics.stdev(times) / math.sqrt(len(times)) / mean
+
+
+def se_text(row: dict) -> str:
+    se = row.get("efficiency_se")
+    return f" ± {se:.1%}" if se else ""
 
 
 def project(args: argparse.Namespace) -> int:
@@ -586,7 +610,7 @@ def project(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         tfile, forward = tensors_file(counts, step_s, fwd_share, tmp)
-        jitter, steps = jitter_args(args.jitter, cal, tmp)
+        jitter, steps = jitter_args(args.jitter, cal, tmp, args.jitter_steps)
         total_bytes = 4 * sum(counts)
         for n in args.nodes:
             net = None
@@ -631,6 +655,8 @@ def project(args: argparse.Namespace) -> int:
                     "exposed_s": step - step_s,
                     "communication_s": last["comm_done_s"] - last["comm_start_s"],
                     "efficiency": step_s / step,
+                    "efficiency_se": efficiency_se(step_s, step_times(sim)),
+                    "step_times_s": step_times(sim),
                     "agree_messages_per_rank_per_request": sim[
                         "agree_messages_per_rank_per_request"
                     ],
@@ -647,7 +673,7 @@ def project(args: argparse.Namespace) -> int:
             t_mpi = smpi_allreduce(plat, n, [total_bytes], node, tmp)[total_bytes]
             baselines = []
             if jitter[0] == "--jitter" and float(jitter[1]) == 0:  # SMPI's nodes do not jitter
-                baselines.append(("MPI_Allreduce after backprop (SMPI, MPICH)", t_mpi))
+                baselines.append(("MPI_Allreduce after backprop (SMPI, MPICH)", t_mpi, None))
             one = {"nodes": n, "bytes": total_bytes, "mpich_smpi_s": t_mpi}
             for key, extra in (("ml_comm_s", []), ("ml_comm_bf16_s", ["--bf16"])):
                 sweep = mlcsim(plat, n, [
@@ -666,9 +692,10 @@ def project(args: argparse.Namespace) -> int:
                 "train", str(tfile),
             ])  # fmt: skip
             baselines.append(
-                ("allreduce after backprop (model, Rabenseifner)", mean_step(sim) - step_s)
-            )
-            for name, t in baselines:
+                ("allreduce after backprop (model, Rabenseifner)", mean_step(sim) - step_s,
+                 step_times(sim))
+            )  # fmt: skip
+            for name, t, times in baselines:
                 row = {
                     "nodes": n,
                     "algorithm": name,
@@ -676,6 +703,9 @@ def project(args: argparse.Namespace) -> int:
                     "exposed_s": t,
                     "efficiency": step_s / (step_s + t),
                 }
+                if times:
+                    row["efficiency_se"] = efficiency_se(step_s, times)
+                    row["step_times_s"] = times
                 results.append(row)
                 print(json.dumps(row), flush=True)
     print(
@@ -691,7 +721,8 @@ def project(args: argparse.Namespace) -> int:
         print(
             f"| {r['nodes']} | {r['algorithm']} | {r['step_s'] * 1e3:.1f} | "
             f"{r['exposed_s'] * 1e3:.1f} | "
-            f"{r['efficiency']:.1%} | {r.get('agree_messages_per_rank_per_request', '-')} |"
+            f"{r['efficiency']:.1%}{se_text(r)} | "
+            f"{r.get('agree_messages_per_rank_per_request', '-')} |"
         )
     if allreduces:
         print(f"\nthe whole gradient as one allreduce ({total_bytes / 1e6:.1f} MB):")
@@ -816,6 +847,12 @@ def main(argv: list[str]) -> int:
         default="0",
         help="per-node step-time spread: a relative sd (normal draws), or `measured` "
         "(the test bed's step times, model/calibration.json)",
+    )
+    p.add_argument(
+        "--jitter-steps",
+        type=int,
+        default=JITTER_STEPS,
+        help="with --jitter: steps averaged after the warm-up one",
     )
     p.add_argument(
         "--pipelined", action="store_true", help="ml_comm's pipelined mode (one step late)"

@@ -127,6 +127,15 @@ def test_jitter_options(tmp_path):
     assert Path(args[1]).read_text().split() == ["0.9", "1.0", "1.1"]
     assert project.jitter_args("0", cal, tmp_path) == (["--jitter", "0.0"], 2)
     assert project.jitter_args("0.02", cal, tmp_path)[1] == 1 + project.JITTER_STEPS
+    assert project.jitter_args("0.02", cal, tmp_path, 7)[1] == 8
+
+
+def test_a_jittered_efficiency_comes_with_its_standard_error():
+    sim = {"steps": [{"end_s": e} for e in (1.0, 2.0, 4.0, 5.0, 7.0)]}  # steps 1, 2, 1, 2
+    assert project.step_times(sim) == [1.0, 2.0, 1.0, 2.0]
+    # efficiency 1.5 / 1.5; sd of the steps 0.577, over sqrt(4) and the mean 1.5: 0.192
+    assert project.efficiency_se(1.5, project.step_times(sim)) == pytest.approx(0.19245, rel=1e-4)
+    assert project.efficiency_se(1.5, [1.5]) is None
 
 
 def test_the_calibrations_step_times_are_each_over_their_runs_mean():
@@ -158,3 +167,21 @@ def test_a_send_s_cpu_runs_while_its_bytes_move(built):
             out = project.mlcsim(plat, n, [*project.node_args(node), "sweep", str(size)])
         busbw.append(size * 2 * (n - 1) / n / out["rows"][0]["time_s"])
     assert max(busbw) / min(busbw) < 1.01, busbw
+
+
+@pytest.mark.parametrize("nodes,seal_sends", [(2, 1), (3, 2), (4, 2), (5, 3)])
+def test_a_keyed_group_is_sealed_each_step(built, tmp_path, nodes, seal_sends):
+    # These three tensors take 3 ring calls a step, 2(n-1) sends each on rank 0; after
+    # them lane 0 seals the group: a recursive-doubling minimum, log2(p) sends on rank 0,
+    # one more where a folded rank hands it its flag.
+    tensors = tmp_path / "t.txt"
+    tensors.write_text("1 262144 0.01\n0 262144 0.01\n2 1000 0.01\n")
+    net = project_platforms.Network(250e6, 20e-6)
+    plat = project.write_platform(project_platforms.platform_xml("testbed", nodes, net), tmp_path)
+    sent = []
+    for steps in (2, 3):
+        args = [*project.node_args(NODE), "--forward", "0.02", "--steps", str(steps)]
+        sent.append(
+            project.mlcsim(plat, nodes, [*args, "train", str(tensors)])["data_messages_per_rank"]
+        )
+    assert sent[1] - sent[0] == 3 * 2 * (nodes - 1) + seal_sends
