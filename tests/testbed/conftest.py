@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ SRUN_TIME_MIN = 2
 SRUN_TIMEOUT_S = 150
 # The packages and programs the test bed needs, listed once (tools/dev.py test installs them).
 sys.path.insert(0, str(ROOT / "tools"))
+from slurm_step import run_step  # noqa: E402
 from testbed_packages import PACKAGES, missing_tools  # noqa: E402
 
 APT_HINT = f"apt-get install -y {' '.join(PACKAGES)}; `python3 tools/dev.py test` does so as root"
@@ -60,25 +60,8 @@ class Testbed:
         mpi: str = "pmi2",
     ) -> subprocess.CompletedProcess:
         """srun -N nodes --ntasks-per-node=1 --mpi=MPI with a time limit on both sides."""
-        name = f"ml_comm-test-{uuid.uuid4().hex[:8]}"
-        cmd = [
-            "srun",
-            f"--nodes={nodes or self.nodes}",
-            "--ntasks-per-node=1",
-            f"--mpi={mpi}",
-            f"--time={SRUN_TIME_MIN}",
-            f"--job-name={name}",
-            "--kill-on-bad-exit=1",
-            *args,
-        ]
-        try:
-            return subprocess.run(
-                cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-            )
-        except subprocess.TimeoutExpired as e:
-            subprocess.run(["scancel", f"--name={name}"], env=self.env, timeout=30)
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
-            pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\n{out[-4000:]}")
+        options = [f"--nodes={nodes or self.nodes}", "--ntasks-per-node=1", f"--mpi={mpi}"]
+        return run_step([*options, f"--time={SRUN_TIME_MIN}", *args], self.env, ROOT, timeout)
 
 
 def _skip_reason() -> str | None:

@@ -1,0 +1,71 @@
+"""The test bed's srun starts a step again, once, when Slurm's PMI server broke it at MPI
+start-up, and only then. Runs without the test bed: `srun` and `scancel` here are
+scripts that play the broken step (its slurmstepd line, then a hang) and the good one."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from slurm_step import PMI_SERVER_BROKE, run_step
+
+FAKE_SRUN = """#!/bin/bash
+n=$(cat "$STATE/calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/calls"
+if [ "$n" -lt "$BROKEN_STARTS" ]; then
+    echo "slurmstepd-node1: error: {line}" >&2
+    echo $$ > "$STATE/pid"; exec sleep 600
+fi
+echo "ran: $*"; exit "${{EXIT:-0}}"
+"""
+FAKE_SCANCEL = '#!/bin/bash\nkill "$(cat "$STATE/pid")"\n'
+
+
+def fake_env(tmp_path: Path, broken_starts: int, **env: str) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (
+        ("srun", FAKE_SRUN.format(line=PMI_SERVER_BROKE)),
+        ("scancel", FAKE_SCANCEL),
+    ):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    full = dict(os.environ, PATH=path, STATE=str(tmp_path), BROKEN_STARTS=str(broken_starts))
+    return dict(full, **env)
+
+
+def srun(tmp_path: Path, env: dict, timeout: float = 60):
+    return run_step(["--nodes=2", "python", "x.py"], env, tmp_path, timeout)
+
+
+def calls(tmp_path: Path) -> int:
+    return int((tmp_path / "calls").read_text())
+
+
+def test_a_step_broken_at_start_up_runs_again_at_once(tmp_path):
+    t0 = time.monotonic()
+    proc = srun(tmp_path, fake_env(tmp_path, broken_starts=1))
+    assert proc.returncode == 0 and "ran: " in proc.stdout, proc
+    assert calls(tmp_path) == 2
+    assert time.monotonic() - t0 < 20  # ended on the line, not at the time limit
+
+
+def test_it_runs_again_only_once(tmp_path):
+    proc = srun(tmp_path, fake_env(tmp_path, broken_starts=2))
+    assert proc.returncode != 0 and PMI_SERVER_BROKE in proc.stderr
+    assert calls(tmp_path) == 2
+
+
+def test_a_failing_program_is_not_run_again(tmp_path):
+    proc = srun(tmp_path, fake_env(tmp_path, broken_starts=0, EXIT="3"))
+    assert proc.returncode == 3
+    assert calls(tmp_path) == 1
+
+
+def test_a_hung_step_still_fails_at_its_timeout(tmp_path):
+    env = fake_env(tmp_path, broken_starts=0)
+    (tmp_path / "bin" / "srun").write_text('#!/bin/bash\necho $$ > "$STATE/pid"; exec sleep 600\n')
+    with pytest.raises(pytest.fail.Exception, match="timed out after 2 s"):
+        srun(tmp_path, env, timeout=2)
