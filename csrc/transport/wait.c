@@ -3,48 +3,37 @@
  * Waits poll instead of blocking inside the implementation: a blocked MPI call
  * spins, and with more communication threads than cores (several ranks per node,
  * or compute threads beside them) spinning threads starve the very peers they
- * wait for. A wait first polls MLC_BUSY_POLLS times back to back (a few
- * microseconds: a small message's whole latency, which a system call per poll
- * would lengthen), then with sched_yield for MLC_SPIN_SECONDS (most messages
- * land by then, and a yield costs nothing when no other thread is runnable), then
- * sleeps between polls, each sleep a tenth of the time waited so far, at most
+ * wait for. A wait yields the core between polls from the first (sched_yield
+ * costs a system call when no other thread is runnable, and hands the core over
+ * when one is) for MLC_SPIN_SECONDS (most messages land by then), then sleeps
+ * between polls, each sleep a tenth of the time waited so far, at most
  * MLC_MAX_SLEEP_SECONDS: a late peer then costs a few wake-ups per millisecond
- * instead of a core, and the sleep adds at most a tenth to a wait. Every poll
- * calls the progress hook (the stall watchdog). Posting and the blocking calls
- * built on these waits are in post.c.
+ * instead of a core, and the sleep adds at most a tenth to a wait. Polls back to
+ * back without a yield first (64 of them, a few microseconds on an idle core) made
+ * every message wait longer where a peer shares the core: 3 and 4 test-bed nodes
+ * on 2 cores took 119-120 us for an 8-byte direct allreduce and 181-309 us for an
+ * 8-byte allgather, 75 and 135-192 us without (2 nodes, a core each: 14-15 and 28
+ * us either way). Every poll calls the progress hook (the stall watchdog). Posting
+ * and the blocking calls built on these waits are in post.c.
  *
  * A transport that never sleeps (the caller's, for blocking collectives) keeps
  * yielding instead: its thread has nothing else to do, and over TCP an MPI library
  * moves bytes only while it is polled, so a sleep of a tenth of the wait idles the
  * link for that long (2 test-bed nodes, 1-4 MiB allgather and reduce-scatter:
- * 0.95-0.97 of MPI's speed with sleeps, 0.98-1.00 without). A yield still hands
- * the core to any other runnable thread. */
+ * 0.95-0.97 of MPI's speed with sleeps, 0.98-1.00 without). */
 #include <sched.h>
 #include <time.h>
 
 #include "transport.h"
 
-#define MLC_BUSY_POLLS 64
 #define MLC_SPIN_SECONDS 100e-6
 #define MLC_MAX_SLEEP_SECONDS 1e-3
 /* Clock reads are not free: the spin looks at the clock every this many polls. */
 #define MLC_POLLS_PER_CLOCK 16
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* Between two polls of a wait that began at *start (0: not yet read). */
 static void poll_once(mlc_tp *tp, int64_t poll, double *start) {
     if (tp->progress) tp->progress(tp->progress_arg, tp, poll);
-    if (poll < MLC_BUSY_POLLS) {
-        cpu_relax();
-        return;
-    }
     if (poll % MLC_POLLS_PER_CLOCK || tp->never_sleeps) {
         sched_yield();
         return;
