@@ -214,11 +214,14 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
                           int op, int index, const void *source, void *data, mlc_callback done,
                           void *user_data, char *err, size_t errlen);
 /* The same for a group that is part `part` of `nparts` of a call whose dtypes are the
- * bits of call_dtypes (see mlc_team_allreduce_async_part); read at the group's opening. */
+ * bits of call_dtypes (see mlc_team_allreduce_async_part); read at the group's opening.
+ * step: the framework's id of the step that submits the tensor (0: none). A tensor
+ * joins only a group of its own step, and a group its step's opener has not claimed
+ * yet can still be claimed by it (mlc_team_group_open_part). */
 int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
                                int dtype, int op, int part, int nparts, int call_dtypes, int index,
-                               const void *source, void *data, mlc_callback done, void *user_data,
-                               char *err, size_t errlen);
+                               int64_t step, const void *source, void *data, mlc_callback done,
+                               void *user_data, char *err, size_t errlen);
 /* A step that failed after some of its tensors arrived: cancel the open group in
  * which tensor `index` arrived with user_data. Its missing tensors are taken as
  * zeros so that the request ends in step with the other ranks, and it fails on
@@ -227,11 +230,15 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
  * same step, naming this rank.
  * MLC_ERR_STATE: no such open group (it is complete, or finished). */
 int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data);
-/* Open (and queue) the group before any of its tensors, at a step's start, as a first
- * arrival would; its tensors then join it. *opener: the id that cancels it, so that
- * a step failing before its first tensor still fails on every rank. */
+/* Open (and queue) the group of step `step` (a framework's step id, not 0) before any
+ * of its tensors, at the step's start, as a first arrival would; its tensors then join
+ * it. *opener: the id that cancels it, so that a step failing before its first tensor
+ * still fails on every rank. The tensors need not wait for the opener: where a tensor
+ * of the same step came first (a framework that runs the opener late), the opener
+ * claims the group that tensor opened, and where that group is complete already it
+ * opens nothing (*opener = 0: nothing left to cancel). */
 int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                             int dtype, int op, int part, int nparts, int call_dtypes,
+                             int dtype, int op, int part, int nparts, int call_dtypes, int64_t step,
                              int64_t *opener, char *err, size_t errlen);
 /* mlc_team_group_cancel for the group opened with this id, if it is still open;
  * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */

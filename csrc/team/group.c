@@ -17,7 +17,13 @@
  * A framework may open the group at its step's start instead, before any tensor
  * (mlc_team_group_open_part): then a step that fails before its first tensor
  * still has a group to cancel (mlc_team_group_cancel_opened), and the other ranks
- * fail that step too instead of meeting this rank's next step with it.
+ * fail that step too instead of meeting this rank's next step with it. The tensors
+ * must not wait for that opener: an executor may run it late (TensorFlow with one
+ * inter-op thread runs a step's ops depth first, an op with no inputs after the
+ * whole backprop), and tensors waiting for it would all arrive at the end, with
+ * nothing left to overlap. So each group carries its step's id: a tensor joins
+ * only its own step's group, opening it if it came first, and the opener then
+ * claims that group, or, when the group is complete already, opens nothing.
  *
  * A step that fails after some of its tensors arrived (a framework op raised)
  * cancels its open group: the group leaves the open list, so the next step's
@@ -42,6 +48,8 @@
 
 struct mlc_group {
     int64_t key;
+    int64_t step; /* the framework's step id (0: none): a tensor joins its own step's group */
+    int claimed;  /* its step's opener opened or claimed it */
     int ntensors;
     int narrived, next_missing;  /* under the team lock */
     unsigned char *arrived;      /* per tensor */
@@ -147,6 +155,11 @@ static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
         mlc_request **link = &team->open_groups;
         while (*link != req) link = &(*link)->group->next_open;
         *link = g->next_open;
+        if (!g->claimed && g->step != 0) { /* its step's opener, if it comes, opens nothing */
+            const int at = team->completed_unclaimed_next++ % MLC_UNCLAIMED_RING;
+            team->completed_unclaimed[at].key = g->key;
+            team->completed_unclaimed[at].step = g->step;
+        }
         if (team->agree.finite && mlc_agree_wants(&team->agree, req->kind, req->dtype)) {
             mlc_sign_input in;
             sign_input(team, req, &in);
@@ -236,9 +249,11 @@ static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *coun
  * keeps step order), and queued; NULL: out of memory. */
 static mlc_request *open_and_queue(mlc_team *team, mlc_request **link, int64_t key, int ntensors,
                                    const int64_t *counts, int dtype, int op, int part, int nparts,
-                                   int call_dtypes) {
+                                   int call_dtypes, int64_t step, int claimed) {
     mlc_request *req = open_group(team, key, ntensors, counts, dtype, op, part, nparts, call_dtypes);
     if (!req) return NULL;
+    req->group->step = step;
+    req->group->claimed = claimed;
     *link = req;
     mlc_sign_input in;
     if (!team->agree.finite) sign_input(team, req, &in);
@@ -246,9 +261,20 @@ static mlc_request *open_and_queue(mlc_team *team, mlc_request **link, int64_t k
     return req;
 }
 
+/* Under the team lock: this step's group of key already complete, unclaimed (forgotten
+ * once found: a step has one opener per group). */
+static int completed_unclaimed(mlc_team *team, int64_t key, int64_t step) {
+    for (int i = 0; i < MLC_UNCLAIMED_RING; i++) {
+        if (team->completed_unclaimed[i].key != key || team->completed_unclaimed[i].step != step) continue;
+        team->completed_unclaimed[i].step = 0;
+        return 1;
+    }
+    return 0;
+}
+
 int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
-                             int op, int part, int nparts, int call_dtypes, int64_t *opener, char *err,
-                             size_t errlen) {
+                             int op, int part, int nparts, int call_dtypes, int64_t step, int64_t *opener,
+                             char *err, size_t errlen) {
     if (!opener) {
         snprintf(err, errlen, "mlc_team_group_open_part: no place for the opener id");
         return MLC_ERR_ARG;
@@ -256,15 +282,32 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
     *opener = 0;
     if (bad_arguments(team, ntensors, counts, dtype, op, part, nparts, call_dtypes, 0, opener, err, errlen))
         return MLC_ERR_ARG;
+    if (step == 0) {
+        snprintf(err, errlen, "mlc_team_group_open_part: step 0 (an opener needs its step's id)");
+        return MLC_ERR_ARG;
+    }
     pthread_mutex_lock(&team->lock);
     if (team->shutting_down) {
         pthread_mutex_unlock(&team->lock);
         snprintf(err, errlen, "the team is shut down (ml_comm.finalize() was called)");
         return MLC_ERR_STATE;
     }
+    /* A tensor of this step came first and opened the group: claim it. */
     mlc_request **link = &team->open_groups;
-    while (*link) link = &(*link)->group->next_open;
-    mlc_request *req = open_and_queue(team, link, key, ntensors, counts, dtype, op, part, nparts, call_dtypes);
+    for (; *link; link = &(*link)->group->next_open) {
+        mlc_group *g = (*link)->group;
+        if (g->key != key || g->step != step || g->claimed) continue;
+        g->claimed = 1;
+        *opener = (int64_t)(*link)->seq;
+        pthread_mutex_unlock(&team->lock);
+        return MLC_OK;
+    }
+    if (completed_unclaimed(team, key, step)) { /* every tensor of the step came first */
+        pthread_mutex_unlock(&team->lock);
+        return MLC_OK;
+    }
+    mlc_request *req = open_and_queue(team, link, key, ntensors, counts, dtype, op, part, nparts, call_dtypes,
+                                      step, 1);
     if (req) *opener = (int64_t)req->seq;
     pthread_mutex_unlock(&team->lock);
     if (req) return MLC_OK;
@@ -275,14 +318,14 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
 int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
                           int op, int index, const void *source, void *data, mlc_callback done,
                           void *user_data, char *err, size_t errlen) {
-    return mlc_team_group_arrive_part(team, key, ntensors, counts, dtype, op, 0, 1, 0, index, source,
+    return mlc_team_group_arrive_part(team, key, ntensors, counts, dtype, op, 0, 1, 0, index, 0, source,
                                       data, done, user_data, err, errlen);
 }
 
 int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
                                int dtype, int op, int part, int nparts, int call_dtypes, int index,
-                               const void *source, void *data, mlc_callback done, void *user_data,
-                               char *err, size_t errlen) {
+                               int64_t step, const void *source, void *data, mlc_callback done,
+                               void *user_data, char *err, size_t errlen) {
     if (bad_arguments(team, ntensors, counts, dtype, op, part, nparts, call_dtypes, index, data, err,
                       errlen))
         return MLC_ERR_ARG;
@@ -299,7 +342,8 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
     }
     mlc_request **link = &team->open_groups, *req = NULL;
     for (; *link; link = &(*link)->group->next_open) {
-        if ((*link)->group->key != key || (*link)->group->arrived[index]) continue;
+        const mlc_group *g = (*link)->group;
+        if (g->key != key || g->step != step || g->arrived[index]) continue;
         req = *link;
         break;
     }
@@ -310,7 +354,7 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
         return MLC_ERR_ARG;
     }
     if (!req && !(req = open_and_queue(team, link, key, ntensors, counts, dtype, op, part, nparts,
-                                       call_dtypes))) {
+                                       call_dtypes, step, 0))) {
         pthread_mutex_unlock(&team->lock);
         snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);
         return MLC_ERR_NOMEM;

@@ -16,6 +16,9 @@
 #include "plan/plan.h"
 #include "transport/mpi.h"
 
+/* Completed groups that no opener claimed yet, remembered per team (group.c). */
+#define MLC_UNCLAIMED_RING 16
+
 struct mlc_context {
     MPI_Comm comm; /* dup of the user's communicator; teams dup it again */
     int rank;
@@ -106,6 +109,13 @@ struct mlc_team {
     pthread_cond_t work_cv, done_cv;
     mlc_request *head, *tail;
     mlc_request *open_groups; /* keyed groups still waiting for tensors */
+    /* Groups that a step's first tensor opened and that completed before the step's
+     * opener claimed them (group.c): that opener then opens nothing. A ring: the
+     * entries of steps whose opener never ran (the step failed) are overwritten. */
+    struct {
+        int64_t key, step;
+    } completed_unclaimed[MLC_UNCLAIMED_RING];
+    int completed_unclaimed_next;
     pthread_cond_t ready_cv;  /* a tensor of a group arrived */
     uint64_t next_seq;
     mlc_request_note last_request; /* the request that took seq next_seq */

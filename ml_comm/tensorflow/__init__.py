@@ -92,12 +92,14 @@ def gradients(
             key = next(_group_keys)
             group = {"group_key": key, "counts": counts, "average": average, "nranks": nranks}
             # The group opens at the step's start (the op needs no input), so that a step
-            # failing before its first gradient exists still has a group to cancel.
+            # failing before its first gradient exists still has a group to cancel. The
+            # submits do not wait for it: an executor may run it after all of backprop
+            # (one inter-op thread runs ops depth first), and the core pairs the opener
+            # with its step's submits in either order.
             with tf.control_dependencies(_chain(team_handle)):
                 opener = ops.ml_comm_group_open(
                     T=tensors[0].dtype, team_handle=team_handle, part=part, **group, **parts
                 )
-            with tf.control_dependencies([opener]):
                 submits = [
                     ops.ml_comm_group_submit(
                         t, team_handle=team_handle, index=pos, part=part, **group, **parts

@@ -366,15 +366,15 @@ static void cancel_opened_before_any_tensor(mlc_context *ctx) {
     for (int round = 0; round < 2; round++) {
         atomic_int done_count = 0;
         int64_t opener = 0;
-        if (mlc_team_group_open_part(team, 7, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, &opener, err,
-                                     sizeof err) || opener <= 0)
+        if (mlc_team_group_open_part(team, 7, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 100 + round,
+                                     &opener, err, sizeof err) || opener <= 0)
             fail(err[0] ? err : "no opener id", -1, round, opener, 1);
         const int fails = round == 0 && rank == 0;
         if (fails && mlc_team_group_cancel_opened(team, opener) != MLC_OK) fail("cancel_opened", -1, -1, 0, 1);
         for (int i = 0; i < 2 && !fails; i++) {
             for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + k % 7);
-            if (mlc_team_group_arrive(team, 7, 2, counts, MLC_FLOAT32, MLC_OP_SUM, i, src[i], dst[i],
-                                      on_tensor_done, &done_count, err, sizeof err))
+            if (mlc_team_group_arrive_part(team, 7, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 100 + round,
+                                           src[i], dst[i], on_tensor_done, &done_count, err, sizeof err))
                 fail(err, -1, i, 0, 0);
         }
         if (fails) {
@@ -397,6 +397,53 @@ static void cancel_opened_before_any_tensor(mlc_context *ctx) {
                     fail("the next group's sum", i, k, dst[i][k], size * (size - 1) / 2 + size * (k % 7));
                     break;
                 }
+    }
+    mlc_team_destroy(team);
+}
+
+/* An opener that a framework runs late, after some or all of its step's tensors (they
+ * do not wait for it): it claims the group they opened, or opens nothing once that group
+ * is complete, so no stray group holds up the team's next request. Step 1: the opener
+ * between the two tensors; step 2: after both; step 3: before both. Sums exact. */
+static void opener_after_its_tensors(mlc_context *ctx) {
+    static const int64_t counts[2] = {300, 4000};
+    char err[MLC_MSG_LEN] = "";
+    mlc_team *team;
+    if (mlc_team_create(ctx, 2, 4096, 512, &team, err, sizeof err)) { fail(err, -1, -1, 0, 0); return; }
+    static float src[2][4000], dst[2][4000];
+    for (int step = 1; step <= 3; step++) {
+        atomic_int done_count = 0;
+        int64_t opener = -1;
+        int opened_at = step == 1 ? 1 : step == 2 ? 2 : 0; /* tensors that came before it */
+        for (int i = 0; i <= 2; i++) {
+            if (i == opened_at &&
+                mlc_team_group_open_part(team, 9, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 200 + step,
+                                         &opener, err, sizeof err))
+                fail(err, -1, step, 0, 0);
+            if (i == 2) break;
+            for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + step + k % 5);
+            if (mlc_team_group_arrive_part(team, 9, 2, counts, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 200 + step,
+                                           src[i], dst[i], on_tensor_done, &done_count, err, sizeof err))
+                fail(err, -1, i, 0, 0);
+        }
+        /* Claimed or opened: an id; after a complete group: none. */
+        if ((step == 2) != (opener == 0) || opener < 0) fail("the opener id", -1, step, opener, step == 2 ? 0 : 1);
+        const double until = MPI_Wtime() + 30;
+        while (atomic_load(&done_count) < 2 && MPI_Wtime() < until) sched_yield();
+        if (atomic_load(&done_count) != 2) {
+            fail("the step's group (a stray group ahead of it?)", -1, step, atomic_load(&done_count), 2);
+            break; /* its threads may still hold the buffers: leave them */
+        }
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < counts[i]; k++) {
+                const float want = (float)(size * (size - 1) / 2 + size * (step + k % 5));
+                if (dst[i][k] != want) {
+                    fail("the step's sum", i, k, dst[i][k], want);
+                    break;
+                }
+            }
+        if (opener > 0 && mlc_team_group_cancel_opened(team, opener) != MLC_ERR_STATE)
+            fail("cancel after the group completed", -1, step, 0, 1);
     }
     mlc_team_destroy(team);
 }
@@ -537,6 +584,7 @@ int main(int argc, char **argv) {
         cancel_on_one_rank(ctx, 0);
         cancel_on_one_rank(ctx, 1);
         cancel_opened_before_any_tensor(ctx);
+        opener_after_its_tensors(ctx);
     }
     finalize_while_submitting(ctx);
     failed_thread_start_frees_communicators(ctx);

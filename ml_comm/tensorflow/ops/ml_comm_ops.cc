@@ -182,6 +182,13 @@ namespace {
 // measured faster (benchmarks/RESULTS.md). Counts and settings decide, so every
 // rank takes the same path.
 constexpr int64_t kRunsHereBytes = 1 << 20;
+// The step's id, which the step's opener and its submits share, so that the core pairs
+// them in whatever order they run (never 0: the core's "no step").
+int64_t StepOf(OpKernelContext *ctx) {
+  const int64_t id = ctx->step_id();
+  return id != 0 ? id : 1;
+}
+
 bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataType dtype) {
   if (counts.size() != 1) return false;
   mlc_team_settings settings;
@@ -204,10 +211,11 @@ REGISTER_OP("MlCommGroupOpen")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
-Open the keyed group group_key at the step's start, before its first MlCommGroupSubmit
-(which must depend on this op): a step that fails before any of its gradients exists
-cancels the group, so every rank fails that step, instead of this rank's next step
-meeting the others' current one. opener: its id (0: no group, as for one rank).
+Open the keyed group group_key at the step's start: a step that fails before any of its
+gradients exists cancels the group, so every rank fails that step, instead of this rank's
+next step meeting the others' current one. The step's MlCommGroupSubmit ops do not wait
+for it (the core pairs them by the step's id): where they ran first, it claims the group
+they opened. opener: its id (0: no group, as for one rank, or the group is complete).
 )doc");
 
 // The step's cancellation (a failure, or the step's end) cancels the group if it is
@@ -237,9 +245,11 @@ class GroupOpenOp : public tensorflow::OpKernel {
     char err[256] = "";
     int rc = mlc_team_group_open_part(team, group_key_, static_cast<int>(counts_.size()), counts_.data(),
                                       CoreDtype(dtype_), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM,
-                                      part_.part, part_.nparts, part_.call_dtypes, &id, err, sizeof err);
+                                      part_.part, part_.nparts, part_.call_dtypes, StepOf(ctx), &id, err,
+                                      sizeof err);
     OP_REQUIRES(ctx, rc == MLC_OK, tensorflow::errors::Internal("ml_comm: ", err));
     opener->scalar<int64_t>()() = id;
+    if (id == 0) return;  // every gradient of the step came first: nothing left to cancel
     tensorflow::CancellationManager *cm = ctx->cancellation_manager();
     if (cm == nullptr) return;
     const int64_t team_id = team_handle_;
@@ -340,7 +350,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     int rc = mlc_team_group_arrive_part(
         team, group_key_, static_cast<int>(counts_.size()), counts_.data(), CoreDtype(input.dtype()),
         average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part, part_.nparts, part_.call_dtypes, index_,
-        input.tensor_data().data(),
+        StepOf(ctx), input.tensor_data().data(),
         const_cast<char *>(output->tensor_data().data()), CompleteTensor, CoreUser(id), err,
         sizeof err);
     if (rc != MLC_OK) {
