@@ -18,6 +18,7 @@
 /* The most ML_COMM_DIRECT_BYTES may ask, at any rank count: recursive doubling
  * sends it ceil(log2 n) times per rank, so its cost grows with log2 n, not n. */
 #define MLC_DIRECT_MAX_BYTES (64 * 1024)
+_Static_assert(MLC_ROWS_CARRY_BYTES >= MLC_DIRECT_MAX_BYTES, "carried rows fit the caller's buffer");
 
 /* Tags on the engine's communicator: the tree's records, the full table after a
  * disagreement, and a stall's arrival notices (arrivals.c), which a rank that
@@ -61,6 +62,14 @@ typedef struct mlc_sign_input {
     int64_t sizes_count;
     const int64_t *sizes_in;
     int64_t *sizes_out;
+    /* An allgather's own rows, carried with its sizes (rows_out not NULL, its
+     * rows_capacity at least MLC_ROWS_CARRY_BYTES): rows_bytes of rows_in. While
+     * every rank's rows fit the direct payload beside the sizes, the tree joins them
+     * in rank order, and rows_out gets every rank's rows as the gathered output lays
+     * them out (mlc_agreement.rows_carried). row_elements and dtype give a row's bytes. */
+    const void *rows_in;
+    int64_t rows_bytes, rows_capacity;
+    char *rows_out;
 } mlc_sign_input;
 
 /* What a rank found wrong with its own arguments (mlc_sign_input.bad_args), and what
@@ -85,6 +94,7 @@ typedef struct mlc_agreement {
     _Atomic int state; /* MLC_CHECK_*; DONE publishes the fields below */
     int status;
     int done_by_exchange; /* a direct allreduce, or sizes carried: the result is in place */
+    int rows_carried;     /* rows_out holds every rank's rows (mlc_sign_input.rows_*) */
     char message[MLC_MSG_LEN];
     int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
     int stop_asked; /* some rank's signature carried a stop flag (mlc_agree_request_stop) */
@@ -106,6 +116,7 @@ typedef struct mlc_agree {
     int shutting_down;
     int64_t direct_bytes; /* the most a direct allreduce carries (MLC_DIRECT_MAX_BYTES) */
     char *mine, *theirs;  /* this rank's record and a partner's, each with direct_bytes after */
+    char *joined;         /* carried rows of two records, joined in rank order */
     char *slots;          /* after a disagreement: every rank's signature (signature.c) */
     mlc_tp_req *reqs;     /* 2 (size - 1) */
     _Atomic int64_t messages, checks; /* sent and received, and requests checked, in all */

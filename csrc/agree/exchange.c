@@ -30,12 +30,15 @@
  * and the exchange is also the reduction (summed along the tree, divided by n at
  * the end for an average). Nothing moves after it. The sizes of a collective of
  * rows travel the same way (sizes_count int64 slots, each rank filling its own):
- * every rank learns every rank's sizes in the check itself.
+ * every rank learns every rank's sizes in the check itself. An allgather's rows
+ * follow its sizes while each rank's fit its share of the room (below): the
+ * check then gathers them too, joined in rank order (bytes copied, never added).
  *
  * Messages per rank and request when the ranks agree: 2 ceil(log2 n) at most,
  * sends and receives (log2(p) of each, plus one of each for a rank in the fold);
  * mlc_agree_counts reports them. Bytes on the wire per message: the 48-byte
- * record, plus N for a direct allreduce of N bytes; per rank and request about
+ * record, plus N for a direct allreduce of N bytes (for an allgather: 8 n for the
+ * sizes, plus the rows of the ranks the record combines); per rank and request about
  * ceil(log2 n) (48 + N) bytes each way, where an all-to-all of the 264-byte
  * signature would send (n-1) (264 + N). The latency is
  * log2(p) message latencies (+2 with a fold), against one for the all-to-all:
@@ -75,7 +78,7 @@ typedef struct record {
     int32_t nonfinite_tensor; /* its first such tensor */
     int32_t direct_ranks;     /* ranks whose input follows (summed) */
     int32_t bad_ranks;        /* ranks whose own check of their arguments failed */
-    int32_t unused;
+    int32_t rows_ranks;       /* ranks whose rows follow the sizes (joined in rank order) */
 } record;
 
 _Static_assert(sizeof(record) % 8 == 0, "the payload after a record stays aligned");
@@ -118,9 +121,10 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->direct_bytes = MLC_DEFAULT_DIRECT_BYTES;
     ag->mine = malloc(rec);
     ag->theirs = malloc(rec);
+    ag->joined = malloc(MLC_DIRECT_MAX_BYTES);
     ag->slots = calloc(n, mlc_signature_bytes());
     ag->reqs = calloc(2 * (size_t)n, sizeof *ag->reqs);
-    if (!ag->mine || !ag->theirs || !ag->slots || !ag->reqs || mlc_arrivals_open(&ag->arrivals, n))
+    if (!ag->mine || !ag->theirs || !ag->joined || !ag->slots || !ag->reqs || mlc_arrivals_open(&ag->arrivals, n))
         return MLC_ERR_NOMEM;
     return MLC_OK;
 }
@@ -129,9 +133,10 @@ void mlc_agree_destroy(mlc_agree *ag) {
     mlc_arrivals_close(&ag->arrivals);
     free(ag->mine);
     free(ag->theirs);
+    free(ag->joined);
     free(ag->slots);
     free(ag->reqs);
-    ag->mine = ag->theirs = ag->slots = NULL;
+    ag->mine = ag->theirs = ag->joined = ag->slots = NULL;
     ag->reqs = NULL;
     pthread_mutex_destroy(&ag->exchange_lock);
     pthread_mutex_destroy(&ag->list_lock);
@@ -271,10 +276,67 @@ static int64_t payload_bytes(const mlc_agreement *a) {
     return a->in.total * mlc_dtype_size(a->in.dtype);
 }
 
-/* A record's bytes on the wire: its payload only while every rank in it sent one. */
-static int64_t record_bytes(const mlc_agreement *a, const char *rec) {
+/* ---- an allgather's rows, carried after its sizes ----
+ * A record that combines ranks S holds the sizes of S (the others' slots zero) and,
+ * while every rank of S sent its rows, those rows back to back in rank order: the
+ * gathered output's layout, restricted to S. Two records join by interleaving their
+ * ranks' rows in rank order, the same bytes whichever side joins them. A rank offers
+ * its rows only within its share (1/n) of the direct payload's room beside the sizes;
+ * the rows stop riding (rows_ranks 0) where some rank did not offer them, and every
+ * length read from a record is checked against that room first. */
+
+static int carries_rows(const mlc_agreement *a) { return a->in.direct && a->in.sizes_count > 0 && a->in.rows_out; }
+
+static int64_t row_bytes(const mlc_agreement *a) { return a->in.row_elements * mlc_dtype_size(a->in.dtype); }
+
+/* Room for rows after the sizes. */
+static int64_t rows_room(const mlc_agree *ag, const mlc_agreement *a) { return ag->direct_bytes - payload_bytes(a); }
+
+/* The rows' bytes of a record: its sizes times a row's bytes; -1 past the room. */
+static int64_t rows_bytes_of(const mlc_agree *ag, const mlc_agreement *a, const char *rec) {
+    const int64_t *sizes = (const int64_t *)payload((char *)rec), per_row = row_bytes(a), room = rows_room(ag, a);
+    int64_t bytes = 0;
+    for (int64_t r = 0; r < a->in.sizes_count; r++) {
+        if (sizes[r] < 0 || (per_row > 0 && sizes[r] > (room - bytes) / per_row)) return -1;
+        bytes += sizes[r] * per_row;
+    }
+    return bytes;
+}
+
+/* A record from a rank that submitted another request may say anything: its rows
+ * ride only where their length checks out (the verdict then fails the request). */
+static int rows_ride(const mlc_agree *ag, const mlc_agreement *a, const char *rec) {
     const record *r = (const record *)rec;
-    return (int64_t)sizeof(record) + (r->direct_ranks == r->ranks ? payload_bytes(a) : 0);
+    return carries_rows(a) && r->direct_ranks == r->ranks && r->rows_ranks == r->ranks &&
+           rows_bytes_of(ag, a, rec) >= 0;
+}
+
+/* A record's bytes on the wire: its payload only while every rank in it sent one,
+ * its rows only while every rank in it sent them. */
+static int64_t record_bytes(const mlc_agree *ag, const mlc_agreement *a, const char *rec) {
+    const record *r = (const record *)rec;
+    if (r->direct_ranks != r->ranks) return (int64_t)sizeof(record);
+    return (int64_t)sizeof(record) + payload_bytes(a) + (rows_ride(ag, a, rec) ? rows_bytes_of(ag, a, rec) : 0);
+}
+
+/* x's rows joined with y's (both riding, disjoint ranks) into ag->joined, rank by
+ * rank; the sizes are summed afterwards by the caller. 0: they no longer fit. */
+static int join_rows(mlc_agree *ag, const mlc_agreement *a, const char *x, const char *y) {
+    const int64_t bx = rows_bytes_of(ag, a, x), by = rows_bytes_of(ag, a, y);
+    if (bx < 0 || by < 0 || bx + by > rows_room(ag, a)) return 0;
+    const int64_t *sx = (const int64_t *)payload((char *)x), *sy = (const int64_t *)payload((char *)y);
+    const char *from_x = payload((char *)x) + payload_bytes(a), *from_y = payload((char *)y) + payload_bytes(a);
+    const int64_t per_row = row_bytes(a);
+    char *to = ag->joined;
+    for (int64_t r = 0; r < a->in.sizes_count; r++) {
+        const int64_t nx = sx[r] * per_row, ny = sy[r] * per_row;
+        memcpy(to, from_x, (size_t)nx);
+        memcpy(to + nx, from_y, (size_t)ny);
+        to += nx + ny;
+        from_x += nx;
+        from_y += ny;
+    }
+    return 1;
 }
 
 static void make_record(mlc_agree *ag, mlc_agreement *a) {
@@ -290,21 +352,32 @@ static void make_record(mlc_agree *ag, mlc_agreement *a) {
         r->nonfinite_rank = ag->tp.rank;
         r->nonfinite_tensor = tensor;
     }
-    if (a->in.direct && a->in.sizes_count > 0)
+    if (a->in.direct && a->in.sizes_count > 0) {
         memcpy(payload(ag->mine), a->in.sizes_in, (size_t)payload_bytes(a));
-    else if (a->in.direct)
+        /* Offered within a rank's share of the room only: then every rank's rows fit
+         * together, and rows that would not are never sent to be dropped. */
+        if (carries_rows(a) && a->in.rows_capacity >= ag->direct_bytes &&
+            a->in.rows_bytes <= rows_room(ag, a) / ag->tp.size && rows_bytes_of(ag, a, ag->mine) == a->in.rows_bytes) {
+            r->rows_ranks = 1;
+            memcpy(payload(ag->mine) + payload_bytes(a), a->in.rows_in, (size_t)a->in.rows_bytes);
+        }
+    } else if (a->in.direct)
         mlc_gather_range(a->in.tensors, a->in.starts, a->in.ntensors, a->in.dtype, 0, a->in.total,
                          payload(ag->mine));
 }
 
 /* mine = mine (+) theirs; every field is symmetric in its two operands. */
-static void combine(mlc_agreement *a, char *mine, const char *theirs) {
+static void combine(mlc_agree *ag, mlc_agreement *a, char *mine, const char *theirs) {
     record *x = (record *)mine;
     const record *y = (const record *)theirs;
+    int rows_joined = 0;
     if (x->direct_ranks == x->ranks && y->direct_ranks == y->ranks && a->in.direct) {
-        if (a->in.sizes_count > 0)
+        if (a->in.sizes_count > 0) {
+            rows_joined = rows_ride(ag, a, mine) && rows_ride(ag, a, theirs) && join_rows(ag, a, mine, theirs);
             mlc_reduce_sum_into(payload(mine), theirs + sizeof(record), a->in.sizes_count, MLC_INT64);
-        else
+            if (rows_joined)
+                memcpy(payload(mine) + payload_bytes(a), ag->joined, (size_t)rows_bytes_of(ag, a, mine));
+        } else
             mlc_reduce_sum_into(payload(mine), theirs + sizeof(record), a->in.total, a->in.dtype);
     }
     if (y->digest_min < x->digest_min) x->digest_min = y->digest_min;
@@ -318,6 +391,7 @@ static void combine(mlc_agreement *a, char *mine, const char *theirs) {
     }
     x->direct_ranks += y->direct_ranks;
     x->bad_ranks += y->bad_ranks;
+    x->rows_ranks = rows_joined ? x->rows_ranks + y->rows_ranks : 0;
 }
 
 static int tree(mlc_agree *ag, mlc_agreement *a) {
@@ -326,24 +400,24 @@ static int tree(mlc_agree *ag, mlc_agreement *a) {
     const int64_t room = (int64_t)sizeof(record) + ag->direct_bytes;
     int rc;
     if (r >= p2) { /* folded: hand the record over, take the result back */
-        if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG)))
+        if ((rc = move(ag, a, ag->mine, record_bytes(ag, a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG)))
             return rc;
         if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_AGREE_TREE_TAG))) return rc;
-        memcpy(ag->mine, ag->theirs, (size_t)record_bytes(a, ag->theirs));
+        memcpy(ag->mine, ag->theirs, (size_t)record_bytes(ag, a, ag->theirs));
         return MLC_OK;
     }
     if (fold >= 0) {
         if ((rc = move(ag, a, NULL, 0, -1, ag->theirs, room, fold, MLC_AGREE_TREE_TAG))) return rc;
-        combine(a, ag->mine, ag->theirs);
+        combine(ag, a, ag->mine, ag->theirs);
     }
     for (int k = 0; k < mlc_rd_nsteps(n); k++) {
         int partner = mlc_rd_partner(r, n, k);
-        if ((rc = move(ag, a, ag->mine, record_bytes(a, ag->mine), partner, ag->theirs, room, partner,
+        if ((rc = move(ag, a, ag->mine, record_bytes(ag, a, ag->mine), partner, ag->theirs, room, partner,
                        MLC_AGREE_TREE_TAG)))
             return rc;
-        combine(a, ag->mine, ag->theirs);
+        combine(ag, a, ag->mine, ag->theirs);
     }
-    if (fold >= 0) return move(ag, a, ag->mine, record_bytes(a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG);
+    if (fold >= 0) return move(ag, a, ag->mine, record_bytes(ag, a, ag->mine), fold, NULL, 0, -1, MLC_AGREE_TREE_TAG);
     return MLC_OK;
 }
 
@@ -396,6 +470,10 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
     if (a->in.direct && r->direct_ranks == r->ranks && a->in.sizes_count > 0) { /* every rank's sizes */
         memcpy(a->in.sizes_out, payload(ag->mine), (size_t)payload_bytes(a));
         a->done_by_exchange = 1;
+        if (rows_ride(ag, a, ag->mine) && r->ranks == ag->tp.size) { /* and every rank's rows */
+            memcpy(a->in.rows_out, payload(ag->mine) + payload_bytes(a), (size_t)rows_bytes_of(ag, a, ag->mine));
+            a->rows_carried = 1;
+        }
     } else if (a->in.direct && r->direct_ranks == r->ranks) { /* the reduction is done: put it in place */
         char *sum = payload(ag->mine);
         if (a->in.op == MLC_OP_AVERAGE) mlc_divide_by_ranks(sum, a->in.total, a->in.dtype, ag->tp.size);
@@ -424,6 +502,7 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
     int status;
     a->message[0] = '\0';
     a->messages = 0;
+    a->rows_carried = 0;
     if ((status = wait_ready(ag, a)) != MLC_OK) {
         snprintf(a->message, MLC_MSG_LEN, "the team was shut down before this rank's inputs arrived");
     } else if (ag->drop_left > 0 && a->in.part > 0) {

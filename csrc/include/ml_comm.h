@@ -265,14 +265,22 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 /* The team's rank and number of ranks (its context's). */
 int mlc_team_rank(const mlc_team *team);
 int mlc_team_size(const mlc_team *team);
-/* Allgather, step 1: every rank's number of rows into all_rows (size entries). */
+/* Allgather, step 1: every rank's number of rows into all_rows (size entries). Small
+ * rows travel with them: given input (rows rows) and carried (MLC_ROWS_CARRY_BYTES
+ * bytes), when every rank's rows fit its share of the agreement's direct payload
+ * ((ML_COMM_DIRECT_BYTES - 8 size) / size bytes), carried gets the gathered output's
+ * bytes, *carried_done is 1, and there is no step 2 (on every rank alike). input and
+ * carried NULL: counts only. */
+enum { MLC_ROWS_CARRY_BYTES = 65536 };
 int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape,
-                            int dtype, int64_t *all_rows, char *err, size_t errlen);
-/* Allgather, step 2: output (sum of all_rows rows) = every rank's input rows, in rank order.
- * Called with the counts step 1 returned, it is covered by step 1's
- * agreement check and sends none of its own; so a rank that cannot allocate its output
- * must still call it, with output NULL: it then forwards the others' rows (the ring needs
- * every rank), keeps none and returns MLC_OK, and the caller fails its call on that rank. */
+                            int dtype, const void *input, void *carried, int *carried_done,
+                            int64_t *all_rows, char *err, size_t errlen);
+/* Allgather, step 2 (when step 1 did not carry the rows): output (sum of all_rows rows)
+ * = every rank's input rows, in rank order. Called with the counts step 1 returned, it
+ * is covered by step 1's agreement check and sends none of its own; so a rank that
+ * cannot allocate its output must still call it, with output NULL: it then forwards the
+ * others' rows (the ring needs every rank), keeps none and returns MLC_OK, and the
+ * caller fails its call on that rank. */
 int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const int64_t *all_rows,
                         int row_ndim, const int64_t *row_shape, int dtype, char *err, size_t errlen);
 /* Reduce-scatter: input (rows rows, alike on every rank) reduced with op over the ranks;

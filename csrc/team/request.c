@@ -131,7 +131,10 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .bad_args = req->bad_args,
                            .bad_detail = {req->bad_detail[0], req->bad_detail[1]},
                            .cancelled = req->cancelled, .sizes_count = req->sizes_count,
-                           .sizes_in = req->sizes_in, .sizes_out = req->sizes_out};
+                           .sizes_in = req->sizes_in, .sizes_out = req->sizes_out,
+                           .rows_in = req->rows_in, .rows_bytes = req->rows_bytes,
+                           .rows_capacity = req->rows_out ? MLC_ROWS_CARRY_BYTES : 0,
+                           .rows_out = req->rows_out};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))

@@ -65,6 +65,9 @@ struct mlc_request {
     int64_t sizes_count;        /* sizes the check carries (mlc_sign_input), with plan.direct */
     const int64_t *sizes_in;
     int64_t *sizes_out;
+    const void *rows_in;        /* an allgather's rows, carried with its sizes (mlc_sign_input) */
+    int64_t rows_bytes;
+    char *rows_out;
     mlc_agreement agreement; /* the agreement check's state (agree/) */
     int covered; /* an allgather's data, checked with its counts request (rows.c) */
 

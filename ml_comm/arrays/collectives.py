@@ -7,6 +7,7 @@ rank that calls something else fails on every rank with the core's message."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,17 @@ from .pool import MIN_BYTES, OutputPool
 
 # Results of a MiB or more come from memory earlier calls touched (pool.py says why).
 _RESULTS = OutputPool()
+# Each thread's buffer for an allgather's rows carried by its agreement check.
+_CARRIED = threading.local()
+
+
+def _carried_buffers():
+    """This thread's (rows buffer, done flag) for mlc_team_allgather_rows."""
+    bufs = getattr(_CARRIED, "bufs", None)
+    if bufs is None:
+        bufs = _CARRIED.bufs = (ffi.new("char[]", lib.MLC_ROWS_CARRY_BYTES), ffi.new("int *"))
+    return bufs
+
 
 OPS = {
     "sum": lib.MLC_OP_SUM,
@@ -70,12 +82,28 @@ def allgather(s: Session, array, team: int) -> np.ndarray:
     arr, code = _input(array, "allgather", rows=True)
     handle, (ndim, shape) = s.team(team), _row_shape(arr)
     all_rows = ffi.new("int64_t[]", s.size)
+    carried, carried_done = _carried_buffers()
     rc = lib.mlc_team_allgather_rows(
-        handle, arr.shape[0], ndim, shape, code, all_rows, s.err, ERR_LEN
+        handle,
+        arr.shape[0],
+        ndim,
+        shape,
+        code,
+        buffer(arr),
+        carried,
+        carried_done,
+        all_rows,
+        s.err,
+        ERR_LEN,
     )
     check(rc, "allgather", s.err)
+    shape_out = (sum(ffi.unpack(all_rows, s.size)), *arr.shape[1:])
+    if carried_done[0]:  # the rows came with the counts: nothing more moves on any rank
+        out = _empty(shape_out, arr.dtype)
+        ffi.memmove(ffi.from_buffer(out), carried, out.nbytes)
+        return out
     try:
-        out = _empty((sum(ffi.unpack(all_rows, s.size)), *arr.shape[1:]), arr.dtype)
+        out = _empty(shape_out, arr.dtype)
     except BaseException:
         # The data moves without a check of its own: this rank relays the others' rows
         # (the ring needs every rank), keeps none, and fails alone.

@@ -567,6 +567,63 @@ static void sizes_vary_rank(job *j, int rank, mlc_tp *tp) {
     if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, 0, rc, MLC_ERR_MISMATCH);
 }
 
+/* An allgather's counts request carrying its rows: rank r has (3r + 1) % 5 rows (some
+ * none) of 3 float16 bit patterns naming rank and element, at most 24 bytes, within
+ * each rank's share of the 1 KiB direct payload (56 bytes at 16 ranks): every rank gets
+ * every rank's counts and rows, bit for bit, in rank order. big: rank n-1 has 200 rows
+ * (1,200 bytes): on every rank the counts still arrive and no rows do (the data
+ * request then moves them). */
+static int64_t carried_rows_of(int rank, int n, int big) { return big && rank == n - 1 ? 200 : (3 * rank + 1) % 5; }
+
+static void rows_carried_rank(job *j, int rank, mlc_tp *tp) {
+    const int big = *(int *)j->arg, n = j->n;
+    uint16_t mine[200 * 3];
+    const int64_t rows = carried_rows_of(rank, n, big);
+    for (int i = 0; i < rows * 3; i++) mine[i] = (uint16_t)(rank << 10 | i);
+    int64_t sizes_in[MAX_RANKS] = {0}, sizes_out[MAX_RANKS] = {0};
+    sizes_in[rank] = rows;
+    static _Thread_local char carried[MLC_ROWS_CARRY_BYTES];
+    mlc_tensor t = {NULL, mine, rows * 3};
+    int64_t starts[2] = {0, rows * 3};
+    mlc_sign_input in = plain_input(&t, starts);
+    in.kind = MLC_KIND_ALLGATHER;
+    in.dtype = MLC_FLOAT16;
+    in.sizes_vary = 1;
+    in.row_elements = 3;
+    in.direct = 1;
+    in.sizes_count = n;
+    in.sizes_in = sizes_in;
+    in.sizes_out = sizes_out;
+    in.rows_in = mine;
+    in.rows_bytes = rows * 3 * 2;
+    in.rows_capacity = sizeof carried;
+    in.rows_out = carried;
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", n, rank, -1, 0, 0);
+    mlc_agree_set_direct_bytes(&ag, 1024);
+    mlc_agreement a;
+    memset(&a, 0, sizeof a);
+    mlc_agree_register(&ag, &a, 1, &in);
+    char message[MLC_MSG_LEN] = "";
+    int rc = mlc_agree_verdict(&ag, &a, message);
+    pthread_barrier_wait(&j->barrier);
+    mlc_agree_destroy(&ag);
+    if (n == 1) return; /* one rank exchanges nothing */
+    if (rc != MLC_OK || !a.done_by_exchange) fail(message, n, rank, 0, rc, 0);
+    if (a.messages > message_bound(n)) fail("carried rows messages", n, rank, 0, a.messages, message_bound(n));
+    if (a.rows_carried != !big) fail("rows carried", n, rank, 0, a.rows_carried, !big);
+    const uint16_t *got = (const uint16_t *)carried;
+    for (int r = 0; r < n; r++) {
+        if (sizes_out[r] != carried_rows_of(r, n, big)) fail("carried counts", n, rank, r, sizes_out[r], carried_rows_of(r, n, big));
+        for (int i = 0; !big && i < carried_rows_of(r, n, big) * 3; i++, got++)
+            if (*got != (uint16_t)(r << 10 | i)) {
+                fail("carried rows", n, rank, r, *got, (uint16_t)(r << 10 | i));
+                break;
+            }
+    }
+}
+
 /* The judge on a table made by hand: sizes that vary are not compared, rows are. */
 static void sizes_vary_judge(void) {
     float data[16] = {0};
@@ -905,6 +962,9 @@ int main(int argc, char **argv) {
         run_job(n, bad_args_rank, &odd);
         run_job(n, bad_args_rank, &all);
         run_job(n, row_shape_rank, NULL);
+        int small = 0, big = 1;
+        run_job(n, rows_carried_rank, &small);
+        run_job(n, rows_carried_rank, &big);
         float results[MAX_RANKS][37];
         run_job(n, direct_bits_rank, results);
         for (int r = 1; r < n; r++)

@@ -179,6 +179,102 @@ def test_counts_inside_the_agreement_or_on_a_ring(session, direct_bytes):
     c.finish()
 
 
+def rows_carried(team, array: np.ndarray) -> tuple[bool, np.ndarray]:
+    """The counts request alone, with the rows offered: (whether they came with it, counts)."""
+    n = _active().size
+    shape = ffi.new("int64_t[]", [int(d) for d in array.shape[1:]])
+    carried, done, counts = (
+        ffi.new("char[]", lib.MLC_ROWS_CARRY_BYTES),
+        ffi.new("int *"),
+        ffi.new("int64_t[]", n),
+    )
+    err = ffi.new("char[]", 512)
+    code = {np.dtype(np.float32): lib.MLC_FLOAT32}[array.dtype]
+    rc = lib.mlc_team_allgather_rows(
+        team,
+        array.shape[0],
+        array.ndim - 1,
+        shape,
+        code,
+        ffi.from_buffer(array),
+        carried,
+        done,
+        counts,
+        err,
+        512,
+    )
+    assert rc == 0, ffi.string(err).decode()
+    if not done[0]:  # the data request the counts request left to do, on every rank alike
+        out = np.empty((sum(counts), *array.shape[1:]), array.dtype)
+        rc = lib.mlc_team_allgatherv(
+            team,
+            ffi.from_buffer(array),
+            ffi.from_buffer(out),
+            counts,
+            array.ndim - 1,
+            shape,
+            code,
+            err,
+            512,
+        )
+        assert rc == 0, ffi.string(err).decode()
+    return bool(done[0]), np.array(list(counts))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_small_rows_ride_with_the_counts(session, direct_4k, dtype):
+    """Rows that fit the agreement's direct payload on every rank come with the counts,
+    bit for bit (-0.0 and a NaN's payload included); one rank's rows past it send every
+    rank's by the ring, with the same results."""
+    if session.nranks < 2:
+        pytest.skip("one rank checks nothing")
+    c = Checks()
+    n, r = session.nranks, session.rank
+    mine = rows_input(r, rows_of(r), dtype, seed=11)
+    want = [rows_input(q, rows_of(q), dtype, seed=11) for q in range(n)]
+    if dtype == np.float32:  # -0.0 and a NaN with a payload, first in each rank's rows
+        for rows in [mine, *want]:
+            if len(rows):
+                rows.view(np.uint32)[0, 0, :2] = (0x80000000, 0x7FC01234)
+    out = mc.allgather(mine)
+    c.equal(out.view(np.uint8), np.concatenate(want).view(np.uint8), f"{dtype.name} rows carried")
+    c.true(out.dtype == np.dtype(dtype), f"dtype {out.dtype}")
+    small = np.full((rows_of(r), 2, 3), r, np.float32)
+    done, counts = rows_carried(direct_4k, small)
+    c.true(done, "small rows came with the counts")
+    c.equal(counts, np.array([rows_of(q) for q in range(n)]), "counts")
+    large = np.full((300 if r == n - 1 else rows_of(r), 2, 3), r, np.float32)  # 7,200 bytes
+    done, _ = rows_carried(direct_4k, large)
+    c.true(not done, "rows past the direct payload on one rank: no rank's rows came along")
+    want_large = np.concatenate(
+        [np.full((300 if q == n - 1 else rows_of(q), 2, 3), q, np.float32) for q in range(n)]
+    )
+    c.equal(mc.allgather(large), want_large, "one rank's rows past the payload: the ring")
+    c.finish()
+
+
+def test_a_rank_that_cannot_take_carried_rows_fails_alone(session, direct_4k, monkeypatch):
+    """Rows that came with the counts: the last rank cannot allocate its output and raises
+    MemoryError; the others have every rank's rows, and the next allgather works everywhere."""
+    c = Checks()
+    n, r = session.nranks, session.rank
+    mine = rows_input(r, rows_of(r), np.float32, seed=5)
+    want = np.concatenate([rows_input(q, rows_of(q), np.float32, seed=5) for q in range(n)])
+    if r == n - 1:
+        monkeypatch.setattr(
+            collectives,
+            "_empty",
+            lambda shape, dtype: (_ for _ in ()).throw(MemoryError("no room")),
+        )
+        with pytest.raises(MemoryError, match="no room"):
+            mc.allgather(mine)
+        monkeypatch.undo()
+    else:
+        c.equal(mc.allgather(mine), want, "allgather beside a rank without memory")
+    c.equal(mc.allgather(mine), want, "the next allgather")
+    c.finish()
+
+
 def agreement_checks(team) -> int:
     messages, checks = ffi.new("int64_t *"), ffi.new("int64_t *")
     lib.mlc_team_agreement_counts(team, messages, checks)

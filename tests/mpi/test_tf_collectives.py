@@ -24,6 +24,26 @@ def rows_of(rank: int) -> int:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_allgather_rows_carried_by_the_counts(tf_session, direct_4k, mode):
+    """Rows within the 4 KiB direct payload come with the counts (no ring after them), rows
+    past it on one rank take the ring on every rank: exact either way, eager and inside
+    tf.function."""
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    small = make_input(r, (rows_of(r), 3), np.float32, 4)
+    large = make_input(r, (400 if r == n - 1 else rows_of(r), 3), np.float32, 5)  # 4,800 bytes
+    results = run_in_mode(mode, lambda ts: [mtf.allgather(t) for t in ts], [[small, large]] * 2)
+    for run, (got_small, got_large) in enumerate(results):
+        want = np.concatenate([make_input(q, (rows_of(q), 3), np.float32, 4) for q in range(n)])
+        c.equal(got_small, want, f"{mode} run {run}: rows carried")
+        want = [
+            make_input(q, (400 if q == n - 1 else rows_of(q), 3), np.float32, 5) for q in range(n)
+        ]
+        c.equal(got_large, np.concatenate(want), f"{mode} run {run}: rows on the ring")
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_collectives_in_one_call(tf_session, dtype, mode):
     c = Checks()

@@ -9,6 +9,8 @@
 // and call done() from there: no TensorFlow thread waits for the other ranks.
 // Ops are ordered across ranks by the Python layer (control dependencies).
 
+#include <cstring>
+#include <memory>
 #include <thread>
 
 #include "common.h"
@@ -137,12 +139,20 @@ class AllgatherOp : public RowsKernel {
     const int dtype = CoreDtype(in.dtype()), size = mlc_team_size(team);
     const std::vector<int64_t> row = RowShape(in);
     std::vector<int64_t> rows(size);
+    std::unique_ptr<char[]> carried(new char[MLC_ROWS_CARRY_BYTES]);
+    int carried_done = 0;
     int rc = mlc_team_allgather_rows(team, in.dim_size(0), row.size(), row.data(), dtype,
-                                     rows.data(), err, errlen);
+                                     Data(in), carried.get(), &carried_done, rows.data(), err,
+                                     errlen);
     if (rc) return rc;
     int64_t total = 0;
     for (int64_t r : rows) total += r;
     Tensor *out = nullptr;
+    if (carried_done) {  // the rows came with the counts: every rank is done
+      if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) return rc;
+      if (out->TotalBytes() > 0) std::memcpy(Data(*out), carried.get(), out->TotalBytes());
+      return MLC_OK;
+    }
     if ((rc = Allocate(ctx, 0, WithRows(in, total), &out))) {
       // The data moves without a check of its own: relay the others' rows, keep none.
       mlc_team_allgatherv(team, Data(in), nullptr, rows.data(), row.size(), row.data(), dtype,
