@@ -8,6 +8,9 @@ iteration (the order alternates, so machine noise hits both alike):
 
 - allgather: ``mc.allgather(x)`` against ``comm.Allgather(x, out)``, x of S / n bytes per rank,
   S bytes gathered;
+- allgatherv: the same ``mc.allgather(x)`` against MPI doing its job, rows whose number may
+  differ by rank: ``comm.Allgather`` of the row counts, then ``comm.Allgatherv`` (what
+  ``MPI_Allgather`` alone cannot do, and what Horovod's allgather runs);
 - reducescatter: ``mc.reducescatter(x, op="sum")`` against ``comm.Reduce_scatter_block(x, out)``,
   x of S bytes, S / n bytes out per rank.
 
@@ -64,12 +67,20 @@ def cases(comm, count: int):
         comm.Allgather(gather_in, gather_out)
         return gather_out
 
+    own_count, counts = np.array([part], np.int64), np.zeros(n, np.int64)
+
+    def mpi_allgatherv():
+        comm.Allgather(own_count, counts)
+        comm.Allgatherv(gather_in, [gather_out, counts])
+        return gather_out
+
     def mpi_reduce_scatter():
         comm.Reduce_scatter_block(scatter_in, scatter_out, op=MPI.SUM)
         return scatter_out
 
     return [
         ("allgather", lambda: mc.allgather(gather_in), mpi_allgather, want_gather),
+        ("allgatherv", lambda: mc.allgather(gather_in), mpi_allgatherv, want_gather),
         ("reducescatter", lambda: mc.reducescatter(scatter_in, "sum"), mpi_reduce_scatter,
          want_scatter),
     ]  # fmt: skip

@@ -137,6 +137,25 @@ int64_t mlc_rows_first(int64_t rows, int size, int rank) {
  * receives block r-s-1 from r-1. */
 int mlc_ring_gatherv_send_block(int rank, int size, int step) { return mod(rank - step, size); }
 int mlc_ring_gatherv_recv_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
+
+mlc_gatherv_cursor mlc_gatherv_start(int rank, int size, int send) {
+    return (mlc_gatherv_cursor){rank, size, send != 0, 0, 0};
+}
+
+int mlc_gatherv_next(mlc_gatherv_cursor *c, const int64_t *block_bytes, int64_t piece_bytes,
+                     mlc_gatherv_piece *piece) {
+    if (piece_bytes <= 0) return 0;
+    for (; c->step < c->size - 1; c->step++, c->offset = 0) {
+        const int block = c->send ? mlc_ring_gatherv_send_block(c->rank, c->size, c->step)
+                                  : mlc_ring_gatherv_recv_block(c->rank, c->size, c->step);
+        const int64_t left = block_bytes[block] - c->offset;
+        if (left <= 0) continue;
+        *piece = (mlc_gatherv_piece){block, c->offset, left < piece_bytes ? left : piece_bytes};
+        c->offset += piece->bytes;
+        return 1;
+    }
+    return 0;
+}
 /* Reduce-scatterv: at step s rank r sends its partial sum of block r-s-1 and receives
  * block r-s-2; the last step (s = size-2) receives block r, its own, complete. */
 int mlc_ring_scatterv_send_block(int rank, int size, int step) { return mod(rank - step - 1, size); }

@@ -412,6 +412,22 @@ int64_t mlc_rows_first(int64_t rows, int size, int rank);
  * a step. The allgather starts from the rank's own block, the reduce-scatter ends on it. */
 int mlc_ring_gatherv_send_block(int rank, int size, int step);
 int mlc_ring_gatherv_recv_block(int rank, int size, int step);
+/* The same ring pipelined: a rank's send stream (its own block, then the blocks it
+ * forwards) and its receive stream, both in ring order, cut into pieces of at most
+ * piece_bytes that never cross a block (empty blocks have none). A rank's send stream is
+ * its right neighbour's receive stream, piece for piece. Start a cursor, then take
+ * pieces until mlc_gatherv_next returns 0. */
+typedef struct mlc_gatherv_cursor {
+    int rank, size, send, step; /* step: the stream's block index, 0 .. size-2 */
+    int64_t offset;             /* bytes of that block already given out */
+} mlc_gatherv_cursor;
+typedef struct mlc_gatherv_piece {
+    int block;
+    int64_t offset, bytes;
+} mlc_gatherv_piece;
+mlc_gatherv_cursor mlc_gatherv_start(int rank, int size, int send);
+int mlc_gatherv_next(mlc_gatherv_cursor *cursor, const int64_t *block_bytes, int64_t piece_bytes,
+                     mlc_gatherv_piece *piece);
 int mlc_ring_scatterv_send_block(int rank, int size, int step);
 int mlc_ring_scatterv_recv_block(int rank, int size, int step);
 /* Pairwise exchange, steps 1..size-1: whom rank sends to and receives from. */

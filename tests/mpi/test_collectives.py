@@ -275,6 +275,36 @@ def test_a_rank_that_cannot_take_carried_rows_fails_alone(session, direct_4k, mo
     c.finish()
 
 
+@pytest.mark.parametrize(
+    "rows_of",
+    [lambda q: (q * 997) % 1500, lambda q: 1000 if q == 1 else 0],
+    ids=["uneven", "one rank"],
+)
+def test_allgather_of_blocks_larger_than_a_piece(session, monkeypatch, rows_of):
+    """Blocks of up to 600 KB travel the ring in pieces of 256 KiB, forwarded as they
+    arrive: exact, with empty blocks, and beside a rank that relays whole blocks."""
+    c = Checks()
+    n, r = session.nranks, session.rank
+
+    def rows(q):
+        return (np.arange(rows_of(q) * 100, dtype=np.float32).reshape(-1, 100) % 1013) + q
+
+    want = np.concatenate([rows(q) for q in range(n)])
+    c.equal(mc.allgather(rows(r)), want, "allgather")
+    if n > 1 and r == n - 1:
+        monkeypatch.setattr(
+            collectives,
+            "_empty",
+            lambda shape, dtype: (_ for _ in ()).throw(MemoryError("no room")),
+        )
+        with pytest.raises(MemoryError, match="no room"):
+            mc.allgather(rows(r))
+        monkeypatch.undo()
+    elif n > 1:
+        c.equal(mc.allgather(rows(r)), want, "allgather beside a rank that relays")
+    c.finish()
+
+
 def agreement_checks(team) -> int:
     messages, checks = ffi.new("int64_t *"), ffi.new("int64_t *")
     lib.mlc_team_agreement_counts(team, messages, checks)

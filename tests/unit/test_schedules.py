@@ -4,6 +4,7 @@ every element ends up with every rank's contribution exactly once."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -219,6 +220,40 @@ def test_ring_gatherv_gives_every_rank_every_block_once(n):
             assert got == sent[(r - 1) % n] and got not in held[r]
             held[r].add(got)
     assert all(h == set(range(n)) for h in held)
+
+
+def gatherv_pieces(rank: int, n: int, send: bool, block_bytes: list[int], piece: int) -> list:
+    cursor = ffi.new("mlc_gatherv_cursor *", lib.mlc_gatherv_start(rank, n, int(send)))
+    sizes, out, pieces = ffi.new("int64_t[]", block_bytes), ffi.new("mlc_gatherv_piece *"), []
+    while lib.mlc_gatherv_next(cursor, sizes, piece, out):
+        pieces.append((out.block, out.offset, out.bytes))
+    return pieces
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("piece", [1, 7, 64, 1 << 20])
+def test_ring_gatherv_pieces(n, piece):
+    """Each rank's send stream is its right neighbour's receive stream, piece for piece;
+    a receive stream covers every other rank's block once, in order, in pieces of at most
+    `piece` bytes that never cross a block; a send stream is the rank's own block, then
+    the pieces it received, in the order received (so it forwards only what arrived)."""
+    block_bytes = [(37 * r) % 101 * (r % 3 != 1) for r in range(n)]  # some blocks empty
+    for r in range(n):
+        sends = gatherv_pieces(r, n, True, block_bytes, piece)
+        receives = gatherv_pieces(r, n, False, block_bytes, piece)
+        assert sends == gatherv_pieces((r + 1) % n, n, False, block_bytes, piece)
+        assert all(0 < b <= piece for _, _, b in sends + receives)
+        for block in range(n):
+            mine = [(o, b) for k, o, b in receives if k == block]
+            want = block_bytes[block] if block != r else 0
+            assert sum(b for _, b in mine) == want
+            assert [o for o, _ in mine] == list(
+                itertools.accumulate([0] + [b for _, b in mine][:-1])
+            )[: len(mine)]
+        own = [p for p in sends if p[0] == r]
+        assert sends[: len(own)] == own and sum(b for _, _, b in own) == block_bytes[r]
+        last = lib.mlc_ring_gatherv_recv_block(r, n, n - 2) if n > 1 else None
+        assert sends[len(own) :] == [p for p in receives if p[0] != last]
 
 
 @pytest.mark.parametrize("n", SIZES)
