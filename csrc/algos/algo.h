@@ -83,7 +83,13 @@ int mlc_allgather_ring(mlc_tp *tp, const mlc_algo_call *call);
 /* The direct allreduce's sum: the n ranks' inputs, in rank order (allreduce_direct.c). */
 void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, int dtype, int op);
 
-/* Collectives of rows, one file each. */
+/* Collectives of rows, one file each. The rings cut blocks into pieces of at most this
+ * many bytes (a multiple of every element size), forwarded as they arrive; a test
+ * build shrinks it so that small blocks are cut too. */
+#ifndef MLC_RING_PIECE_BYTES
+#define MLC_RING_PIECE_BYTES (256 * 1024)
+#endif
+_Static_assert(MLC_RING_PIECE_BYTES % 8 == 0, "a piece holds whole elements");
 int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *call);
 int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *call);
 int mlc_alltoallv_pairwise(mlc_tp *tp, const mlc_rows_call *call);

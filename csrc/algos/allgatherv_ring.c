@@ -4,7 +4,7 @@
  * Steps, n ranks: the rank's own rows are copied to their place in the output.
  * Its send stream is its own block, then blocks r-1, ..., r-n+2 as they arrive; its
  * receive stream is blocks r-1, ..., r-n+1 from rank r-1, each straight into its
- * place. Both streams are cut into pieces of at most MLC_GATHER_PIECE_BYTES that
+ * place. Both streams are cut into pieces of at most MLC_RING_PIECE_BYTES that
  * never cross a block (base/schedule.c, mlc_gatherv_next); each round receives the
  * next piece from r-1 and sends the next piece to r+1 that is here already, so a
  * block is forwarded piece by piece while the rest of it still arrives, instead of
@@ -12,7 +12,7 @@
  * 16 MiB took 57-65 ms that way, as MPICH's own MPI_Allgather ring, and 52 ms as
  * MPICH's MPI_Allgatherv, which pipelines in 32 KiB pieces). Bytes on the wire per
  * rank: (total - own rows) * row bytes received, (total - rows of rank r+1) sent, in
- * ceil(block / MLC_GATHER_PIECE_BYTES) messages per block each way; the ring's n-1
+ * ceil(block / MLC_RING_PIECE_BYTES) messages per block each way; the ring's n-1
  * block latencies overlap the transfer. Empty blocks send nothing. Blocks are copied,
  * never computed: every rank holds the same bits.
  *
@@ -23,10 +23,6 @@
 #include <string.h>
 
 #include "algo.h"
-
-#ifndef MLC_GATHER_PIECE_BYTES /* a test build shrinks it to cut small blocks too */
-#define MLC_GATHER_PIECE_BYTES (256 * 1024)
-#endif
 
 /* Relaying, one ring step at a time through two scratch blocks. The messages are the
  * neighbours' pieces (a block-sized receive would not match a block sent in pieces). */
@@ -44,8 +40,8 @@ static int relay(mlc_tp *tp, const mlc_rows_call *c, const int64_t *block_bytes)
         char *into = scratch ? scratch + (s % 2) * largest : NULL;
         /* The step's pieces, sent and received in lockstep as the neighbours do. */
         for (int64_t so = 0, ro = 0; rc == MLC_OK && (so < block_bytes[sb] || ro < block_bytes[rb]);) {
-            const int64_t sn = block_bytes[sb] - so < MLC_GATHER_PIECE_BYTES ? block_bytes[sb] - so : MLC_GATHER_PIECE_BYTES;
-            const int64_t rn = block_bytes[rb] - ro < MLC_GATHER_PIECE_BYTES ? block_bytes[rb] - ro : MLC_GATHER_PIECE_BYTES;
+            const int64_t sn = block_bytes[sb] - so < MLC_RING_PIECE_BYTES ? block_bytes[sb] - so : MLC_RING_PIECE_BYTES;
+            const int64_t rn = block_bytes[rb] - ro < MLC_RING_PIECE_BYTES ? block_bytes[rb] - ro : MLC_RING_PIECE_BYTES;
             if (sn > 0 && rn > 0) rc = mlc_tp_sendrecv(tp, send + so, sn, (r + 1) % n, into + ro, rn, (r + n - 1) % n, c->tag);
             else if (sn > 0) rc = mlc_tp_send(tp, send + so, sn, (r + 1) % n, c->tag);
             else rc = mlc_tp_recv(tp, into + ro, rn, (r + n - 1) % n, c->tag);
@@ -78,7 +74,7 @@ int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         return MLC_ERR_NOMEM;
     }
     for (int b = 0; b < n; b++) start[b] = mlc_rows_before(c->recv_rows, b) * row_bytes;
-    const int64_t piece = MLC_GATHER_PIECE_BYTES;
+    const int64_t piece = MLC_RING_PIECE_BYTES;
     const int64_t own_pieces = (block_bytes[r] + piece - 1) / piece;
     mlc_gatherv_cursor sc = mlc_gatherv_start(r, n, 1), rcur = mlc_gatherv_start(r, n, 0);
     mlc_gatherv_piece sp, rp;

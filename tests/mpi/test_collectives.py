@@ -305,6 +305,26 @@ def test_allgather_of_blocks_larger_than_a_piece(session, monkeypatch, rows_of):
     c.finish()
 
 
+@pytest.mark.parametrize("op", ["sum", "average"])
+def test_reducescatter_of_blocks_larger_than_a_piece(session, op):
+    """Shares of up to 1.2 MB travel the ring in pieces of 256 KiB, each partial forwarded
+    as it is made: exact (integer-valued sums), with rows that do not divide by the ranks."""
+    c = Checks()
+    n, r = session.nranks, session.rank
+    rows = 3001
+
+    def rows_of(q):
+        return (np.arange(rows * 100, dtype=np.float32).reshape(rows, 100) % 61) * (q + 1)
+
+    total = sum(rows_of(q) for q in range(n))
+    want = total / n if op == "average" else total
+    shares = [rows // n + (1 if q < rows % n else 0) for q in range(n)]
+    first = sum(shares[:r])
+    got = mc.reducescatter(rows_of(r), op)
+    c.equal(got, want[first : first + shares[r]].astype(np.float32), f"reducescatter {op}")
+    c.finish()
+
+
 def agreement_checks(team) -> int:
     messages, checks = ffi.new("int64_t *"), ffi.new("int64_t *")
     lib.mlc_team_agreement_counts(team, messages, checks)

@@ -48,11 +48,11 @@ def build(out: Path, *flags: str) -> Path:
 
 @pytest.mark.parametrize(
     "flags, max_ranks",
-    # The sanitized build cuts an allgather's blocks into 40-byte pieces, so that the tests'
-    # small blocks take the pipelined ring's many pieces too.
+    # The sanitized build cuts the rings' blocks into 40-byte pieces, so that the tests'
+    # small blocks take the pipelined rings' many pieces too.
     [
         (("-O2",), 16),
-        (("-O1", "-g", "-fsanitize=address,undefined", "-DMLC_GATHER_PIECE_BYTES=40"), 16),
+        (("-O1", "-g", "-fsanitize=address,undefined", "-DMLC_RING_PIECE_BYTES=40"), 16),
     ],
     ids=["plain", "asan"],
 )
