@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algo.h"
+#include "piece_ring.h"
 
 /* Relaying, one ring step at a time through two scratch blocks. The messages are the
  * neighbours' pieces (a block-sized receive would not match a block sent in pieces). */
@@ -42,9 +42,8 @@ static int relay(mlc_tp *tp, const mlc_rows_call *c, const int64_t *block_bytes)
         for (int64_t so = 0, ro = 0; rc == MLC_OK && (so < block_bytes[sb] || ro < block_bytes[rb]);) {
             const int64_t sn = block_bytes[sb] - so < MLC_RING_PIECE_BYTES ? block_bytes[sb] - so : MLC_RING_PIECE_BYTES;
             const int64_t rn = block_bytes[rb] - ro < MLC_RING_PIECE_BYTES ? block_bytes[rb] - ro : MLC_RING_PIECE_BYTES;
-            if (sn > 0 && rn > 0) rc = mlc_tp_sendrecv(tp, send + so, sn, (r + 1) % n, into + ro, rn, (r + n - 1) % n, c->tag);
-            else if (sn > 0) rc = mlc_tp_send(tp, send + so, sn, (r + 1) % n, c->tag);
-            else rc = mlc_tp_recv(tp, into + ro, rn, (r + n - 1) % n, c->tag);
+            rc = mlc_tp_sendrecv(tp, send + so, sn, sn > 0 ? (r + 1) % n : -1, into + ro, rn,
+                                 rn > 0 ? (r + n - 1) % n : -1, c->tag);
             so += sn;
             ro += rn;
         }
@@ -74,32 +73,20 @@ int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         return MLC_ERR_NOMEM;
     }
     for (int b = 0; b < n; b++) start[b] = mlc_rows_before(c->recv_rows, b) * row_bytes;
-    const int64_t piece = MLC_RING_PIECE_BYTES;
-    const int64_t own_pieces = (block_bytes[r] + piece - 1) / piece;
-    mlc_gatherv_cursor sc = mlc_gatherv_start(r, n, 1), rcur = mlc_gatherv_start(r, n, 0);
-    mlc_gatherv_piece sp, rp;
-    int have_send = mlc_gatherv_next(&sc, block_bytes, piece, &sp);
-    int have_recv = mlc_gatherv_next(&rcur, block_bytes, piece, &rp);
-    int64_t sent = 0, received = 0;
+    mlc_piece_ring p;
+    mlc_piece_ring_start(&p, r, n, block_bytes);
     int rc = MLC_OK;
-    while (rc == MLC_OK && (have_send || have_recv)) {
-        /* Past its own block a rank sends what it received, in the order received. */
-        const int send_now = have_send && (sent < own_pieces || sent - own_pieces < received);
-        char *sbuf = c->output + (send_now ? start[sp.block] + sp.offset : 0);
-        char *rbuf = c->output + (have_recv ? start[rp.block] + rp.offset : 0);
-        if (send_now && have_recv)
-            rc = mlc_tp_sendrecv(tp, sbuf, sp.bytes, (r + 1) % n, rbuf, rp.bytes, (r + n - 1) % n, c->tag);
-        else if (send_now) rc = mlc_tp_send(tp, sbuf, sp.bytes, (r + 1) % n, c->tag);
-        else if (have_recv) rc = mlc_tp_recv(tp, rbuf, rp.bytes, (r + n - 1) % n, c->tag);
-        else rc = MLC_ERR_STATE; /* a piece to forward that never arrives: block sizes disagree */
-        if (send_now) {
-            sent++;
-            have_send = mlc_gatherv_next(&sc, block_bytes, piece, &sp);
+    while (rc == MLC_OK && (p.have_send || p.have_recv)) {
+        const int send_now = mlc_piece_ring_can_send(&p), recv_now = p.have_recv;
+        if (!send_now && !recv_now) {
+            rc = MLC_ERR_STATE; /* a piece to forward that never arrives: block sizes disagree */
+            break;
         }
-        if (have_recv) {
-            received++;
-            have_recv = mlc_gatherv_next(&rcur, block_bytes, piece, &rp);
-        }
+        rc = mlc_tp_sendrecv(tp, send_now ? c->output + start[p.send.block] + p.send.offset : NULL,
+                             send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1,
+                             recv_now ? c->output + start[p.recv.block] + p.recv.offset : NULL,
+                             recv_now ? p.recv.bytes : 0, recv_now ? (r + n - 1) % n : -1, c->tag);
+        mlc_piece_ring_advance(&p, send_now, recv_now);
     }
     free(start);
     free(block_bytes);

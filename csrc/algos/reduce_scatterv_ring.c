@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algo.h"
+#include "piece_ring.h"
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -41,7 +41,7 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     }
     const int64_t piece = MLC_RING_PIECE_BYTES;
     const int first = mod(r - 1, n); /* the block this rank sends first, from its input */
-    const int64_t first_pieces = (block_bytes[first] + piece - 1) / piece, nslots = first_pieces + 2;
+    const int64_t nslots = (block_bytes[first] + piece - 1) / piece + 2; /* lead + 2 */
     mlc_buffer own = {NULL, 0}, *staging = c->staging ? c->staging : &own;
     if (staging->bytes < nslots * piece) {
         char *grown = realloc(staging->data, nslots * piece);
@@ -52,42 +52,34 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         staging->data = grown;
         staging->bytes = nslots * piece;
     }
-    /* The streams of the allgather ring of rank r-1: sends block r-1 first, receives r-2 first. */
-    mlc_gatherv_cursor sc = mlc_gatherv_start(first, n, 1), rcur = mlc_gatherv_start(first, n, 0);
-    mlc_gatherv_piece sp, rp;
-    int have_send = mlc_gatherv_next(&sc, block_bytes, piece, &sp);
-    int have_recv = mlc_gatherv_next(&rcur, block_bytes, piece, &rp);
-    int64_t sent = 0, received = 0;
+    mlc_piece_ring p; /* the streams of the allgather ring of rank r-1 */
+    mlc_piece_ring_start(&p, first, n, block_bytes);
     int rc = MLC_OK;
-    while (rc == MLC_OK && (have_send || have_recv)) {
+    while (rc == MLC_OK && (p.have_send || p.have_recv)) {
         /* Past block r-1 a rank sends the partials it made, in the order received:
          * partial j sits in slot j mod nslots, which no later receive reuses before it
-         * has left (a receive is at most first_pieces + 1 pieces ahead of the send). */
-        const int send_now = have_send && (sent < first_pieces || sent - first_pieces < received);
+         * has left (a receive is at most lead + 1 pieces ahead of the send). */
+        const int send_now = mlc_piece_ring_can_send(&p), recv_now = p.have_recv;
+        if (!send_now && !recv_now) {
+            rc = MLC_ERR_STATE; /* a partial to forward that never arrives: block sizes disagree */
+            break;
+        }
         const char *sbuf = !send_now ? NULL
-                           : sent < first_pieces ? c->input + start[sp.block] + sp.offset
-                                                  : staging->data + ((sent - first_pieces) % nslots) * piece;
-        char *rbuf = staging->data + (received % nslots) * piece;
-        if (send_now && have_recv)
-            rc = mlc_tp_sendrecv(tp, sbuf, sp.bytes, (r + 1) % n, rbuf, rp.bytes, (r + n - 1) % n, c->tag);
-        else if (send_now) rc = mlc_tp_send(tp, sbuf, sp.bytes, (r + 1) % n, c->tag);
-        else if (have_recv) rc = mlc_tp_recv(tp, rbuf, rp.bytes, (r + n - 1) % n, c->tag);
-        else rc = MLC_ERR_STATE; /* a partial to forward that never arrives: block sizes disagree */
+                           : p.sent < p.lead ? c->input + start[p.send.block] + p.send.offset
+                                             : staging->data + ((p.sent - p.lead) % nslots) * piece;
+        char *rbuf = staging->data + (p.received % nslots) * piece;
+        rc = mlc_tp_sendrecv(tp, sbuf, send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1, rbuf,
+                             recv_now ? p.recv.bytes : 0, recv_now ? (r + n - 1) % n : -1, c->tag);
         if (rc) break;
-        if (have_recv) { /* this rank's share: a partial to forward, or its own block done */
-            const char *mine = c->input + start[rp.block] + rp.offset;
-            const int64_t count = rp.bytes / es;
-            if (rp.block != r) mlc_reduce_op_to(rbuf, rbuf, mine, count, c->dtype, c->op);
+        if (recv_now) { /* this rank's share: a partial to forward, or its own block done */
+            const char *mine = c->input + start[p.recv.block] + p.recv.offset;
+            const int64_t count = p.recv.bytes / es;
+            if (p.recv.block != r) mlc_reduce_op_to(rbuf, rbuf, mine, count, c->dtype, c->op);
             else if (c->op == MLC_OP_AVERAGE)
-                mlc_reduce_sum_average_to(c->output + rp.offset, rbuf, mine, count, c->dtype, n);
-            else mlc_reduce_op_to(c->output + rp.offset, rbuf, mine, count, c->dtype, c->op);
-            received++;
-            have_recv = mlc_gatherv_next(&rcur, block_bytes, piece, &rp);
+                mlc_reduce_sum_average_to(c->output + p.recv.offset, rbuf, mine, count, c->dtype, n);
+            else mlc_reduce_op_to(c->output + p.recv.offset, rbuf, mine, count, c->dtype, c->op);
         }
-        if (send_now) {
-            sent++;
-            have_send = mlc_gatherv_next(&sc, block_bytes, piece, &sp);
-        }
+        mlc_piece_ring_advance(&p, send_now, recv_now);
     }
     if (staging == &own) free(own.data);
     free(block_bytes);

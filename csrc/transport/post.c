@@ -32,13 +32,15 @@ void mlc_tp_abandon(mlc_tp *tp, int n, mlc_tp_req *reqs) {
 int mlc_tp_sendrecv(mlc_tp *tp, const void *sbuf, int64_t sbytes, int dest, void *rbuf,
                     int64_t rbytes, int src, int tag) {
     mlc_tp_req reqs[2];
-    int rc = mlc_tp_irecv(tp, rbuf, rbytes, src, tag, &reqs[0]);
-    if (rc) return rc;
-    if ((rc = mlc_tp_isend(tp, sbuf, sbytes, dest, tag, &reqs[1]))) {
-        mlc_tp_abandon(tp, 1, reqs);
+    int posted = 0, rc = MLC_OK;
+    if (src >= 0 && (rc = mlc_tp_irecv(tp, rbuf, rbytes, src, tag, &reqs[posted])) == MLC_OK) posted++;
+    if (rc == MLC_OK && dest >= 0 && (rc = mlc_tp_isend(tp, sbuf, sbytes, dest, tag, &reqs[posted])) == MLC_OK)
+        posted++;
+    if (rc) {
+        mlc_tp_abandon(tp, posted, reqs);
         return rc;
     }
-    return mlc_tp_waitall(tp, 2, reqs);
+    return mlc_tp_waitall(tp, posted, reqs);
 }
 
 int mlc_tp_send(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag) {

@@ -55,6 +55,7 @@ int mlc_tp_waitall(mlc_tp *tp, int n, mlc_tp_req *reqs);
 int mlc_tp_waitany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index);
 /* Without waiting: *done = 1 once all n completed (they become inactive). */
 int mlc_tp_testall(mlc_tp *tp, int n, mlc_tp_req *reqs, int *done);
+/* Both posted, then waited for; a negative dest or src leaves that side out. */
 int mlc_tp_sendrecv(mlc_tp *tp, const void *sbuf, int64_t sbytes, int dest, void *rbuf,
                     int64_t rbytes, int src, int tag);
 int mlc_tp_send(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag);

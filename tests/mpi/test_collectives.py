@@ -253,6 +253,22 @@ def test_small_rows_ride_with_the_counts(session, direct_4k, dtype):
     c.finish()
 
 
+def allgather_beside_a_rank_without_memory(c, monkeypatch, mine, want, what: str) -> None:
+    """The last rank cannot allocate its allgather output and raises MemoryError alone;
+    every other rank gets `want`."""
+    if mc.get_rank() == mc.get_nranks() - 1:
+
+        def no_memory(shape, dtype):
+            raise MemoryError(f"no room for {shape}")
+
+        monkeypatch.setattr(collectives, "_empty", no_memory)
+        with pytest.raises(MemoryError, match="no room"):
+            mc.allgather(mine)
+        monkeypatch.undo()
+    else:
+        c.equal(mc.allgather(mine), want, what)
+
+
 def test_a_rank_that_cannot_take_carried_rows_fails_alone(session, direct_4k, monkeypatch):
     """Rows that came with the counts: the last rank cannot allocate its output and raises
     MemoryError; the others have every rank's rows, and the next allgather works everywhere."""
@@ -260,17 +276,9 @@ def test_a_rank_that_cannot_take_carried_rows_fails_alone(session, direct_4k, mo
     n, r = session.nranks, session.rank
     mine = rows_input(r, rows_of(r), np.float32, seed=5)
     want = np.concatenate([rows_input(q, rows_of(q), np.float32, seed=5) for q in range(n)])
-    if r == n - 1:
-        monkeypatch.setattr(
-            collectives,
-            "_empty",
-            lambda shape, dtype: (_ for _ in ()).throw(MemoryError("no room")),
-        )
-        with pytest.raises(MemoryError, match="no room"):
-            mc.allgather(mine)
-        monkeypatch.undo()
-    else:
-        c.equal(mc.allgather(mine), want, "allgather beside a rank without memory")
+    allgather_beside_a_rank_without_memory(
+        c, monkeypatch, mine, want, "beside a rank without memory"
+    )
     c.equal(mc.allgather(mine), want, "the next allgather")
     c.finish()
 
@@ -291,17 +299,10 @@ def test_allgather_of_blocks_larger_than_a_piece(session, monkeypatch, rows_of):
 
     want = np.concatenate([rows(q) for q in range(n)])
     c.equal(mc.allgather(rows(r)), want, "allgather")
-    if n > 1 and r == n - 1:
-        monkeypatch.setattr(
-            collectives,
-            "_empty",
-            lambda shape, dtype: (_ for _ in ()).throw(MemoryError("no room")),
+    if n > 1:
+        allgather_beside_a_rank_without_memory(
+            c, monkeypatch, rows(r), want, "beside a rank that relays"
         )
-        with pytest.raises(MemoryError, match="no room"):
-            mc.allgather(rows(r))
-        monkeypatch.undo()
-    elif n > 1:
-        c.equal(mc.allgather(rows(r)), want, "allgather beside a rank that relays")
     c.finish()
 
 
@@ -358,17 +359,7 @@ def test_a_rank_that_cannot_take_its_allgather_output_fails_alone(session, monke
     n, r = session.nranks, session.rank
     mine = rows_input(r, rows_of(r), np.float32, seed=7)
     want = np.concatenate([rows_input(q, rows_of(q), np.float32, seed=7) for q in range(n)])
-    if r == n - 1:
-
-        def no_memory(shape, dtype):
-            raise MemoryError(f"no room for {shape}")
-
-        monkeypatch.setattr(collectives, "_empty", no_memory)
-        with pytest.raises(MemoryError, match="no room"):
-            mc.allgather(mine)
-        monkeypatch.undo()
-    else:
-        c.equal(mc.allgather(mine), want, "allgather beside a rank that relays")
+    allgather_beside_a_rank_without_memory(c, monkeypatch, mine, want, "beside a rank that relays")
     c.equal(mc.allgather(mine), want, "the next allgather")
     c.finish()
 
