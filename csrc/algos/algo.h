@@ -89,7 +89,9 @@ void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, 
 #ifndef MLC_RING_PIECE_BYTES
 #define MLC_RING_PIECE_BYTES (256 * 1024)
 #endif
-_Static_assert(MLC_RING_PIECE_BYTES % 8 == 0, "a piece holds whole elements");
+#if MLC_RING_PIECE_BYTES % 8 != 0
+#error "MLC_RING_PIECE_BYTES must hold whole elements of every dtype"
+#endif
 int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *call);
 int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *call);
 int mlc_alltoallv_pairwise(mlc_tp *tp, const mlc_rows_call *call);

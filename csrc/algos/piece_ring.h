@@ -27,7 +27,7 @@ static inline void mlc_piece_ring_start(mlc_piece_ring *p, int stream_rank, int 
     p->sent = p->received = 0;
 }
 
-/* The next send piece is here: one of the lead, or one received already. */
+/* The next send piece is here: one of the first `lead` (its own), or one received already. */
 static inline int mlc_piece_ring_can_send(const mlc_piece_ring *p) {
     return p->have_send && (p->sent < p->lead || p->sent - p->lead < p->received);
 }
