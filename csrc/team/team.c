@@ -7,6 +7,7 @@
  * starts k+1), so the finished request is always the head of the queue.
  */
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,8 +250,36 @@ static int mpi_finalized(void) {
     return finalized;
 }
 
+/* Messages still unreceived on a communicator being freed are stale: every rank has
+ * left the session (faults/departure.py waits for all of them first), so nobody
+ * will receive them, and no sender waits for them (a peer that sent a request's
+ * first message, then ended the request unmatched when the session closed). MPI
+ * keeps them queued under the communicator's context id, which a later
+ * communicator may get again: there they would look like a peer waiting for this
+ * rank (a departure check then aborts a healthy job) or be received as that
+ * communicator's own. So they are received here, and dropped. */
+int mlc_comm_drain(MPI_Comm comm) {
+    int drained = 0;
+    for (; drained < 4096; drained++) {
+        int flag = 0;
+        MPI_Message message;
+        MPI_Status status;
+        MPI_Count bytes = 0;
+        if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &message, &status) != MPI_SUCCESS || !flag)
+            break;
+        if (MPI_Get_elements_x(&status, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes < 0 || bytes > INT_MAX) break;
+        char *sink = malloc(bytes > 0 ? (size_t)bytes : 1);
+        if (!sink) break;
+        MPI_Mrecv(sink, (int)bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+        free(sink);
+    }
+    return drained;
+}
+
 static void free_comm(MPI_Comm *comm) {
-    if (*comm != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(comm);
+    if (*comm == MPI_COMM_NULL || mpi_finalized()) return;
+    mlc_comm_drain(*comm);
+    MPI_Comm_free(comm);
 }
 
 void mlc_team_destroy(mlc_team *team) {

@@ -154,6 +154,10 @@ struct mlc_team {
     _Atomic int64_t events_used;
 };
 
+/* team.c: receives and drops every message still queued on comm (a communicator
+ * about to be freed); returns how many. */
+int mlc_comm_drain(MPI_Comm comm);
+
 /* request.c */
 /* Under team->lock. in: the finished signature input; NULL for a keyed group,
  * which hands it to the agreement check when it can (group.c). */

@@ -105,6 +105,11 @@ class Barrier:
                     request.Cancel()
                     if not request.Test():
                         request.Free()
+            # A peer's message of a barrier left open here was delivered and stays
+            # queued: received now, as the team's communicators are (csrc/team/team.c),
+            # so that a later communicator with this one's context id never sees it.
+            while self.comm.Iprobe(self.mpi.ANY_SOURCE, self.mpi.ANY_TAG):
+                self.comm.Recv([self._empty, self.mpi.BYTE], self.mpi.ANY_SOURCE, self.mpi.ANY_TAG)
             self.comm.Free()
         self.comm = None
         self._open = None

@@ -5,8 +5,9 @@
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
  * the latency path, every dtype; results are checked exactly. Also: settings written
  * while requests are planned, steps that fail part-way (cancelled groups, on every
- * rank and on one), setters given no team, finalize while another thread submits, and
- * a team whose communication thread fails to start.
+ * rank and on one), setters given no team, finalize while another thread submits, a
+ * team whose communication thread fails to start, and messages left queued on a
+ * communicator being freed.
  * Exit 0 on success. */
 #include <errno.h>
 #include <mpi.h>
@@ -19,6 +20,7 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "team/team.h"
 
 #define NTEAMS 3
 #define ROUNDS 12
@@ -547,6 +549,26 @@ static void null_team_setters(void) {
         fail("a setter accepted a NULL team", -1, -1, 0, MLC_ERR_ARG);
 }
 
+/* Messages left queued on a communicator (a request one rank started and ended
+ * unmatched when the session closed) are received before the team frees it: a
+ * later communicator given the same context id must not see them. */
+static void stale_messages_are_drained(void) {
+    enum { SENT = 3 };
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    if (rank == 1)
+        for (int i = 0; i < SENT; i++) MPI_Send(&i, 1, MPI_INT, 0, 7 + i, comm);
+    if (rank == 0) {
+        int seen = 0; /* the last one queued: the earlier ones are too (non-overtaking) */
+        double until = MPI_Wtime() + 10;
+        while (!seen && MPI_Wtime() < until) MPI_Iprobe(1, 7 + SENT - 1, comm, &seen, MPI_STATUS_IGNORE);
+        int drained = mlc_comm_drain(comm), left = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &left, MPI_STATUS_IGNORE);
+        if (drained != SENT || left) fail("messages drained", -1, left, drained, SENT);
+    }
+    MPI_Comm_free(&comm);
+}
+
 int main(int argc, char **argv) {
     int provided;
     char err[256];
@@ -585,6 +607,7 @@ int main(int argc, char **argv) {
         cancel_on_one_rank(ctx, 1);
         cancel_opened_before_any_tensor(ctx);
         opener_after_its_tensors(ctx);
+        stale_messages_are_drained();
     }
     finalize_while_submitting(ctx);
     failed_thread_start_frees_communicators(ctx);
