@@ -248,6 +248,9 @@ def cmd_test() -> int:
         failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
     if build_docs() != 0:
         failures.append("docs (mkdocs build --strict)")
+    # SimGrid from Debian as root (the scale model, docs/scale.md), before the unit tests,
+    # whose model tests need it, as does the validation at the end.
+    why_not_simgrid = ensure_simgrid()
     if pytest_suite("unit", ["tests/unit", "tools/tests"], skips) != 0:
         failures.append("unit")
     # Jobs in which a rank dies, raises or leaves early; each launches its own mpiexec.
@@ -296,9 +299,7 @@ def cmd_test() -> int:
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
     if pytest_suite("tfcnn", ["tests/tfcnn"], skips, 3 * MPI_RUN_TIMEOUT_S, env) != 0:
         failures.append("tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)")
-    # The scale model (docs/scale.md): SimGrid from Debian as root, then its validation
-    # at three sizes against the 3- and 4-node test-bed sweeps.
-    why_not_simgrid = ensure_simgrid()
+    # The scale model's validation at three sizes against the 3- and 4-node test-bed sweeps.
     if why_not_simgrid:
         print(f"simgrid: {why_not_simgrid}; the scale model's validation will skip", flush=True)
         skips["project"] = SuiteSkips(total=1, skipped=1, reasons=[why_not_simgrid])

@@ -1,5 +1,5 @@
-"""The test bed's srun starts a step again, once, when Slurm's PMI server broke it at MPI
-start-up, and only then. Runs without the test bed: `srun` and `scancel` here are
+"""The test bed's srun starts a step again when Slurm's PMI server broke it at MPI start-up,
+and only then, STARTS times at most. Runs without the test bed: `srun` and `scancel` here are
 scripts that play the broken step (its slurmstepd line, then a hang) and the good one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_step import PMI_SERVER_BROKE, run_step
+from slurm_step import PMI_SERVER_BROKE, STARTS, run_step
 
 FAKE_SRUN = """#!/bin/bash
 n=$(cat "$STATE/calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/calls"
@@ -52,10 +52,16 @@ def test_a_step_broken_at_start_up_runs_again_at_once(tmp_path):
     assert time.monotonic() - t0 < 20  # ended on the line, not at the time limit
 
 
-def test_it_runs_again_only_once(tmp_path):
-    proc = srun(tmp_path, fake_env(tmp_path, broken_starts=2))
+def test_a_step_broken_at_every_start_but_the_last_runs(tmp_path):
+    proc = srun(tmp_path, fake_env(tmp_path, broken_starts=STARTS - 1))
+    assert proc.returncode == 0 and "ran: " in proc.stdout, proc
+    assert calls(tmp_path) == STARTS
+
+
+def test_it_gives_up_after_its_starts(tmp_path):
+    proc = srun(tmp_path, fake_env(tmp_path, broken_starts=STARTS))
     assert proc.returncode != 0 and PMI_SERVER_BROKE in proc.stderr
-    assert calls(tmp_path) == 2
+    assert calls(tmp_path) == STARTS
 
 
 def test_a_failing_program_is_not_run_again(tmp_path):
