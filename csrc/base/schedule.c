@@ -156,10 +156,6 @@ int mlc_gatherv_next(mlc_gatherv_cursor *c, const int64_t *block_bytes, int64_t 
     }
     return 0;
 }
-/* Reduce-scatterv: at step s rank r sends its partial sum of block r-s-1 and receives
- * block r-s-2; the last step (s = size-2) receives block r, its own, complete. */
-int mlc_ring_scatterv_send_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
-int mlc_ring_scatterv_recv_block(int rank, int size, int step) { return mod(rank - step - 2, size); }
 
 int mlc_pairwise_send_peer(int rank, int size, int step) { return mod(rank + step, size); }
 int mlc_pairwise_recv_peer(int rank, int size, int step) { return mod(rank - step, size); }

@@ -408,8 +408,8 @@ int64_t mlc_segment_aligned_starts(const mlc_tensor *tensors, int ntensors, int6
  * rank r's share and the row it starts at. */
 int64_t mlc_rows_share(int64_t rows, int size, int rank);
 int64_t mlc_rows_first(int64_t rows, int size, int rank);
-/* Ring of variable blocks (allgatherv, reduce-scatterv): the block rank sends / receives at
- * a step. The allgather starts from the rank's own block, the reduce-scatter ends on it. */
+/* Ring of variable blocks (allgatherv): the block rank sends / receives at a step, from
+ * its own block on. The reduce-scatterv runs the streams of rank r-1, ending on block r. */
 int mlc_ring_gatherv_send_block(int rank, int size, int step);
 int mlc_ring_gatherv_recv_block(int rank, int size, int step);
 /* The same ring pipelined: a rank's send stream (its own block, then the blocks it
@@ -428,8 +428,6 @@ typedef struct mlc_gatherv_piece {
 mlc_gatherv_cursor mlc_gatherv_start(int rank, int size, int send);
 int mlc_gatherv_next(mlc_gatherv_cursor *cursor, const int64_t *block_bytes, int64_t piece_bytes,
                      mlc_gatherv_piece *piece);
-int mlc_ring_scatterv_send_block(int rank, int size, int step);
-int mlc_ring_scatterv_recv_block(int rank, int size, int step);
 /* Pairwise exchange, steps 1..size-1: whom rank sends to and receives from. */
 int mlc_pairwise_send_peer(int rank, int size, int step);
 int mlc_pairwise_recv_peer(int rank, int size, int step);

@@ -4,6 +4,7 @@ every element ends up with every rank's contribution exactly once."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 
@@ -257,21 +258,33 @@ def test_ring_gatherv_pieces(n, piece):
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_ring_scatterv_ends_with_each_rank_owning_its_block_complete(n):
-    """Each rank's partial of a block: the set of ranks combined into it."""
-    partial = [dict() for _ in range(n)]  # rank -> {block: contributors}
-    for s in range(n - 1):
-        sends = []
-        for r in range(n):
-            b = lib.mlc_ring_scatterv_send_block(r, n, s)
-            sends.append((b, partial[r].get(b, {r}) if s else {r}))
-        for r in range(n):
-            b = lib.mlc_ring_scatterv_recv_block(r, n, s)
-            assert sends[(r - 1) % n][0] == b
-            partial[r][b] = sends[(r - 1) % n][1] | {r}
+@pytest.mark.parametrize("piece", [1, 7, 1 << 20])
+def test_ring_scatterv_ends_with_each_rank_owning_its_block_complete(n, piece):
+    """The reduce-scatter's streams (the allgather ring's of rank r-1,
+    algos/reduce_scatterv_ring.c): a rank sends its input's pieces of block r-1, then
+    forwards each piece it received with its own input added; each rank's partial of a
+    piece is the set of ranks combined into it. Every rank ends with block r, every
+    byte of it combined over all ranks."""
+    block_bytes = [(37 * r) % 101 * (r % 3 != 1) + 1 for r in range(n)]
+    sends = [gatherv_pieces((r - 1) % n, n, True, block_bytes, piece) for r in range(n)]
+    receives = [gatherv_pieces((r - 1) % n, n, False, block_bytes, piece) for r in range(n)]
+    lead = [len([p for p in sends[r] if p[0] == (r - 1) % n]) for r in range(n)]
+
+    @functools.cache
+    def sent(r: int, k: int) -> frozenset:
+        """Contributors of rank r's k-th sent piece."""
+        return frozenset({r}) if k < lead[r] else received(r, k - lead[r]) | {r}
+
+    def received(r: int, k: int) -> frozenset:
+        left = (r - 1) % n
+        assert receives[r][k] == sends[left][k]  # the left neighbour's send stream
+        return sent(left, k)
+
     for r in range(n):
-        if n > 1:
-            assert partial[r][r] == set(range(n))
+        own = [(k, p) for k, p in enumerate(receives[r]) if p[0] == r]
+        assert sum(b for _, (_, _, b) in own) == (block_bytes[r] if n > 1 else 0)
+        for k, _ in own:
+            assert received(r, k) | {r} == set(range(n))
 
 
 @pytest.mark.parametrize("n", SIZES)
