@@ -1,14 +1,20 @@
-"""One srun step for the test-bed tests: a time limit on both sides, and one more start
-when Slurm's PMI server broke the step at MPI start-up.
+"""One srun step for the test-bed tests: a time limit on both sides, and more starts when
+Slurm's PMI server broke the step at MPI start-up.
 
-Slurm's pmi2 server (22.05, and SchedMD's code since) takes each read() of a task's
-socket as one whole PMI-1 request. A long request that arrives in two pieces (MPICH's
-start-up puts its address in segments of up to ~1 KB) is rejected, and the task then
-waits for a reply that never comes: the step would hang until its time limit. Rare (none
-in 450 start-ups here, but twice in a row in one CI run); slurmstepd then prints
-PMI_SERVER_BROKE. Such a step never reached the program under test, so it is ended at
-once and started again, up to STARTS times in all, a second apart; anything else (a
-failure, a hang) is the test's result.
+Slurm's pmi2 server (22.05, and SchedMD's code since) reads a task's PMI-1 request with a
+single read() of at most 1024 bytes and takes what it got as the whole request. The mpich
+wheel (ch4:ucx) publishes its network address at start-up as 4096 bytes read from UCX's
+much shorter address buffer, so most of them are whatever lies next to it on the heap;
+it sends them hex-encoded (runs of zero bytes shortened) in segments of 511 bytes. A
+segment with few zero bytes makes a request longer than 1024 bytes: the server rejects
+both pieces (slurmstepd prints PMI_SERVER_BROKE) and never answers, and the task waits
+until the step's time limit. Whether that happens depends on the heap's layout, which is
+the same from one start to the next for the same install path, program and environment:
+a step that breaks once breaks again when started the same way. Such a step never reached
+the program under test, so it is ended at once and started again, up to STARTS times in
+all, each time with an environment variable of another length (HEAP_SHIFT): Python copies
+the environment onto the heap before MPI starts, so the bytes next to UCX's address change.
+Anything else (a failure, a hang) is the test's result.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import pytest
 
 PMI_SERVER_BROKE = "mpi/pmi2: invalid client request"
 STARTS = 4
+HEAP_SHIFT = "ML_COMM_TESTBED_HEAP_SHIFT"
 
 
 def run_step(
@@ -30,12 +37,14 @@ def run_step(
 ) -> subprocess.CompletedProcess:
     """`srun OPTIONS` (the program and its arguments last) with a job name of its own."""
     proc, broke = _start(options, env, cwd, timeout)
-    for _ in range(STARTS - 1):
+    for start in range(1, STARTS):
         if not broke:
             break
         print(f"test bed: {PMI_SERVER_BROKE!r} at MPI start-up; srun started again")
         time.sleep(1.0)
-        proc, broke = _start(options, env, cwd, timeout)
+        # Larger than pymalloc's 512-byte objects, so that glibc's heap holds the copy.
+        shifted = dict(env, **{HEAP_SHIFT: "x" * (1000 * start)})
+        proc, broke = _start(options, shifted, cwd, timeout)
     return proc
 
 

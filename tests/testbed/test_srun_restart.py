@@ -1,6 +1,7 @@
 """The test bed's srun starts a step again when Slurm's PMI server broke it at MPI start-up,
-and only then, STARTS times at most. Runs without the test bed: `srun` and `scancel` here are
-scripts that play the broken step (its slurmstepd line, then a hang) and the good one."""
+and only then, STARTS times at most, each time with the heap shifted by another length.
+Runs without the test bed: `srun` and `scancel` here are scripts that play the broken step
+(its slurmstepd line, then a hang) and the good one."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_step import PMI_SERVER_BROKE, STARTS, run_step
+from slurm_step import HEAP_SHIFT, PMI_SERVER_BROKE, STARTS, run_step
 
 FAKE_SRUN = """#!/bin/bash
 n=$(cat "$STATE/calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/calls"
+echo "${{#{shift}}}" >> "$STATE/shifts"
 if [ "$n" -lt "$BROKEN_STARTS" ]; then
     echo "slurmstepd-node1: error: {line}" >&2
     echo $$ > "$STATE/pid"; exec sleep 600
@@ -26,7 +28,7 @@ def fake_env(tmp_path: Path, broken_starts: int, **env: str) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (
-        ("srun", FAKE_SRUN.format(line=PMI_SERVER_BROKE)),
+        ("srun", FAKE_SRUN.format(line=PMI_SERVER_BROKE, shift=HEAP_SHIFT)),
         ("scancel", FAKE_SCANCEL),
     ):
         (bin_dir / name).write_text(text)
@@ -44,6 +46,11 @@ def calls(tmp_path: Path) -> int:
     return int((tmp_path / "calls").read_text())
 
 
+def heap_shifts(tmp_path: Path) -> list[int]:
+    """The length of HEAP_SHIFT that each start saw (0: not set)."""
+    return [int(line) for line in (tmp_path / "shifts").read_text().split()]
+
+
 def test_a_step_broken_at_start_up_runs_again_at_once(tmp_path):
     t0 = time.monotonic()
     proc = srun(tmp_path, fake_env(tmp_path, broken_starts=1))
@@ -56,6 +63,10 @@ def test_a_step_broken_at_every_start_but_the_last_runs(tmp_path):
     proc = srun(tmp_path, fake_env(tmp_path, broken_starts=STARTS - 1))
     assert proc.returncode == 0 and "ran: " in proc.stdout, proc
     assert calls(tmp_path) == STARTS
+    # The same start-up breaks the same way: every start has a heap layout of its own.
+    shifts = heap_shifts(tmp_path)
+    assert shifts[0] == 0 and len(set(shifts)) == STARTS, shifts
+    assert min(shifts[1:]) > 512, shifts  # glibc's heap, not pymalloc's arenas
 
 
 def test_it_gives_up_after_its_starts(tmp_path):
@@ -67,7 +78,7 @@ def test_it_gives_up_after_its_starts(tmp_path):
 def test_a_failing_program_is_not_run_again(tmp_path):
     proc = srun(tmp_path, fake_env(tmp_path, broken_starts=0, EXIT="3"))
     assert proc.returncode == 3
-    assert calls(tmp_path) == 1
+    assert calls(tmp_path) == 1 and heap_shifts(tmp_path) == [0]
 
 
 def test_a_hung_step_still_fails_at_its_timeout(tmp_path):
