@@ -7,8 +7,8 @@ wheel (ch4:ucx) publishes its network address at start-up as 4096 bytes read fro
 much shorter address buffer, so most of them are whatever lies next to it on the heap;
 it sends them hex-encoded (runs of zero bytes shortened) in segments of 511 bytes. A
 segment with few zero bytes makes a request longer than 1024 bytes: the server rejects
-both pieces (slurmstepd prints PMI_SERVER_BROKE) and never answers, and the task waits
-until the step's time limit. Whether that happens depends on the heap's layout, which is
+both pieces (slurmstepd prints PMI_SERVER_BROKE), and the task hangs until the step's
+time limit or fails in MPI_Init. Whether that happens depends on the heap's layout, which is
 the same from one start to the next for the same install path, program and environment:
 a step that breaks once breaks again when started the same way. Such a step never reached
 the program under test, so it is ended at once and started again, up to STARTS times in
