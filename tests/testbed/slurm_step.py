@@ -15,11 +15,17 @@ the program under test, so it is ended at once and started again, up to STARTS t
 all, each time with an environment variable of another length (HEAP_SHIFT): Python copies
 the environment onto the heap before MPI starts, so the bytes next to UCX's address change.
 Anything else (a failure, a hang) is the test's result.
+
+    python tests/testbed/slurm_step.py TIMEOUT_S SRUN_OPTIONS... PROGRAM ARGS...
+
+runs one such step from a shell (tools/testbed.sh's self-test) and exits with its status.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -74,3 +80,10 @@ def _start(
     if timed_out:
         pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\n{proc.stdout[-4000:]}")
     return proc, broke or (proc.returncode != 0 and PMI_SERVER_BROKE in proc.stderr)
+
+
+if __name__ == "__main__":
+    step = run_step(sys.argv[2:], dict(os.environ), Path.cwd(), float(sys.argv[1]))
+    sys.stdout.write(step.stdout)
+    sys.stderr.write(step.stderr)
+    raise SystemExit(step.returncode)
