@@ -257,10 +257,13 @@ static int mpi_finalized(void) {
  * keeps them queued under the communicator's context id, which a later
  * communicator may get again: there they would look like a peer waiting for this
  * rank (a departure check then aborts a healthy job) or be received as that
- * communicator's own. So they are received here, and dropped. */
+ * communicator's own. So they are received here, and dropped. At most
+ * DRAIN_MAX_MESSAGES: a peer that kept sending (a fault elsewhere) must not keep
+ * the free from returning. */
+#define DRAIN_MAX_MESSAGES 4096
 int mlc_comm_drain(MPI_Comm comm) {
     int drained = 0;
-    for (; drained < 4096; drained++) {
+    for (; drained < DRAIN_MAX_MESSAGES; drained++) {
         int flag = 0;
         MPI_Message message;
         MPI_Status status;
