@@ -70,6 +70,12 @@ typedef struct mlc_sign_input {
     const void *rows_in;
     int64_t rows_bytes, rows_capacity;
     char *rows_out;
+    /* Bytes of a ring's first piece this rank sent to rank r+1 before the check
+     * (algos/ring_ahead.c, team/ahead.c), and what it posted (NULL: nothing). Not
+     * compared: after a disagreement the table tells rank r+1, and the exchange
+     * completes both sides before the verdict (mlc_agree.ahead_tp). */
+    int64_t ahead_bytes;
+    struct mlc_ring_ahead *ahead;
 } mlc_sign_input;
 
 /* What a rank found wrong with its own arguments (mlc_sign_input.bad_args), and what
@@ -90,6 +96,7 @@ enum { MLC_CHECK_NONE = 0, MLC_CHECK_PENDING = 1, MLC_CHECK_DONE = 2 };
 typedef struct mlc_agreement {
     mlc_sign_input in;
     int64_t seq;
+    int64_t ordinal; /* this check's place among the team's checks: the same on every rank */
     _Atomic int ready; /* `in` is final (a keyed group's scan waits for its tensors) */
     _Atomic int state; /* MLC_CHECK_*; DONE publishes the fields below */
     int status;
@@ -99,6 +106,10 @@ typedef struct mlc_agreement {
     int nonfinite_ranks, nonfinite_rank, nonfinite_tensor; /* after MLC_ERR_NONFINITE */
     int stop_asked; /* some rank's signature carried a stop flag (mlc_agree_request_stop) */
     int messages;   /* sent and received by this rank for this request's check */
+    /* After a disagreement: what rank r-1 sent this rank ahead (its ahead_bytes),
+     * received and dropped, and this rank's own first round completed; -1: no table
+     * was exchanged (the ranks agreed, or the exchange failed). */
+    int64_t left_ahead;
     struct mlc_agreement *next;
 } mlc_agreement;
 
@@ -108,11 +119,14 @@ typedef struct mlc_agree {
     int finite; /* scan inputs for NaN/Inf (off by default) */
     mlc_watchdog dog;
     mlc_tp tp;                    /* a communicator carrying signatures only */
+    mlc_tp ahead_tp;              /* where rings send their first piece ahead (ops NULL: none) */
+    char ahead_message[MLC_MSG_LEN];
     char tp_message[MLC_MSG_LEN];
     pthread_mutex_t exchange_lock; /* held by the one thread exchanging */
     pthread_mutex_t list_lock;     /* the list below; taken inside the team's lock */
     pthread_cond_t ready_cv;       /* an agreement became ready, or shutdown */
     mlc_agreement *head, *tail;    /* registered, not yet exchanged, in queue order */
+    int64_t registered;            /* checks registered so far (mlc_agreement.ordinal) */
     int shutting_down;
     int64_t direct_bytes; /* the most a direct allreduce carries (MLC_DIRECT_MAX_BYTES) */
     char *mine, *theirs;  /* this rank's record and a partner's, each with direct_bytes after */
@@ -133,6 +147,10 @@ typedef struct mlc_agree {
 void mlc_agree_init(mlc_agree *ag);
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
 void mlc_agree_destroy(mlc_agree *ag); /* frees memory; sends and cancels nothing */
+/* The endpoint on which rings send their first piece ahead of the check (a copy, with
+ * its own message buffer and no progress hook): after a disagreement the exchange
+ * receives there what rank r-1 sent ahead. */
+void mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp);
 /* Cancel what the engine keeps posted (a stall's arrival notices), while its
  * communicator still works. */
 void mlc_agree_cancel(mlc_agree *ag);
@@ -167,6 +185,7 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
 uint64_t mlc_signature_digest(const mlc_signature *s);
 int mlc_signature_stop(const mlc_signature *s);
 int mlc_signature_bad_args(const mlc_signature *s); /* MLC_BAD_* */
+int64_t mlc_signature_ahead(const mlc_signature *s);  /* mlc_sign_input.ahead_bytes */
 void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
 /* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_ARG (a rank's
  * own arguments were bad: naming each such rank and what), MLC_ERR_MISMATCH

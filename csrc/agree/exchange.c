@@ -143,6 +143,13 @@ void mlc_agree_destroy(mlc_agree *ag) {
     pthread_cond_destroy(&ag->ready_cv);
 }
 
+void mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp) {
+    ag->ahead_tp = *tp;
+    ag->ahead_tp.message = ag->ahead_message;
+    ag->ahead_tp.progress = NULL;
+    ag->ahead_tp.progress_arg = NULL;
+}
+
 void mlc_agree_cancel(mlc_agree *ag) {
     if (ag->tp.ops) mlc_arrivals_cancel(&ag->arrivals, &ag->tp);
 }
@@ -175,6 +182,7 @@ void mlc_agree_register(mlc_agree *ag, mlc_agreement *a, int64_t seq, const mlc_
     atomic_store_explicit(&a->ready, in != NULL, memory_order_release);
     atomic_store_explicit(&a->state, MLC_CHECK_PENDING, memory_order_relaxed);
     pthread_mutex_lock(&ag->list_lock);
+    a->ordinal = ag->registered++;
     if (ag->tail) ag->tail->next = a;
     else ag->head = a;
     ag->tail = a;
@@ -450,6 +458,30 @@ static int table(mlc_agree *ag, mlc_agreement *a) {
     return MLC_OK;
 }
 
+/* After a disagreement: the first pieces sent ahead of this check (algos/ring_ahead.c)
+ * are received, or their receives cancelled, on every rank, so nothing stays in flight
+ * when every rank fails the request. Rank r-1's signature says what it sent here. */
+static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
+    const int n = ag->tp.size;
+    if (!ag->ahead_tp.ops) return;
+    const int64_t left = mlc_signature_ahead(slot(ag, (ag->tp.rank + n - 1) % n));
+    mlc_ring_ahead dropped = {0};
+    mlc_ring_ahead *ahead = a->in.ahead;
+    if (!ahead) { /* nothing of this rank posted: receive r-1's piece, if any, to drop it */
+        if (left <= 0) {
+            a->left_ahead = 0;
+            return;
+        }
+        dropped.buf = malloc(MLC_RING_PIECE_BYTES);
+        dropped.tag = mlc_ahead_tag(a->ordinal);
+        ahead = &dropped;
+    }
+    ahead->expected = ahead->buf ? left : 0;
+    mlc_ring_ahead_complete(&ag->ahead_tp, ahead);
+    free(dropped.buf);
+    a->left_ahead = left;
+}
+
 /* The tree, then the table when the record says the ranks differ; the verdict. */
 static int exchange(mlc_agree *ag, mlc_agreement *a) {
     waiting w = {ag, a, {0}, 0};
@@ -461,6 +493,7 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
     if (rc == MLC_OK && (r->digest_min != r->digest_max || r->nonfinite_ranks > 0 || r->bad_ranks > 0)) {
         rc = ag->tp.size > 1 ? table(ag, a) : MLC_OK;
         if (rc == MLC_OK) rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a);
+        if (rc != MLC_OK && ag->tp.size > 1) settle_ahead(ag, a);
     }
     mlc_tp_set_progress(&ag->tp, NULL, NULL);
     if (rc != MLC_OK) return rc;
@@ -503,6 +536,7 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
     a->message[0] = '\0';
     a->messages = 0;
     a->rows_carried = 0;
+    a->left_ahead = -1;
     if ((status = wait_ready(ag, a)) != MLC_OK) {
         snprintf(a->message, MLC_MSG_LEN, "the team was shut down before this rank's inputs arrived");
     } else if (ag->drop_left > 0 && a->in.part > 0) {

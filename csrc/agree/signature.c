@@ -24,7 +24,8 @@
  * the request on every rank with MLC_ERR_ARG, naming each such rank and what was
  * wrong, before anything else is compared. The first counts (and the rows' first
  * dimensions) are kept for messages;
- * the stop flag and the NaN/Inf scan ride along (exchange.c). The digest is a
+ * the stop flag, the NaN/Inf scan and the bytes sent ahead of the check ride along
+ * (exchange.c). The digest is a
  * hash of every compared field: equal digests, equal signatures. Sent as bytes:
  * the ranks of one job share one architecture. */
 #include <stdio.h>
@@ -56,7 +57,7 @@ struct mlc_signature {
     int32_t nonfinite_tensor; /* first tensor holding NaN/Inf; -1: none (or unchecked) */
     int32_t nonfinite_count;  /* how many tensors hold NaN/Inf */
     int32_t stop;             /* this rank asked to stop (mlc_agree_request_stop) */
-    int32_t unused;
+    int32_t ahead;            /* bytes sent ahead to rank r+1 (at most one ring piece) */
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
     int64_t row_dims[MLC_SIG_SHOWN_DIMS]; /* the rows' first dimensions */
     int64_t bad_detail[2];                /* what bad_args found (agree.h) */
@@ -124,6 +125,7 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     s->nonfinite_tensor = in->nonfinite_tensor;
     s->nonfinite_count = in->nonfinite_count;
     s->stop = stop;
+    s->ahead = (int32_t)in->ahead_bytes;
 }
 
 /* Eight bytes a step (the digest is taken for every request): each word xored in
@@ -466,6 +468,8 @@ static int bad_args_message(const table *t, int team_id, mlc_agreement *a) {
 }
 
 int mlc_signature_bad_args(const mlc_signature *s) { return s->c.bad_args; }
+
+int64_t mlc_signature_ahead(const mlc_signature *s) { return s->ahead; }
 
 int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a) {
     const table t = {slots, slot_bytes, n};

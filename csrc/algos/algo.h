@@ -16,8 +16,9 @@ typedef struct mlc_segment {
     int tag; /* of its messages: the segment's number modulo MLC_TAG_SPACE */
 } mlc_segment;
 
-/* Tags are segment numbers modulo this (the MPI standard's smallest MPI_TAG_UB). */
-#define MLC_TAG_SPACE 32768
+/* Tags are segment numbers modulo this; the two tags above it, up to the MPI standard's
+ * smallest MPI_TAG_UB (32767), carry a ring's first piece sent ahead (mlc_ring_ahead). */
+#define MLC_TAG_SPACE 32766
 /* Segments a thread keeps in flight in one call (see allreduce_ring.c). */
 #define MLC_RING_BATCH 2
 
@@ -42,6 +43,21 @@ typedef struct mlc_buffer {
     int64_t bytes;
 } mlc_buffer;
 
+/* A ring's first round, posted before the agreement check so that it overlaps the
+ * check (team/ahead.c says when): the rank's first send piece, from its own rows, to
+ * rank r+1, and a receive of at most MLC_RING_PIECE_BYTES from rank r-1 into buf, on
+ * the tag mlc_ahead_tag gives the check. A rank sends ahead exactly
+ * mlc_ring_ahead_bytes(its own first block's bytes), which every rank can work out for
+ * its left neighbour once the check agreed on the sizes. */
+typedef struct mlc_ring_ahead {
+    mlc_tp_req send, recv;
+    int send_posted, recv_posted; /* posted and not yet complete */
+    int64_t sent;                 /* bytes sent ahead to r+1 (0: none) */
+    int64_t expected;             /* bytes r-1 sent ahead: what recv receives (0: none) */
+    char *buf;                    /* MLC_RING_PIECE_BYTES */
+    int tag;
+} mlc_ring_ahead;
+
 /* One collective of rows (allgather, reduce-scatter, alltoall): whole buffers of
  * rows of row_elements elements, the number of rows per peer in rows arrays of
  * size entries. */
@@ -58,6 +74,9 @@ typedef struct mlc_rows_call {
     /* Staging kept from call to call (a fresh block per call would fault in every
      * page); NULL: allocated for the call. */
     mlc_buffer *staging;
+    /* The rings (allgatherv, reduce-scatterv): their first round, already posted; NULL:
+     * none. The ring completes it (or cancels a receive nobody sends to). */
+    mlc_ring_ahead *ahead;
 } mlc_rows_call;
 
 typedef int (*mlc_rows_fn)(mlc_tp *tp, const mlc_rows_call *call);
@@ -92,6 +111,30 @@ void mlc_direct_sum(void *out, const char *const *inputs, int n, int64_t count, 
 #if MLC_RING_PIECE_BYTES % 8 != 0
 #error "MLC_RING_PIECE_BYTES must hold whole elements of every dtype"
 #endif
+/* A first piece is sent ahead only from a block of at least this many bytes: below it
+ * the check is not worth a posted receive, and rows that ride the check itself (at most
+ * MLC_DIRECT_MAX_BYTES in all) never also go ahead. */
+#define MLC_AHEAD_MIN_BYTES (64 * 1024)
+/* The bytes a rank sends ahead when its own first block has block_bytes: its first
+ * piece, or 0. */
+static inline int64_t mlc_ring_ahead_bytes(int64_t block_bytes) {
+    if (block_bytes < MLC_AHEAD_MIN_BYTES) return 0;
+    return block_bytes < MLC_RING_PIECE_BYTES ? block_bytes : MLC_RING_PIECE_BYTES;
+}
+/* The tag of the pieces sent ahead during the agreement check number `ordinal`: two
+ * tags in turn, so that a receive this rank cancels after one check never matches a
+ * piece its neighbour sends ahead during the next. */
+static inline int mlc_ahead_tag(int64_t ordinal) { return MLC_TAG_SPACE + (int)(ordinal & 1); }
+/* Post a ring's first round ahead (send: sent > 0 bytes of own; receive: when
+ * post_recv) on a, whose buf and tag are set. */
+int mlc_ring_ahead_post(mlc_tp *tp, mlc_ring_ahead *a, const char *own, int64_t sent, int post_recv);
+/* After the check: complete what was posted, now that expected is known (r-1 sent
+ * that many bytes ahead; 0: nothing, and a posted receive is cancelled; a receive not
+ * posted yet is posted now). After an error nothing stays posted. */
+int mlc_ring_ahead_complete(mlc_tp *tp, mlc_ring_ahead *a);
+/* Give up what is posted (a failed transport, a team shutting down). */
+void mlc_ring_ahead_abandon(mlc_tp *tp, mlc_ring_ahead *a);
+
 int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *call);
 int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *call);
 int mlc_alltoallv_pairwise(mlc_tp *tp, const mlc_rows_call *call);

@@ -16,79 +16,73 @@
  * block latencies overlap the transfer. Empty blocks send nothing. Blocks are copied,
  * never computed: every rank holds the same bits.
  *
+ * The first round may have gone ahead, during the agreement check (ring_ahead.c,
+ * c->ahead): the ring then starts at its second.
+ *
  * No output (a rank that could not allocate one): the rank still takes its part,
- * for the ring needs every rank, but relays one ring step at a time, each block
- * into one of two scratch blocks and out again at the next step; it keeps none. */
+ * for the ring needs every rank, on the same streams of pieces, but it keeps each
+ * received piece only until it has left, in a ring of lead + 2 piece slots (lead: its
+ * own pieces, sent first), as the reduce-scatter ring does. (Relaying one ring step
+ * at a time instead, a block in, then out, waited on a neighbour that itself waited to
+ * forward: beside blocks of more than two pieces the ranks hung.) It keeps none. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "piece_ring.h"
 
-/* Relaying, one ring step at a time through two scratch blocks. The messages are the
- * neighbours' pieces (a block-sized receive would not match a block sent in pieces). */
-static int relay(mlc_tp *tp, const mlc_rows_call *c, const int64_t *block_bytes) {
-    const int n = tp->size, r = tp->rank;
-    int64_t largest = 0;
-    for (int b = 0; b < n; b++)
-        if (block_bytes[b] > largest) largest = block_bytes[b];
-    char *scratch = largest > 0 ? malloc(2 * largest) : NULL;
-    if (largest > 0 && !scratch) return MLC_ERR_NOMEM;
-    const char *send = c->input;
-    int rc = MLC_OK;
-    for (int s = 0; s < n - 1 && rc == MLC_OK; s++) {
-        const int sb = mlc_ring_gatherv_send_block(r, n, s), rb = mlc_ring_gatherv_recv_block(r, n, s);
-        char *into = scratch ? scratch + (s % 2) * largest : NULL;
-        /* The step's pieces, sent and received in lockstep as the neighbours do. */
-        for (int64_t so = 0, ro = 0; rc == MLC_OK && (so < block_bytes[sb] || ro < block_bytes[rb]);) {
-            const int64_t sn = block_bytes[sb] - so < MLC_RING_PIECE_BYTES ? block_bytes[sb] - so : MLC_RING_PIECE_BYTES;
-            const int64_t rn = block_bytes[rb] - ro < MLC_RING_PIECE_BYTES ? block_bytes[rb] - ro : MLC_RING_PIECE_BYTES;
-            rc = mlc_tp_sendrecv(tp, send + so, sn, sn > 0 ? (r + 1) % n : -1, into + ro, rn,
-                                 rn > 0 ? (r + n - 1) % n : -1, c->tag);
-            so += sn;
-            ro += rn;
-        }
-        send = into;
-    }
-    free(scratch);
-    return rc;
-}
-
 int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     const int n = tp->size, r = tp->rank;
-    const int64_t row_bytes = c->row_elements * c->elem_size;
-    int64_t *block_bytes = malloc(n * sizeof *block_bytes);
-    if (!block_bytes) return MLC_ERR_NOMEM;
-    for (int b = 0; b < n; b++) block_bytes[b] = c->recv_rows[b] * row_bytes;
-    if (!c->output) {
-        int rc = relay(tp, c, block_bytes);
-        free(block_bytes);
-        return rc;
+    const int64_t row_bytes = c->row_elements * c->elem_size, piece = MLC_RING_PIECE_BYTES;
+    int64_t *block_bytes = malloc(2 * n * sizeof *block_bytes);
+    if (!block_bytes) {
+        if (c->ahead) mlc_ring_ahead_abandon(tp, c->ahead);
+        return MLC_ERR_NOMEM;
     }
-    char *mine = c->output + mlc_rows_before(c->recv_rows, r) * row_bytes;
-    if (block_bytes[r] > 0 && mine != c->input) memcpy(mine, c->input, block_bytes[r]);
-    /* Where block b starts in the output. */
-    int64_t *start = malloc(n * sizeof *start);
-    if (!start) {
+    int64_t *start = block_bytes + n; /* where block b starts in the output */
+    for (int b = 0; b < n; b++) {
+        block_bytes[b] = c->recv_rows[b] * row_bytes;
+        start[b] = mlc_rows_before(c->recv_rows, b) * row_bytes;
+    }
+    mlc_piece_ring p;
+    mlc_piece_ring_start(&p, r, n, block_bytes);
+    const int64_t nslots = c->output ? 0 : p.lead + 2;
+    char *slots = nslots ? malloc(nslots * piece) : NULL;
+    if (nslots && !slots) {
+        if (c->ahead) mlc_ring_ahead_abandon(tp, c->ahead);
         free(block_bytes);
         return MLC_ERR_NOMEM;
     }
-    for (int b = 0; b < n; b++) start[b] = mlc_rows_before(c->recv_rows, b) * row_bytes;
-    mlc_piece_ring p;
-    mlc_piece_ring_start(&p, r, n, block_bytes);
+    if (c->output && block_bytes[r] > 0 && c->output + start[r] != c->input)
+        memcpy(c->output + start[r], c->input, block_bytes[r]);
     int rc = MLC_OK;
+    if (c->ahead) { /* the first round went during the check: its piece into place */
+        mlc_gatherv_piece first;
+        rc = mlc_piece_ring_take_ahead(tp, &p, c->ahead, &first);
+        if (rc == MLC_OK && first.bytes > 0)
+            memcpy(slots ? slots : c->output + start[first.block] + first.offset, c->ahead->buf, first.bytes);
+    }
     while (rc == MLC_OK && (p.have_send || p.have_recv)) {
         const int send_now = mlc_piece_ring_can_send(&p), recv_now = p.have_recv;
         if (!send_now && !recv_now) {
             rc = MLC_ERR_STATE; /* a piece to forward that never arrives: block sizes disagree */
             break;
         }
-        rc = mlc_tp_sendrecv(tp, send_now ? c->output + start[p.send.block] + p.send.offset : NULL,
-                             send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1,
-                             recv_now ? c->output + start[p.recv.block] + p.recv.offset : NULL,
+        /* Its own pieces from the input; the others from where they were received: the
+         * output, or for a relay slot j mod nslots for the j-th received, which no later
+         * receive reuses before it has left (a receive is at most lead + 1 pieces ahead
+         * of the send). */
+        const char *sbuf = !send_now           ? NULL
+                           : p.sent < p.lead   ? c->input + p.send.offset
+                           : slots             ? slots + ((p.sent - p.lead) % nslots) * piece
+                                               : c->output + start[p.send.block] + p.send.offset;
+        char *rbuf = !recv_now ? NULL
+                     : slots   ? slots + (p.received % nslots) * piece
+                               : c->output + start[p.recv.block] + p.recv.offset;
+        rc = mlc_tp_sendrecv(tp, sbuf, send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1, rbuf,
                              recv_now ? p.recv.bytes : 0, recv_now ? (r + n - 1) % n : -1, c->tag);
         mlc_piece_ring_advance(&p, send_now, recv_now);
     }
-    free(start);
+    free(slots);
     free(block_bytes);
     return rc;
 }

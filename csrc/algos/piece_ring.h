@@ -44,4 +44,22 @@ static inline void mlc_piece_ring_advance(mlc_piece_ring *p, int sent, int recei
     }
 }
 
+/* The first round, sent ahead of the agreement check (ring_ahead.c): completed, and
+ * counted as this ring's first round. *first: the piece received ahead, which lies in
+ * a->buf (bytes 0: none). Pieces that do not fit this ring's streams mean the ranks'
+ * sizes disagree: MLC_ERR_STATE. */
+static inline int mlc_piece_ring_take_ahead(mlc_tp *tp, mlc_piece_ring *p, mlc_ring_ahead *a,
+                                            mlc_gatherv_piece *first) {
+    *first = (mlc_gatherv_piece){0, 0, 0};
+    int rc = mlc_ring_ahead_complete(tp, a);
+    if (rc) return rc;
+    if (a->sent > 0 && !(p->have_send && p->sent == 0 && p->lead > 0 && p->send.bytes == a->sent))
+        return MLC_ERR_STATE;
+    if (a->expected > 0 && !(p->have_recv && p->recv.offset == 0 && p->recv.bytes == a->expected))
+        return MLC_ERR_STATE;
+    if (a->expected > 0) *first = p->recv;
+    mlc_piece_ring_advance(p, a->sent > 0, a->expected > 0);
+    return MLC_OK;
+}
+
 #endif

@@ -15,14 +15,28 @@
  * MLC_RING_PIECE_BYTES) messages per block; the ring's n-1 block latencies overlap the
  * transfer. Received pieces wait for their turn to leave in a ring of F + 2 piece slots
  * (F: the pieces of block r-1, sent first), kept in the caller's staging buffer from
- * call to call. Each element is combined in one fixed order around the ring, the same
- * on every run; each rank ends with its own block only. */
+ * call to call. The first round may have gone ahead, during the agreement check
+ * (ring_ahead.c, c->ahead): its piece is combined from there into slot 0, and the
+ * ring starts at its second round. Each element is combined in one fixed order around
+ * the ring, the same on every run; each rank ends with its own block only. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "piece_ring.h"
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* This rank's share of a received piece (from `received`): the partial it forwards,
+ * into `partial`, or for block r, complete, its output (an average divided there). */
+static void combine(const mlc_rows_call *c, mlc_gatherv_piece piece, const char *received, char *partial,
+                    const int64_t *start, int n, int r) {
+    const char *mine = c->input + start[piece.block] + piece.offset;
+    const int64_t count = piece.bytes / c->elem_size;
+    if (piece.block != r) mlc_reduce_op_to(partial, received, mine, count, c->dtype, c->op);
+    else if (c->op == MLC_OP_AVERAGE)
+        mlc_reduce_sum_average_to(c->output + piece.offset, received, mine, count, c->dtype, n);
+    else mlc_reduce_op_to(c->output + piece.offset, received, mine, count, c->dtype, c->op);
+}
 
 int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     const int n = tp->size, r = tp->rank, es = c->elem_size;
@@ -33,7 +47,10 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         return MLC_OK;
     }
     int64_t *block_bytes = malloc(2 * n * sizeof *block_bytes);
-    if (!block_bytes) return MLC_ERR_NOMEM;
+    if (!block_bytes) {
+        if (c->ahead) mlc_ring_ahead_abandon(tp, c->ahead);
+        return MLC_ERR_NOMEM;
+    }
     int64_t *start = block_bytes + n; /* where block b starts in the input */
     for (int b = 0; b < n; b++) {
         block_bytes[b] = c->recv_rows[b] * row_bytes;
@@ -46,6 +63,7 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     if (staging->bytes < nslots * piece) {
         char *grown = realloc(staging->data, nslots * piece);
         if (!grown) {
+            if (c->ahead) mlc_ring_ahead_abandon(tp, c->ahead);
             free(block_bytes);
             return MLC_ERR_NOMEM;
         }
@@ -55,6 +73,9 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     mlc_piece_ring p; /* the streams of the allgather ring of rank r-1 */
     mlc_piece_ring_start(&p, first, n, block_bytes);
     int rc = MLC_OK;
+    mlc_gatherv_piece ahead = {0, 0, 0}; /* the first round went during the check */
+    if (c->ahead && (rc = mlc_piece_ring_take_ahead(tp, &p, c->ahead, &ahead)) == MLC_OK && ahead.bytes > 0)
+        combine(c, ahead, c->ahead->buf, staging->data, start, n, r);
     while (rc == MLC_OK && (p.have_send || p.have_recv)) {
         /* Past block r-1 a rank sends the partials it made, in the order received:
          * partial j sits in slot j mod nslots, which no later receive reuses before it
@@ -71,14 +92,7 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         rc = mlc_tp_sendrecv(tp, sbuf, send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1, rbuf,
                              recv_now ? p.recv.bytes : 0, recv_now ? (r + n - 1) % n : -1, c->tag);
         if (rc) break;
-        if (recv_now) { /* this rank's share: a partial to forward, or its own block done */
-            const char *mine = c->input + start[p.recv.block] + p.recv.offset;
-            const int64_t count = p.recv.bytes / es;
-            if (p.recv.block != r) mlc_reduce_op_to(rbuf, rbuf, mine, count, c->dtype, c->op);
-            else if (c->op == MLC_OP_AVERAGE)
-                mlc_reduce_sum_average_to(c->output + p.recv.offset, rbuf, mine, count, c->dtype, n);
-            else mlc_reduce_op_to(c->output + p.recv.offset, rbuf, mine, count, c->dtype, c->op);
-        }
+        if (recv_now) combine(c, p.recv, rbuf, rbuf, start, n, r);
         mlc_piece_ring_advance(&p, send_now, recv_now);
     }
     if (staging == &own) free(own.data);

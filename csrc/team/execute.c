@@ -185,6 +185,7 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
     mlc_team *team = req->team;
     message[0] = '\0';
     const int verdict = mlc_agree_verdict(&team->agree, &req->agreement, message);
+    if (lane->thread < 0) mlc_ahead_verdict(team, req, verdict);
     int rc = verdict;
     if (rc == MLC_OK && !req->agreement.done_by_exchange) {
         mlc_stall stall;
@@ -200,6 +201,7 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
         if (rc == MLC_ERR_OVERFLOW && lane->thread < 0) mlc_overflow_message(req, message, MLC_MSG_LEN);
         mlc_tp_set_progress(lane->tp, NULL, NULL);
     }
+    if (lane->thread < 0) mlc_ahead_done(team, req, verdict, rc);
     if (!req->group) return rc;
     pthread_mutex_lock(&team->lock);
     mlc_seal_lane_done(req);

@@ -134,7 +134,8 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .sizes_in = req->sizes_in, .sizes_out = req->sizes_out,
                            .rows_in = req->rows_in, .rows_bytes = req->rows_bytes,
                            .rows_capacity = req->rows_out ? MLC_ROWS_CARRY_BYTES : 0,
-                           .rows_out = req->rows_out};
+                           .rows_out = req->rows_out,
+                           .ahead_bytes = mlc_ahead_bytes_of(team, req)};
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -235,8 +236,11 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
         mlc_sign_input in;
         mlc_sign_input_of(team, req, &in);
         pthread_mutex_lock(&team->caller_lock);
+        mlc_ahead_prepare(team, req);
+        if (in.ahead_bytes > 0) in.ahead = &team->ahead;
         pthread_mutex_lock(&team->lock);
         take_seq(team, req, &in);
+        mlc_ahead_post(team, req, in.ahead_bytes);
         pthread_mutex_unlock(&team->lock);
         rc = mlc_execute_inline(team, req);
         if (rc) set_error(err, errlen, team->caller_message[0] ? team->caller_message : mlc_status_name(rc));

@@ -169,7 +169,7 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     }
     mine[team->ctx->rank] = rows;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
-                                NULL, each, 0, NULL};
+                                NULL, each, 0, NULL, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     rows_sizes sizes = {.count = n, .in = mine, .out = all_rows, .rows_in = input, .rows_bytes = own_bytes,
                         .rows_out = carried};
@@ -200,7 +200,7 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
     if (all_rows[team->ctx->rank] * row_elements > 0 && !input)
         return fail(err, errlen, "invalid allgather arguments (no input buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
-                                NULL, all_rows, 0, NULL};
+                                NULL, all_rows, 0, NULL, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     /* With the counts its checked counts request returned, on every rank alike: that
      * check covers this request, once. */
@@ -225,7 +225,7 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     if (!shares) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
-                                NULL, shares, 0, &team->rows_staging};
+                                NULL, shares, 0, &team->rows_staging, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, rows * row_elements, 0,
                       row_elements, &sign, &call, NULL, 0, NULL, err, errlen);
@@ -292,7 +292,7 @@ int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits,
     }
     memcpy(matrix + (size_t)team->ctx->rank * n, send_rows, n * sizeof *send_rows);
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)send_rows, (char *)recv_rows,
-                                each, each, 0, NULL};
+                                each, each, 0, NULL, NULL};
     rows_sizes sizes = {.count = (int64_t)n * n, .in = matrix, .out = summed};
     int rc = run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
                       row_elements, &sign, &call, &sizes, 0, NULL, err, errlen);
@@ -319,7 +319,7 @@ int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_ro
     if ((sent * row_elements > 0 && !input) || (received * row_elements > 0 && !output))
         return fail(err, errlen, "invalid alltoall arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
-                                send_rows, recv_rows, 0, NULL};
+                                send_rows, recv_rows, 0, NULL, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, 2, sent * row_elements, 1,
                     row_elements, &sign, &call, NULL, 0, NULL, err, errlen);

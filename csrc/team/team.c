@@ -201,9 +201,10 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     team->agree.dog.abort_job = abort_job;
     team->agree.dog.abort_arg = ctx;
     team->fusion = malloc(team->window_segments * team->chunk_bytes);
+    team->ahead.buf = malloc(MLC_RING_PIECE_BYTES);
     team->workers = calloc(nthreads, sizeof *team->workers);
     for (int i = 0; team->workers && i < nthreads; i++) team->workers[i].comm = MPI_COMM_NULL;
-    if (!team->fusion || resize_caller_buffers(team) != MLC_OK || !team->workers) {
+    if (!team->fusion || !team->ahead.buf || resize_caller_buffers(team) != MLC_OK || !team->workers) {
         mlc_team_destroy(team);
         set_error(err, errlen, "out of memory allocating the team's buffers");
         return MLC_ERR_NOMEM;
@@ -217,6 +218,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
             set_error(err, errlen, "out of memory allocating the team's check buffers");
         mlc_tp_mpi_open(&team->caller_tp, &team->caller_comm, ctx->rank, ctx->size, team->caller_message);
         team->caller_tp.never_sleeps = 1;
+        mlc_agree_set_ahead_endpoint(&team->agree, &team->caller_tp);
     }
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         mlc_worker *w = &team->workers[i];
@@ -305,6 +307,7 @@ void mlc_team_destroy(mlc_team *team) {
         free_comm(&team->workers[i].comm);
         free(team->workers[i].scratch);
     }
+    mlc_ahead_close(team, team->caller_comm != MPI_COMM_NULL && !mpi_finalized());
     free_comm(&team->caller_comm);
     if (team->agree_comm != MPI_COMM_NULL && !mpi_finalized()) mlc_agree_cancel(&team->agree);
     free_comm(&team->agree_comm);

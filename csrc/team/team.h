@@ -139,6 +139,11 @@ struct mlc_team {
      * request the agreement checked and whose data has not moved yet (rows.c); 0: none.
      * Under lock. */
     uint64_t rows_agreed;
+    /* A ring's first round sent ahead of its check (ahead.c), under caller_lock: its
+     * buffer (one ring piece, kept for the team's life) and whether it is posted or
+     * agreed and waiting for its ring. */
+    mlc_ring_ahead ahead;
+    int ahead_state;
 
     mlc_team_stats stats;
     int64_t report_every; /* mlc_team_set_report */
@@ -191,6 +196,19 @@ void mlc_seal_lane_done(mlc_request *req);   /* under the team lock */
 /* Lane 0, once every lane is through the data and every tensor arrived: MLC_OK, or
  * MLC_ERR_MISMATCH with message naming the ranks whose step cancelled the group. */
 int mlc_seal(mlc_request *req, mlc_tp *tp, char *scratch, int64_t scratch_bytes, char *message);
+
+/* ahead.c: a ring's first piece sent ahead of the check, for a blocking request of
+ * rows. mlc_ahead_bytes_of is what the request sends (its signature says so). Under
+ * caller_lock: prepare before the request takes its place, post right after (under
+ * the team's lock too, so no exchange of it starts before), verdict after its
+ * verdict, done after its data; close when the team is destroyed (cancel: MPI still
+ * works). */
+int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req);
+void mlc_ahead_prepare(mlc_team *team, mlc_request *req);
+void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes); /* what it signed */
+void mlc_ahead_verdict(mlc_team *team, mlc_request *req, int verdict);
+void mlc_ahead_done(mlc_team *team, mlc_request *req, int verdict, int rc);
+void mlc_ahead_close(mlc_team *team, int cancel);
 
 /* execute.c */
 int mlc_execute_part(mlc_worker *w, mlc_request *req);

@@ -227,6 +227,14 @@ int mlc_loopback_posted(mlc_loopback *lb, int rank) {
     return n;
 }
 
+int mlc_loopback_queued(mlc_loopback *lb, int rank) {
+    int n = 0;
+    pthread_mutex_lock(&lb->lock);
+    for (message *m = lb->ranks[rank].queue; m; m = m->next) n++;
+    pthread_mutex_unlock(&lb->lock);
+    return n;
+}
+
 void mlc_loopback_fail_sends(mlc_loopback *lb, int rank, int after) {
     pthread_mutex_lock(&lb->lock);
     lb->ranks[rank].fail_after = after;

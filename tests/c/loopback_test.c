@@ -837,8 +837,9 @@ static void stall_job(int n, int late, int not_ready) {
 
 /* ---- collectives of rows: allgatherv, reduce-scatterv, alltoallv ---- */
 
-/* Rank r's rows in the allgather: 0 for rank 0, uneven after. */
-static int64_t gather_rows(int r) { return (r * 3) % 4; }
+/* Rank r's rows in the allgather: 0 for rank 0, uneven after; up to 9 pieces of the
+ * sanitized build's 40 bytes (a relay beside blocks of more than two pieces once hung). */
+static int64_t gather_rows(int r) { return (r * 3) % 4 * 5; }
 /* Rank r's split for rank d in the alltoall: some empty, uneven. */
 static int64_t split_rows(int r, int d) { return (r + 2 * d) % 3; }
 #define ROW 3
@@ -852,7 +853,7 @@ static void allgatherv_rank(job *j, int rank, mlc_tp *tp) {
     for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
     memset(out, 0x7b, (total * ROW + 1) * 8);
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, relays ? NULL : (char *)out,
-                                NULL, rows, 3, NULL};
+                                NULL, rows, 3, NULL, NULL};
     int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
     if (rc) fail("allgatherv", n, rank, -1, rc, 0);
     for (int q = 0, k = 0; q < n && !relays; q++) /* a relaying rank keeps nothing */
@@ -881,7 +882,7 @@ static void reduce_scatterv_rank(job *j, int rank, mlc_tp *tp) {
     char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
     fill(in, c->dtype, count, rank, c->op);
     memset(out, 0x7b, (shares[rank] * ROW + 1) * es);
-    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, NULL};
+    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, NULL, NULL};
     int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
     if (rc) fail("reduce_scatterv", n, rank, -1, rc, 0);
     for (int64_t i = 0; i < shares[rank] * ROW; i++) {
@@ -912,7 +913,7 @@ static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
     for (int d = 0, k = 0; d < n; d++)
         for (int64_t i = 0; i < send[d] * ROW; i++) in[k++] = rank * 10000 + d * 100 + (int32_t)i;
     memset(out, 0x7b, (received * ROW + 1) * 4);
-    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5, NULL};
+    const mlc_rows_call call = {MLC_INT32, 4, MLC_OP_SUM, ROW, (char *)in, (char *)out, send, recv, 5, NULL, NULL};
     int rc = mlc_algo_find(MLC_ALG_ALLTOALLV_PAIRWISE)->rows(tp, &call);
     if (rc) fail("alltoallv", n, rank, -1, rc, 0);
     for (int s = 0, k = 0; s < n; s++)
@@ -925,6 +926,153 @@ static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
     free(in);
     free(out);
     atomic_fetch_add(&checks, 1);
+}
+
+/* ---- a ring's first round sent ahead of the check (algos/ring_ahead.c) ---- */
+
+/* Which ranks send ahead and which post their receive before the call: pattern p of 3. */
+static int sends_ahead(int r, int p) { return (r + p) % 3 != 0; }
+static int posts_early(int r, int p) { return (r + p) % 2 == 0; }
+static int64_t first_piece(int64_t block_bytes) {
+    return block_bytes < MLC_RING_PIECE_BYTES ? block_bytes : MLC_RING_PIECE_BYTES;
+}
+
+/* After a job: nothing left posted or unreceived at this rank. */
+static void nothing_left(job *j, int rank, const char *what) {
+    pthread_barrier_wait(&j->barrier);
+    if (mlc_loopback_posted(j->lb, rank) || mlc_loopback_queued(j->lb, rank))
+        fail(what, j->n, rank, -1, mlc_loopback_posted(j->lb, rank), mlc_loopback_queued(j->lb, rank));
+}
+
+typedef struct {
+    int pattern, relay; /* relay: the rank without output (-1: none) */
+    int dtype, op;      /* the reduce-scatter's */
+    int64_t rows;
+} ahead_case;
+
+/* The allgather ring with its first round posted ahead by some ranks (others send
+ * nothing ahead, or post their receive only when the ring starts): every rank's rows. */
+static void allgatherv_ahead_rank(job *j, int rank, mlc_tp *tp) {
+    const ahead_case *c = j->arg;
+    const int n = j->n, left = (rank + n - 1) % n, relays = c->relay == rank;
+    int64_t rows[MAX_RANKS], total = 0;
+    for (int r = 0; r < n; r++) total += rows[r] = gather_rows(r);
+    int64_t *in = malloc((rows[rank] * ROW + 1) * 8), *out = malloc((total * ROW + 1) * 8);
+    for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
+    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES), .tag = mlc_ahead_tag(7)};
+    const int64_t mine = sends_ahead(rank, c->pattern) ? first_piece(rows[rank] * ROW * 8) : 0;
+    if (mlc_ring_ahead_post(tp, &ahead, (const char *)in, mine, posts_early(rank, c->pattern)))
+        fail("ahead post", n, rank, -1, 0, 0);
+    pthread_barrier_wait(&j->barrier); /* every first round posted: the check's time */
+    ahead.expected = sends_ahead(left, c->pattern) ? first_piece(rows[left] * ROW * 8) : 0;
+    const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, relays ? NULL : (char *)out,
+                                NULL, rows, 3, NULL, &ahead};
+    int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
+    if (rc) fail("allgatherv ahead", n, rank, -1, rc, 0);
+    for (int q = 0, k = 0; q < n && !relays; q++)
+        for (int64_t i = 0; i < rows[q] * ROW; i++, k++)
+            if (out[k] != q * 1000 + i) {
+                fail("allgatherv ahead value", n, rank, k, (double)out[k], q * 1000.0 + i);
+                q = n;
+                break;
+            }
+    nothing_left(j, rank, "allgatherv ahead: left posted, queued");
+    free(ahead.buf);
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+/* The reduce-scatter ring likewise: its first block (r-1) of its input goes ahead. */
+static void reduce_scatterv_ahead_rank(job *j, int rank, mlc_tp *tp) {
+    const ahead_case *c = j->arg;
+    const int n = j->n, left = (rank + n - 1) % n, es = mlc_dtype_size(c->dtype);
+    int64_t shares[MAX_RANKS];
+    for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(c->rows, n, r);
+    const int64_t count = c->rows * ROW, first = mlc_rows_first(c->rows, n, rank) * ROW;
+    char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
+    fill(in, c->dtype, count, rank, c->op);
+    mlc_buffer staging = {NULL, 0};
+    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES), .tag = mlc_ahead_tag(8)};
+    const int own_block = (rank + n - 1) % n, left_block = (rank + n - 2) % n;
+    const int64_t mine = sends_ahead(rank, c->pattern) ? first_piece(shares[own_block] * ROW * es) : 0;
+    const char *own = in + mlc_rows_first(c->rows, n, own_block) * ROW * es;
+    if (mlc_ring_ahead_post(tp, &ahead, own, mine, posts_early(rank, c->pattern)))
+        fail("ahead post", n, rank, -1, 0, 0);
+    pthread_barrier_wait(&j->barrier);
+    ahead.expected = sends_ahead(left, c->pattern) ? first_piece(shares[left_block] * ROW * es) : 0;
+    const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, &staging, &ahead};
+    int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
+    if (rc) fail("reduce_scatterv ahead", n, rank, -1, rc, 0);
+    for (int64_t i = 0; i < shares[rank] * ROW && !rc; i++) {
+        double want = expected(c->dtype, c->op, n, first + i), got = element(out, c->dtype, i);
+        if (got != want) {
+            fail("reduce_scatterv ahead value", n, rank, i, got, want);
+            break;
+        }
+    }
+    nothing_left(j, rank, "reduce_scatterv ahead: left posted, queued");
+    free(staging.data);
+    free(ahead.buf);
+    free(in);
+    free(out);
+    atomic_fetch_add(&checks, 1);
+}
+
+/* A check that fails while some ranks sent their first piece ahead (pattern as above)
+ * and rank n-1 submitted another request: every rank fails, and the exchange receives
+ * or cancels every piece, so nothing stays posted or unreceived anywhere. */
+static void ahead_mismatch_rank(job *j, int rank, mlc_tp *tp) {
+    const ahead_case *c = j->arg;
+    const int n = j->n;
+    float data[4] = {1, 2, 3, 4};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    if (rank == n - 1) in.op = MLC_OP_SUM;
+    char own[64];
+    memset(own, rank, sizeof own);
+    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES), .tag = mlc_ahead_tag(0)};
+    if (sends_ahead(rank, c->pattern)) {
+        in.ahead_bytes = first_piece(sizeof own);
+        in.ahead = &ahead;
+    }
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", n, rank, -1, 0, 0);
+    mlc_agree_set_ahead_endpoint(&ag, tp);
+    mlc_agreement a;
+    memset(&a, 0, sizeof a);
+    mlc_agree_register(&ag, &a, 1, &in); /* the engine's first check: ordinal 0 */
+    if (in.ahead && mlc_ring_ahead_post(tp, &ahead, own, in.ahead_bytes, posts_early(rank, c->pattern)))
+        fail("ahead post", n, rank, -1, 0, 0);
+    char message[MLC_MSG_LEN];
+    int rc = mlc_agree_verdict(&ag, &a, message);
+    if (rc != MLC_ERR_MISMATCH) fail("ahead mismatch verdict", n, rank, -1, rc, MLC_ERR_MISMATCH);
+    const int left = (rank + n - 1) % n;
+    if (a.left_ahead != (sends_ahead(left, c->pattern) ? first_piece(sizeof own) : 0))
+        fail("ahead mismatch: r-1's bytes", n, rank, -1, (double)a.left_ahead, 0);
+    if (ahead.send_posted || ahead.recv_posted) fail("ahead mismatch: still posted", n, rank, -1, 0, 0);
+    nothing_left(j, rank, "ahead mismatch: left posted, queued");
+    mlc_agree_destroy(&ag);
+    free(ahead.buf);
+    atomic_fetch_add(&checks, 1);
+}
+
+static void ahead_cases(int n) {
+    for (int p = 0; p < 3; p++) {
+        ahead_case c = {p, -1, 0, 0, 0};
+        run_job(n, allgatherv_ahead_rank, &c);
+        c.relay = p % n;
+        run_job(n, allgatherv_ahead_rank, &c);
+        const int64_t rows[] = {1, 2 * n + 1, 37 * n};
+        for (unsigned k = 0; k < sizeof rows / sizeof *rows; k++) {
+            c = (ahead_case){p, -1, k % 2 ? MLC_FLOAT32 : MLC_INT32, k == 1 ? MLC_OP_AVERAGE : MLC_OP_SUM, rows[k]};
+            if (c.op == MLC_OP_AVERAGE && c.dtype == MLC_INT32) c.op = MLC_OP_SUM;
+            run_job(n, reduce_scatterv_ahead_rank, &c);
+        }
+        if (n > 1) run_job(n, ahead_mismatch_rank, &c);
+    }
 }
 
 static void rows_cases(int n) {
@@ -947,6 +1095,7 @@ int main(int argc, char **argv) {
     for (int n = 1; n <= max_ranks; n++) {
         allreduce_cases(n);
         rows_cases(n);
+        if (n > 1) ahead_cases(n);
         for (int root = 0; root < n; root++) run_job(n, broadcast_rank, &root);
         run_job(n, agree_rank, NULL);
         if (n > 1) run_job(n, agree_compression_rank, NULL);

@@ -285,12 +285,19 @@ def test_a_rank_that_cannot_take_carried_rows_fails_alone(session, direct_4k, mo
 
 @pytest.mark.parametrize(
     "rows_of",
-    [lambda q: (q * 997) % 1500, lambda q: 1000 if q == 1 else 0],
-    ids=["uneven", "one rank"],
+    [
+        lambda q: (q * 997) % 1500,
+        lambda q: 1000 if q == 1 else 0,
+        lambda q: 1700 + 300 * q,
+        lambda q: 100 if q % 2 else 1000,
+    ],
+    ids=["uneven", "one rank", "several pieces", "some below the ahead threshold"],
 )
 def test_allgather_of_blocks_larger_than_a_piece(session, monkeypatch, rows_of):
-    """Blocks of up to 600 KB travel the ring in pieces of 256 KiB, forwarded as they
-    arrive: exact, with empty blocks, and beside a rank that relays whole blocks."""
+    """Blocks of up to 1.3 MB travel the ring in pieces of 256 KiB, forwarded as they
+    arrive, the first piece of each block of 64 KiB or more sent during the check: exact,
+    with empty blocks, beside blocks below 64 KiB, and beside a rank that relays (blocks of
+    three pieces and more once hung it)."""
     c = Checks()
     n, r = session.nranks, session.rank
 
@@ -391,6 +398,43 @@ def test_allgather_against_reducescatter(pair):
     call = (lambda: mc.reducescatter(x, "sum")) if pair.rank == last else (lambda: mc.allgather(x))
     expect_mismatch(c, call, "(allgather", "(reducescatter, sum", f"rank {last}")
     still_works(c, pair)
+    c.finish()
+
+
+def still_works_large(c: Checks, session) -> None:
+    """A ring's first piece of every rank goes ahead of the check: nothing of a failed
+    request's pieces is left to meet the next ones."""
+    n, r = session.nranks, session.rank
+    out = mc.allgather(np.full((700 + r, 100), r, np.float32))
+    want = np.concatenate([np.full((700 + q, 100), q, np.float32) for q in range(n)])
+    c.equal(out, want, "a large allgather after the mismatch")
+    x = (np.arange(3001 * 100, dtype=np.float32).reshape(3001, 100) % 61) * (r + 1)
+    total = sum((np.arange(3001 * 100, dtype=np.float32).reshape(3001, 100) % 61) * (q + 1)
+                for q in range(n))  # fmt: skip
+    first = sum(3001 // n + (1 if q < 3001 % n else 0) for q in range(r))
+    share = 3001 // n + (1 if r < 3001 % n else 0)
+    c.equal(mc.reducescatter(x, "sum"), total[first : first + share], "a large reducescatter after")
+
+
+@pytest.mark.parametrize(
+    "last_calls",
+    ["reducescatter", "allreduce", "small allgather", "allgather of another dtype"],
+)
+def test_large_rings_against_another_call(pair, last_calls):
+    """The first pieces sent during the check (400 KB blocks) are received or cancelled when
+    the check fails: every rank raises, and the next large calls are exact."""
+    c = Checks()
+    last, big = pair.nranks - 1, np.ones((1000, 100), np.float32)
+    other = {
+        "reducescatter": lambda: mc.reducescatter(big, "sum"),
+        "allreduce": lambda: mc.allreduce(big),
+        "small allgather": lambda: mc.allgather(np.ones((10, 100), np.float64)),
+        "allgather of another dtype": lambda: mc.allgather(big.astype(np.float64)),
+    }[last_calls]
+    expect_mismatch(c, other if pair.rank == last else (lambda: mc.allgather(big)), f"rank {last}")
+    first = (lambda: mc.reducescatter(big.astype(np.float64))) if pair.rank == 0 else other
+    expect_mismatch(c, first if pair.rank != last else (lambda: mc.allgather(big)), "rank 0")
+    still_works_large(c, pair)
     c.finish()
 
 

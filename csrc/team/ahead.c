@@ -1,0 +1,138 @@
+/* Which requests send a ring's first piece ahead of their agreement check
+ * (algos/ring_ahead.c), and what becomes of it after the verdict.
+ *
+ * Two requests of rows run a ring after a check, on the caller's thread: an allgather
+ * (its data request, covered by the check of its counts request, rows.c) and a
+ * reduce-scatter. Each sends ahead the first piece of its own first block when that
+ * block has at least MLC_AHEAD_MIN_BYTES (mlc_ring_ahead_bytes): before the check, it
+ * posts that send to rank r+1 and a receive from rank r-1. Every rank's signature
+ * says how many bytes it sent ahead.
+ *
+ * After the verdict, what rank r-1 sent is known on every rank:
+ *   agreed      from the agreed sizes (an allgather's counts, which its check carries;
+ *               a reduce-scatter's shares), with the same rule. A receive not yet
+ *               posted is posted then; one that nothing answers is cancelled. The
+ *               reduce-scatter's ring, or the allgather's data request (the next
+ *               request of rows on this team), completes the first round and starts
+ *               at its second.
+ *   disagreed   from rank r-1's signature in the table: the piece is received and
+ *               dropped (or the receive cancelled), the own send completed, and the
+ *               request fails as before. Nothing stays posted.
+ *   no verdict  (the team shut down, a transport failed): whatever is posted is
+ *               cancelled.
+ * The ahead tag alternates with the checks' order (mlc_ahead_tag), so a receive
+ * cancelled after one check never meets a piece sent during the next. An allgather
+ * whose data request does not follow its counts request (its caller gave up in
+ * between) has its first round completed by the next request of rows, or cancelled
+ * when the team is destroyed. All of it runs under the team's caller lock. */
+#include <stdlib.h>
+
+#include "team.h"
+
+enum { AHEAD_NONE = 0, AHEAD_POSTED = 1, AHEAD_AGREED = 2 };
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* A ring of rows whose first round may go ahead: an allgather's counts request (its
+ * sizes inside the check) or a reduce-scatter, on the caller's thread. */
+static int ring_of_rows(const mlc_team *team, const mlc_request *req) {
+    if (!req->plan.on_caller || req->covered || team->ctx->size < 2) return 0;
+    if (req->kind == MLC_KIND_ALLGATHER) return req->part == 0 && req->nparts == 2 && req->plan.direct;
+    return req->kind == MLC_KIND_REDUCESCATTER;
+}
+
+/* Once it took its place: it is one, and the check takes it (only a verdict says what
+ * rank r-1 sent). */
+static int checked(const mlc_team *team, const mlc_request *req) {
+    return ring_of_rows(team, req) && atomic_load(&req->agreement.state) != MLC_CHECK_NONE;
+}
+
+static int64_t row_bytes(const mlc_request *req) { return req->row_elements * mlc_dtype_size(req->dtype); }
+
+/* The first block rank r sends in this request's ring: its bytes, and where they are. */
+static int64_t first_block(const mlc_team *team, const mlc_request *req, int r, const char **own) {
+    if (req->kind == MLC_KIND_ALLGATHER) { /* its own rows */
+        if (own) *own = req->rows_in;
+        return req->rows_bytes;
+    }
+    const int n = team->ctx->size, block = mod(r - 1, n); /* reduce-scatter: block r-1 */
+    if (own) *own = req->rows.input + mlc_rows_before(req->rows.recv_rows, block) * row_bytes(req);
+    return req->rows.recv_rows[block] * row_bytes(req);
+}
+
+int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req) {
+    if (!ring_of_rows(team, req) || !mlc_agree_wants(&team->agree, req->kind, req->dtype)) return 0;
+    return mlc_ring_ahead_bytes(first_block(team, req, team->ctx->rank, NULL));
+}
+
+/* What rank r-1 sent ahead, from the sizes the ranks agreed on. */
+static int64_t left_sent(const mlc_team *team, const mlc_request *req) {
+    const int left = mod(team->ctx->rank - 1, team->ctx->size);
+    if (req->kind == MLC_KIND_ALLGATHER) /* the counts request's output: every rank's rows */
+        return mlc_ring_ahead_bytes(((const int64_t *)req->rows.output)[left] * row_bytes(req));
+    return mlc_ring_ahead_bytes(first_block(team, req, left, NULL));
+}
+
+/* After an agreed check: what the ring completes, now that what r-1 sent is known;
+ * 0 when nothing was posted and nothing comes. */
+static int agreed(mlc_team *team, const mlc_request *req) {
+    const int64_t expected = left_sent(team, req);
+    if (team->ahead_state == AHEAD_NONE) {
+        if (expected == 0) return 0;
+        team->ahead.sent = 0; /* nothing of this rank posted: the ring receives r-1's piece */
+        team->ahead.send_posted = team->ahead.recv_posted = 0;
+        team->ahead.tag = mlc_ahead_tag(req->agreement.ordinal);
+    }
+    team->ahead.expected = expected;
+    return 1;
+}
+
+void mlc_ahead_prepare(mlc_team *team, mlc_request *req) {
+    if (team->ahead_state == AHEAD_AGREED && req->covered && req->kind == MLC_KIND_ALLGATHER) {
+        req->rows.ahead = &team->ahead; /* the allgather's data: its ring completes it */
+    } else if (team->ahead_state != AHEAD_NONE) {
+        /* The allgather's data request never came (its caller gave up): the first round
+         * is completed here, as every rank's next request does. */
+        mlc_ring_ahead_complete(&team->caller_tp, &team->ahead);
+    }
+    team->ahead_state = AHEAD_NONE;
+}
+
+void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes) {
+    const char *own = NULL;
+    if (bytes <= 0 || !checked(team, req)) return;
+    first_block(team, req, team->ctx->rank, &own);
+    team->ahead.tag = mlc_ahead_tag(req->agreement.ordinal);
+    if (mlc_ring_ahead_post(&team->caller_tp, &team->ahead, own, bytes, 1) == MLC_OK)
+        team->ahead_state = AHEAD_POSTED;
+}
+
+void mlc_ahead_verdict(mlc_team *team, mlc_request *req, int verdict) {
+    if (!checked(team, req)) return;
+    if (verdict != MLC_OK) {
+        /* After a table the exchange completed both sides; without one, cancel. */
+        if (req->agreement.left_ahead < 0 && team->ahead_state != AHEAD_NONE)
+            mlc_ring_ahead_abandon(&team->caller_tp, &team->ahead);
+        team->ahead_state = AHEAD_NONE;
+    } else if (req->kind == MLC_KIND_REDUCESCATTER) {
+        if (agreed(team, req)) req->rows.ahead = &team->ahead; /* its ring completes it */
+        team->ahead_state = AHEAD_NONE;
+    } /* an allgather's counts request: after it, with every rank's counts */
+}
+
+void mlc_ahead_done(mlc_team *team, mlc_request *req, int verdict, int rc) {
+    if (!checked(team, req) || req->kind != MLC_KIND_ALLGATHER || verdict != MLC_OK) return;
+    if (rc != MLC_OK) {
+        if (team->ahead_state != AHEAD_NONE) mlc_ring_ahead_abandon(&team->caller_tp, &team->ahead);
+        team->ahead_state = AHEAD_NONE;
+        return;
+    }
+    team->ahead_state = agreed(team, req) ? AHEAD_AGREED : AHEAD_NONE; /* for its data request */
+}
+
+void mlc_ahead_close(mlc_team *team, int cancel) {
+    if (cancel && team->ahead_state != AHEAD_NONE) mlc_ring_ahead_abandon(&team->caller_tp, &team->ahead);
+    team->ahead_state = AHEAD_NONE;
+    free(team->ahead.buf);
+    team->ahead.buf = NULL;
+}
