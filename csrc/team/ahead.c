@@ -15,16 +15,19 @@
  *               reduce-scatter's ring, or the allgather's data request (the next
  *               request of rows on this team), completes the first round and starts
  *               at its second.
- *   disagreed   from rank r-1's signature in the table: the piece is received and
- *               dropped (or the receive cancelled), the own send completed, and the
- *               request fails as before. Nothing stays posted.
+ *   disagreed   from rank r-1's signature in the table: the exchange itself
+ *               (agree/exchange.c, settle_ahead) receives and drops the piece (or
+ *               cancels the receive) and completes the own send, on whichever thread
+ *               runs it while the caller waits; the request fails as before. Nothing
+ *               stays posted.
  *   no verdict  (the team shut down, a transport failed): whatever is posted is
  *               cancelled.
  * The ahead tag alternates with the checks' order (mlc_ahead_tag), so a receive
  * cancelled after one check never meets a piece sent during the next. An allgather
  * whose data request does not follow its counts request (its caller gave up in
  * between) has its first round completed by the next request of rows, or cancelled
- * when the team is destroyed. All of it runs under the team's caller lock. */
+ * when the team is destroyed. The rest runs on the caller's thread, under the team's
+ * caller lock. */
 #include <stdlib.h>
 
 #include "team.h"
