@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simgrid_packages import ensure_simgrid
-from suite_summary import SuiteSkips, matrix_failure, skips_from_junit, summary_line
+from suite_summary import SuiteSkips, failed_tests, matrix_failure, skips_from_junit, summary_line
 from testbed_packages import ensure_testbed_packages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,6 +230,11 @@ def pytest_suite(
     return rc
 
 
+def suite_failure(name: str, label: str, skips: dict[str, SuiteSkips]) -> str:
+    """label, followed by the tests that failed in suite name's report, if it wrote one."""
+    return label + failed_tests([skips[name]] if name in skips else [])
+
+
 def build_docs() -> int:
     """The documentation site with warnings as errors: broken links, anchors and API
     references fail (mkdocs.yml), into a folder that is thrown away."""
@@ -252,10 +257,12 @@ def cmd_test() -> int:
     # whose model tests need it, as does the validation at the end.
     why_not_simgrid = ensure_simgrid()
     if pytest_suite("unit", ["tests/unit", "tools/tests"], skips) != 0:
-        failures.append("unit")
+        failures.append(suite_failure("unit", "unit", skips))
     # Jobs in which a rank dies, raises or leaves early; each launches its own mpiexec.
     if pytest_suite("faults", ["tests/faults"], skips) != 0:
-        failures.append("faults (dead, failing, stalled and disagreeing ranks)")
+        failures.append(
+            suite_failure("faults", "faults (dead, failing, stalled and disagreeing ranks)", skips)
+        )
     if cmd_tsan() != 0:
         failures.append("C core under ThreadSanitizer")
     # The transport of an MPI without large counts (Open MPI), its limits shrunk so that the
@@ -273,8 +280,9 @@ def cmd_test() -> int:
             rc = mpirun(n, [*pytest, f"--junit-xml={junit}", "tests/mpi"])
             report = Path(tmp) / "rank0.xml"
             ran = skips_from_junit(report.read_text()) if report.exists() else None
+            each = [skips_from_junit(p.read_text()) for p in sorted(Path(tmp).glob("rank*.xml"))]
         if rc != 0:
-            failures.append(f"mpi n={n} (exit {rc})")
+            failures.append(f"mpi n={n} (exit {rc}{failed_tests(each)})")
         elif n > 1 and (why := matrix_failure(f"mpi n={n}", ran)):
             failures.append(why)
     for kind, n in SUB_COMM_RUNS:
@@ -291,14 +299,16 @@ def cmd_test() -> int:
     if why_not:
         print(f"test bed: {why_not}; its tests will skip", flush=True)
     if pytest_suite("testbed", ["tests/testbed"], skips) != 0:
-        failures.append("testbed (srun on namespace nodes)")
+        failures.append(suite_failure("testbed", "testbed (srun on namespace nodes)", skips))
     if why_not and skips.get("testbed") and skips["testbed"].skipped:
         skips["testbed"].reasons.insert(0, why_not)  # e.g. the apt-get that failed, first
     # Upstream tf_cnn_benchmarks with --variable_update=ps_ml_comm, from the checkout that
     # TF_CNN_BENCHMARKS_DIR names (else the tests skip and say why); upstream needs tf_keras.
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1"}
     if pytest_suite("tfcnn", ["tests/tfcnn"], skips, 3 * MPI_RUN_TIMEOUT_S, env) != 0:
-        failures.append("tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)")
+        failures.append(
+            suite_failure("tfcnn", "tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)", skips)
+        )
     # The scale model's validation at three sizes against the 3- and 4-node test-bed sweeps.
     if why_not_simgrid:
         print(f"simgrid: {why_not_simgrid}; the scale model's validation will skip", flush=True)

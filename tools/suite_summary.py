@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 
 @dataclass
 class SuiteSkips:
-    """How many of a suite's tests ran and which skipped, with pytest's reasons."""
+    """How many of a suite's tests ran, which skipped, with pytest's reasons, and which
+    failed."""
 
     total: int = 0
     skipped: int = 0
     reasons: list[str] = field(default_factory=list)  # distinct, in the order first seen
+    failed: list[str] = field(default_factory=list)  # "module::test[params]", in report order
 
     @property
     def all_skipped(self) -> bool:
@@ -37,6 +39,9 @@ def skips_from_junit(xml_text: str) -> SuiteSkips:
     out = SuiteSkips()
     for case in ET.fromstring(xml_text).iter("testcase"):
         out.total += 1
+        if case.find("failure") is not None or case.find("error") is not None:
+            module = (case.get("classname") or "").rsplit(".", 1)[-1]
+            out.failed.append(f"{module}::{case.get('name')}")
         skip = case.find("skipped")
         if skip is None:
             continue
@@ -45,6 +50,16 @@ def skips_from_junit(xml_text: str) -> SuiteSkips:
         if reason not in out.reasons:
             out.reasons.append(reason)
     return out
+
+
+def failed_tests(reports: list[SuiteSkips], most: int = 4) -> str:
+    """'; failed: mod::a, mod::b and 3 more' from the reports of a run's processes (each
+    rank writes its own), each test once; '' when none names a failed test."""
+    names = list(dict.fromkeys(name for r in reports for name in r.failed))
+    if not names:
+        return ""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return "; failed: " + ", ".join(names[:most]) + more
 
 
 def matrix_failure(label: str, report: SuiteSkips | None) -> str | None:

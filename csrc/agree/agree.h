@@ -96,7 +96,6 @@ enum { MLC_CHECK_NONE = 0, MLC_CHECK_PENDING = 1, MLC_CHECK_DONE = 2 };
 typedef struct mlc_agreement {
     mlc_sign_input in;
     int64_t seq;
-    int64_t ordinal; /* this check's place among the team's checks: the same on every rank */
     _Atomic int ready; /* `in` is final (a keyed group's scan waits for its tensors) */
     _Atomic int state; /* MLC_CHECK_*; DONE publishes the fields below */
     int status;
@@ -120,13 +119,13 @@ typedef struct mlc_agree {
     mlc_watchdog dog;
     mlc_tp tp;                    /* a communicator carrying signatures only */
     mlc_tp ahead_tp;              /* where rings send their first piece ahead (ops NULL: none) */
+    char *ahead_scratch;          /* MLC_RING_PIECE_BYTES: a piece received only to be dropped */
     char ahead_message[MLC_MSG_LEN];
     char tp_message[MLC_MSG_LEN];
     pthread_mutex_t exchange_lock; /* held by the one thread exchanging */
     pthread_mutex_t list_lock;     /* the list below; taken inside the team's lock */
     pthread_cond_t ready_cv;       /* an agreement became ready, or shutdown */
     mlc_agreement *head, *tail;    /* registered, not yet exchanged, in queue order */
-    int64_t registered;            /* checks registered so far (mlc_agreement.ordinal) */
     int shutting_down;
     int64_t direct_bytes; /* the most a direct allreduce carries (MLC_DIRECT_MAX_BYTES) */
     char *mine, *theirs;  /* this rank's record and a partner's, each with direct_bytes after */
@@ -149,8 +148,8 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
 void mlc_agree_destroy(mlc_agree *ag); /* frees memory; sends and cancels nothing */
 /* The endpoint on which rings send their first piece ahead of the check (a copy, with
  * its own message buffer and no progress hook): after a disagreement the exchange
- * receives there what rank r-1 sent ahead. */
-void mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp);
+ * completes there what was sent ahead. MLC_ERR_NOMEM: no room to receive a piece. */
+int mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp);
 /* Cancel what the engine keeps posted (a stall's arrival notices), while its
  * communicator still works. */
 void mlc_agree_cancel(mlc_agree *ag);

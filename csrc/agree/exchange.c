@@ -136,6 +136,8 @@ void mlc_agree_destroy(mlc_agree *ag) {
     free(ag->joined);
     free(ag->slots);
     free(ag->reqs);
+    free(ag->ahead_scratch);
+    ag->ahead_scratch = NULL;
     ag->mine = ag->theirs = ag->joined = ag->slots = NULL;
     ag->reqs = NULL;
     pthread_mutex_destroy(&ag->exchange_lock);
@@ -143,11 +145,13 @@ void mlc_agree_destroy(mlc_agree *ag) {
     pthread_cond_destroy(&ag->ready_cv);
 }
 
-void mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp) {
+int mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp) {
+    if (!ag->ahead_scratch && !(ag->ahead_scratch = malloc(MLC_RING_PIECE_BYTES))) return MLC_ERR_NOMEM;
     ag->ahead_tp = *tp;
     ag->ahead_tp.message = ag->ahead_message;
     ag->ahead_tp.progress = NULL;
     ag->ahead_tp.progress_arg = NULL;
+    return MLC_OK;
 }
 
 void mlc_agree_cancel(mlc_agree *ag) {
@@ -182,7 +186,6 @@ void mlc_agree_register(mlc_agree *ag, mlc_agreement *a, int64_t seq, const mlc_
     atomic_store_explicit(&a->ready, in != NULL, memory_order_release);
     atomic_store_explicit(&a->state, MLC_CHECK_PENDING, memory_order_relaxed);
     pthread_mutex_lock(&ag->list_lock);
-    a->ordinal = ag->registered++;
     if (ag->tail) ag->tail->next = a;
     else ag->head = a;
     ag->tail = a;
@@ -458,28 +461,18 @@ static int table(mlc_agree *ag, mlc_agreement *a) {
     return MLC_OK;
 }
 
-/* After a disagreement: the first pieces sent ahead of this check (algos/ring_ahead.c)
- * are received, or their receives cancelled, on every rank, so nothing stays in flight
- * when every rank fails the request. Rank r-1's signature says what it sent here. */
+/* After a disagreement: the first round sent ahead of this check (algos/ring_ahead.c)
+ * is completed on every rank, what came from r-1 dropped, so nothing stays in flight
+ * when every rank fails the request. The neighbours' signatures say what they sent. */
 static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
-    const int n = ag->tp.size;
+    const int n = ag->tp.size, r = ag->tp.rank;
     if (!ag->ahead_tp.ops) return;
-    const int64_t left = mlc_signature_ahead(slot(ag, (ag->tp.rank + n - 1) % n));
-    mlc_ring_ahead dropped = {0};
-    mlc_ring_ahead *ahead = a->in.ahead;
-    if (!ahead) { /* nothing of this rank posted: receive r-1's piece, if any, to drop it */
-        if (left <= 0) {
-            a->left_ahead = 0;
-            return;
-        }
-        dropped.buf = malloc(MLC_RING_PIECE_BYTES);
-        dropped.tag = mlc_ahead_tag(a->ordinal);
-        ahead = &dropped;
-    }
-    ahead->expected = ahead->buf ? left : 0;
+    mlc_ring_ahead scratch = {.buf = ag->ahead_scratch}; /* nothing of this rank posted */
+    mlc_ring_ahead *ahead = a->in.ahead ? a->in.ahead : &scratch;
+    ahead->expected = mlc_signature_ahead(slot(ag, (r + n - 1) % n));
+    ahead->right_sent = mlc_signature_ahead(slot(ag, (r + 1) % n));
+    a->left_ahead = ahead->expected;
     mlc_ring_ahead_complete(&ag->ahead_tp, ahead);
-    free(dropped.buf);
-    a->left_ahead = left;
 }
 
 /* The tree, then the table when the record says the ranks differ; the verdict. */

@@ -16,9 +16,10 @@ typedef struct mlc_segment {
     int tag; /* of its messages: the segment's number modulo MLC_TAG_SPACE */
 } mlc_segment;
 
-/* Tags are segment numbers modulo this; the two tags above it, up to the MPI standard's
- * smallest MPI_TAG_UB (32767), carry a ring's first piece sent ahead (mlc_ring_ahead). */
+/* Tags are segment numbers modulo this; the tag above it carries a ring's first piece
+ * sent ahead (mlc_ring_ahead), below the MPI standard's smallest MPI_TAG_UB (32767). */
 #define MLC_TAG_SPACE 32766
+#define MLC_AHEAD_TAG MLC_TAG_SPACE
 /* Segments a thread keeps in flight in one call (see allreduce_ring.c). */
 #define MLC_RING_BATCH 2
 
@@ -46,16 +47,22 @@ typedef struct mlc_buffer {
 /* A ring's first round, posted before the agreement check so that it overlaps the
  * check (team/ahead.c says when): the rank's first send piece, from its own rows, to
  * rank r+1, and a receive of at most MLC_RING_PIECE_BYTES from rank r-1 into buf, on
- * the tag mlc_ahead_tag gives the check. A rank sends ahead exactly
- * mlc_ring_ahead_bytes(its own first block's bytes), which every rank can work out for
- * its left neighbour once the check agreed on the sizes. */
+ * MLC_AHEAD_TAG. A rank sends ahead exactly mlc_ring_ahead_bytes(its own first block's
+ * bytes), which every rank can work out for its neighbours once the check agreed on the
+ * sizes (or, after a disagreement, read in their signatures).
+ *
+ * Every message on MLC_AHEAD_TAG meets exactly one receive, check after check, so no
+ * receive is ever cancelled (a cancelled one could race a piece of the next check):
+ * between ranks r-1 and r, one message travels per check where either of them sent
+ * ahead, r-1's piece or, when r-1 sent nothing, an empty one; r receives it. */
 typedef struct mlc_ring_ahead {
     mlc_tp_req send, recv;
     int send_posted, recv_posted; /* posted and not yet complete */
     int64_t sent;                 /* bytes sent ahead to r+1 (0: none) */
-    int64_t expected;             /* bytes r-1 sent ahead: what recv receives (0: none) */
-    char *buf;                    /* MLC_RING_PIECE_BYTES */
-    int tag;
+    /* Known after the check: */
+    int64_t expected;   /* bytes r-1 sent ahead: what recv receives (0: none) */
+    int64_t right_sent; /* bytes r+1 sent ahead (> 0: it waits for a message from this rank) */
+    char *buf;          /* MLC_RING_PIECE_BYTES */
 } mlc_ring_ahead;
 
 /* One collective of rows (allgather, reduce-scatter, alltoall): whole buffers of
@@ -121,16 +128,13 @@ static inline int64_t mlc_ring_ahead_bytes(int64_t block_bytes) {
     if (block_bytes < MLC_AHEAD_MIN_BYTES) return 0;
     return block_bytes < MLC_RING_PIECE_BYTES ? block_bytes : MLC_RING_PIECE_BYTES;
 }
-/* The tag of the pieces sent ahead during the agreement check number `ordinal`: two
- * tags in turn, so that a receive this rank cancels after one check never matches a
- * piece its neighbour sends ahead during the next. */
-static inline int mlc_ahead_tag(int64_t ordinal) { return MLC_TAG_SPACE + (int)(ordinal & 1); }
-/* Post a ring's first round ahead (send: sent > 0 bytes of own; receive: when
- * post_recv) on a, whose buf and tag are set. */
+/* Post a ring's first round ahead on a, whose buf is set: the send of sent > 0 bytes
+ * of own and, when post_recv, the receive (else it is posted when the round completes);
+ * nothing when sent is 0. */
 int mlc_ring_ahead_post(mlc_tp *tp, mlc_ring_ahead *a, const char *own, int64_t sent, int post_recv);
-/* After the check: complete what was posted, now that expected is known (r-1 sent
- * that many bytes ahead; 0: nothing, and a posted receive is cancelled; a receive not
- * posted yet is posted now). After an error nothing stays posted. */
+/* After the check, with expected and right_sent known: the empty message r+1 waits for
+ * (when this rank sent nothing ahead), the receive from r-1 (when either sent ahead),
+ * all completed. After an error nothing stays posted. */
 int mlc_ring_ahead_complete(mlc_tp *tp, mlc_ring_ahead *a);
 /* Give up what is posted (a failed transport, a team shutting down). */
 void mlc_ring_ahead_abandon(mlc_tp *tp, mlc_ring_ahead *a);

@@ -45,9 +45,8 @@ int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *c) {
     }
     mlc_piece_ring p;
     mlc_piece_ring_start(&p, r, n, block_bytes);
-    const int64_t nslots = c->output ? 0 : p.lead + 2;
-    char *slots = nslots ? malloc(nslots * piece) : NULL;
-    if (nslots && !slots) {
+    char *slots = c->output ? NULL : malloc(mlc_piece_ring_slots(&p) * piece);
+    if (!c->output && !slots) {
         if (c->ahead) mlc_ring_ahead_abandon(tp, c->ahead);
         free(block_bytes);
         return MLC_ERR_NOMEM;
@@ -68,15 +67,13 @@ int mlc_allgatherv_ring(mlc_tp *tp, const mlc_rows_call *c) {
             break;
         }
         /* Its own pieces from the input; the others from where they were received: the
-         * output, or for a relay slot j mod nslots for the j-th received, which no later
-         * receive reuses before it has left (a receive is at most lead + 1 pieces ahead
-         * of the send). */
-        const char *sbuf = !send_now           ? NULL
-                           : p.sent < p.lead   ? c->input + p.send.offset
-                           : slots             ? slots + ((p.sent - p.lead) % nslots) * piece
-                                               : c->output + start[p.send.block] + p.send.offset;
+         * output, or a relay's slots. */
+        const char *sbuf = !send_now         ? NULL
+                           : p.sent < p.lead ? c->input + p.send.offset
+                           : slots           ? mlc_piece_ring_send_slot(&p, slots)
+                                             : c->output + start[p.send.block] + p.send.offset;
         char *rbuf = !recv_now ? NULL
-                     : slots   ? slots + (p.received % nslots) * piece
+                     : slots   ? mlc_piece_ring_recv_slot(&p, slots)
                                : c->output + start[p.recv.block] + p.recv.offset;
         rc = mlc_tp_sendrecv(tp, sbuf, send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1, rbuf,
                              recv_now ? p.recv.bytes : 0, recv_now ? (r + n - 1) % n : -1, c->tag);

@@ -44,6 +44,19 @@ static inline void mlc_piece_ring_advance(mlc_piece_ring *p, int sent, int recei
     }
 }
 
+/* Received pieces that wait for their turn to leave (a relaying rank's, a reduce-scatter's
+ * partials) sit in lead + 2 slots of a piece: the j-th received in slot j mod (lead + 2),
+ * which no later receive reuses before it has left (a receive is at most lead + 1
+ * pieces ahead of the send). */
+static inline int64_t mlc_piece_ring_slots(const mlc_piece_ring *p) { return p->lead + 2; }
+/* Where the next received piece goes, and where the next forwarded one (past the lead) is. */
+static inline char *mlc_piece_ring_recv_slot(const mlc_piece_ring *p, char *slots) {
+    return slots + (p->received % mlc_piece_ring_slots(p)) * MLC_RING_PIECE_BYTES;
+}
+static inline char *mlc_piece_ring_send_slot(const mlc_piece_ring *p, char *slots) {
+    return slots + ((p->sent - p->lead) % mlc_piece_ring_slots(p)) * MLC_RING_PIECE_BYTES;
+}
+
 /* The first round, sent ahead of the agreement check (ring_ahead.c): completed, and
  * counted as this ring's first round. *first: the piece received ahead, which lies in
  * a->buf (bytes 0: none). Pieces that do not fit this ring's streams mean the ranks'

@@ -24,8 +24,6 @@
 
 #include "piece_ring.h"
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
-
 /* This rank's share of a received piece (from `received`): the partial it forwards,
  * into `partial`, or for block r, complete, its output (an average divided there). */
 static void combine(const mlc_rows_call *c, mlc_gatherv_piece piece, const char *received, char *partial,
@@ -57,29 +55,28 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         start[b] = mlc_rows_before(c->recv_rows, b) * row_bytes;
     }
     const int64_t piece = MLC_RING_PIECE_BYTES;
-    const int first = mod(r - 1, n); /* the block this rank sends first, from its input */
-    const int64_t nslots = (block_bytes[first] + piece - 1) / piece + 2; /* lead + 2 */
+    const int first = mlc_mod(r - 1, n); /* the block this rank sends first, from its input */
+    mlc_piece_ring p; /* the streams of the allgather ring of rank r-1 */
+    mlc_piece_ring_start(&p, first, n, block_bytes);
+    const int64_t slots_bytes = mlc_piece_ring_slots(&p) * piece;
     mlc_buffer own = {NULL, 0}, *staging = c->staging ? c->staging : &own;
-    if (staging->bytes < nslots * piece) {
-        char *grown = realloc(staging->data, nslots * piece);
+    if (staging->bytes < slots_bytes) {
+        char *grown = realloc(staging->data, slots_bytes);
         if (!grown) {
             if (c->ahead) mlc_ring_ahead_abandon(tp, c->ahead);
             free(block_bytes);
             return MLC_ERR_NOMEM;
         }
         staging->data = grown;
-        staging->bytes = nslots * piece;
+        staging->bytes = slots_bytes;
     }
-    mlc_piece_ring p; /* the streams of the allgather ring of rank r-1 */
-    mlc_piece_ring_start(&p, first, n, block_bytes);
     int rc = MLC_OK;
     mlc_gatherv_piece ahead = {0, 0, 0}; /* the first round went during the check */
     if (c->ahead && (rc = mlc_piece_ring_take_ahead(tp, &p, c->ahead, &ahead)) == MLC_OK && ahead.bytes > 0)
         combine(c, ahead, c->ahead->buf, staging->data, start, n, r);
     while (rc == MLC_OK && (p.have_send || p.have_recv)) {
-        /* Past block r-1 a rank sends the partials it made, in the order received:
-         * partial j sits in slot j mod nslots, which no later receive reuses before it
-         * has left (a receive is at most lead + 1 pieces ahead of the send). */
+        /* Past block r-1 a rank sends the partials it made, in the order received,
+         * from the slots they were received and combined in. */
         const int send_now = mlc_piece_ring_can_send(&p), recv_now = p.have_recv;
         if (!send_now && !recv_now) {
             rc = MLC_ERR_STATE; /* a partial to forward that never arrives: block sizes disagree */
@@ -87,8 +84,8 @@ int mlc_reduce_scatterv_ring(mlc_tp *tp, const mlc_rows_call *c) {
         }
         const char *sbuf = !send_now ? NULL
                            : p.sent < p.lead ? c->input + start[p.send.block] + p.send.offset
-                                             : staging->data + ((p.sent - p.lead) % nslots) * piece;
-        char *rbuf = staging->data + (p.received % nslots) * piece;
+                                             : mlc_piece_ring_send_slot(&p, staging->data);
+        char *rbuf = mlc_piece_ring_recv_slot(&p, staging->data);
         rc = mlc_tp_sendrecv(tp, sbuf, send_now ? p.send.bytes : 0, send_now ? (r + 1) % n : -1, rbuf,
                              recv_now ? p.recv.bytes : 0, recv_now ? (r + n - 1) % n : -1, c->tag);
         if (rc) break;

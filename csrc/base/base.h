@@ -26,6 +26,9 @@
 #define MLC_VECTOR_CLONES
 #endif
 
+/* a modulo n in 0..n-1, for a negative a too (rank r - k around a ring). */
+static inline int mlc_mod(int a, int n) { return ((a % n) + n) % n; }
+
 /* clock.c: seconds on CLOCK_MONOTONIC. */
 double mlc_now(void);
 

@@ -3,8 +3,6 @@
  * negotiation; tests/unit/test_schedules.py simulates them for 1..16 ranks. */
 #include "base.h"
 
-static int mod(int a, int n) { return ((a % n) + n) % n; }
-
 void mlc_block_range(int64_t count, int nblocks, int b, int64_t *offset, int64_t *length) {
     /* The first count % nblocks blocks get one extra element. */
     int64_t base = count / nblocks, extra = count % nblocks;
@@ -15,10 +13,10 @@ void mlc_block_range(int64_t count, int nblocks, int b, int64_t *offset, int64_t
 /* Ring reduce-scatter: at step s a rank sends the block it has accumulated
  * s+1 contributions into and receives the next one; after size-1 steps it holds
  * the full sum of block (rank+1) mod size. Allgather then circulates the sums. */
-int mlc_ring_rs_send_block(int rank, int size, int step) { return mod(rank - step, size); }
-int mlc_ring_rs_recv_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
-int mlc_ring_ag_send_block(int rank, int size, int step) { return mod(rank + 1 - step, size); }
-int mlc_ring_ag_recv_block(int rank, int size, int step) { return mod(rank - step, size); }
+int mlc_ring_rs_send_block(int rank, int size, int step) { return mlc_mod(rank - step, size); }
+int mlc_ring_rs_recv_block(int rank, int size, int step) { return mlc_mod(rank - step - 1, size); }
+int mlc_ring_ag_send_block(int rank, int size, int step) { return mlc_mod(rank + 1 - step, size); }
+int mlc_ring_ag_recv_block(int rank, int size, int step) { return mlc_mod(rank - step, size); }
 
 int64_t mlc_segment_count(int64_t total, int64_t seg_elems) {
     return seg_elems <= 0 ? 0 : (total + seg_elems - 1) / seg_elems;
@@ -85,13 +83,13 @@ int mlc_rd_partner(int rank, int size, int step) {
 
 /* Binomial tree on ranks relative to root: parent clears the lowest set bit. */
 int mlc_binomial_parent(int rank, int root, int size) {
-    int rel = mod(rank - root, size);
+    int rel = mlc_mod(rank - root, size);
     if (rel == 0) return -1;
-    return mod((rel & (rel - 1)) + root, size);
+    return mlc_mod((rel & (rel - 1)) + root, size);
 }
 
 int mlc_binomial_children(int rank, int root, int size, int *children, int max_children) {
-    int rel = mod(rank - root, size), n = 0;
+    int rel = mlc_mod(rank - root, size), n = 0;
     /* Children are rel + 2^k for 2^k below rel's lowest set bit (all k for the root),
      * listed largest subtree first so the deepest branch starts earliest. */
     int limit = rel == 0 ? size : (rel & -rel);
@@ -99,7 +97,7 @@ int mlc_binomial_children(int rank, int root, int size, int *children, int max_c
     while (top * 2 < limit) top *= 2;
     for (int k = top; k >= 1; k /= 2) {
         if (k >= limit || rel + k >= size) continue;
-        if (n < max_children) children[n] = mod(rel + k + root, size);
+        if (n < max_children) children[n] = mlc_mod(rel + k + root, size);
         n++;
     }
     return n;
@@ -135,8 +133,8 @@ int64_t mlc_rows_first(int64_t rows, int size, int rank) {
 
 /* Allgatherv: at step s rank r forwards block r-s (its own at step 0) to r+1 and
  * receives block r-s-1 from r-1. */
-int mlc_ring_gatherv_send_block(int rank, int size, int step) { return mod(rank - step, size); }
-int mlc_ring_gatherv_recv_block(int rank, int size, int step) { return mod(rank - step - 1, size); }
+int mlc_ring_gatherv_send_block(int rank, int size, int step) { return mlc_mod(rank - step, size); }
+int mlc_ring_gatherv_recv_block(int rank, int size, int step) { return mlc_mod(rank - step - 1, size); }
 
 mlc_gatherv_cursor mlc_gatherv_start(int rank, int size, int send) {
     return (mlc_gatherv_cursor){rank, size, send != 0, 0, 0};
@@ -157,5 +155,5 @@ int mlc_gatherv_next(mlc_gatherv_cursor *c, const int64_t *block_bytes, int64_t 
     return 0;
 }
 
-int mlc_pairwise_send_peer(int rank, int size, int step) { return mod(rank + step, size); }
-int mlc_pairwise_recv_peer(int rank, int size, int step) { return mod(rank - step, size); }
+int mlc_pairwise_send_peer(int rank, int size, int step) { return mlc_mod(rank + step, size); }
+int mlc_pairwise_recv_peer(int rank, int size, int step) { return mlc_mod(rank - step, size); }

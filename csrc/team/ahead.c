@@ -8,33 +8,31 @@
  * posts that send to rank r+1 and a receive from rank r-1. Every rank's signature
  * says how many bytes it sent ahead.
  *
- * After the verdict, what rank r-1 sent is known on every rank:
+ * After the verdict, what ranks r-1 and r+1 sent is known on every rank:
  *   agreed      from the agreed sizes (an allgather's counts, which its check carries;
- *               a reduce-scatter's shares), with the same rule. A receive not yet
- *               posted is posted then; one that nothing answers is cancelled. The
- *               reduce-scatter's ring, or the allgather's data request (the next
- *               request of rows on this team), completes the first round and starts
- *               at its second.
- *   disagreed   from rank r-1's signature in the table: the exchange itself
- *               (agree/exchange.c, settle_ahead) receives and drops the piece (or
- *               cancels the receive) and completes the own send, on whichever thread
- *               runs it while the caller waits; the request fails as before. Nothing
- *               stays posted.
+ *               a reduce-scatter's shares), with the same rule. The reduce-scatter's
+ *               ring, or the allgather's data request (the next request of rows on
+ *               this team), completes the first round (algos/ring_ahead.c: the empty
+ *               message a neighbour may wait for, the receive not yet posted) and
+ *               starts at its second.
+ *   disagreed   from the neighbours' signatures in the table: the exchange itself
+ *               (agree/exchange.c, settle_ahead) completes the first round and drops
+ *               what it received, on whichever thread runs it while the caller waits;
+ *               the request fails as before. Nothing stays posted.
  *   no verdict  (the team shut down, a transport failed): whatever is posted is
  *               cancelled.
- * The ahead tag alternates with the checks' order (mlc_ahead_tag), so a receive
- * cancelled after one check never meets a piece sent during the next. An allgather
- * whose data request does not follow its counts request (its caller gave up in
- * between) has its first round completed by the next request of rows, or cancelled
- * when the team is destroyed. The rest runs on the caller's thread, under the team's
- * caller lock. */
+ * Every rank thus settles each check's first round before its next one posts, with one
+ * message between neighbours where either sent ahead: the messages on the ahead tag
+ * pair up in order, even where ranks made different numbers of requests before a
+ * disagreement. An allgather whose data request does not follow its counts request
+ * (its caller gave up in between) has its first round completed by the next request of
+ * rows, or cancelled when the team is destroyed. The rest runs on the caller's thread,
+ * under the team's caller lock. */
 #include <stdlib.h>
 
 #include "team.h"
 
 enum { AHEAD_NONE = 0, AHEAD_POSTED = 1, AHEAD_AGREED = 2 };
-
-static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 /* A ring of rows whose first round may go ahead: an allgather's counts request (its
  * sizes inside the check) or a reduce-scatter, on the caller's thread. */
@@ -58,7 +56,7 @@ static int64_t first_block(const mlc_team *team, const mlc_request *req, int r, 
         if (own) *own = req->rows_in;
         return req->rows_bytes;
     }
-    const int n = team->ctx->size, block = mod(r - 1, n); /* reduce-scatter: block r-1 */
+    const int n = team->ctx->size, block = mlc_mod(r - 1, n); /* reduce-scatter: block r-1 */
     if (own) *own = req->rows.input + mlc_rows_before(req->rows.recv_rows, block) * row_bytes(req);
     return req->rows.recv_rows[block] * row_bytes(req);
 }
@@ -68,25 +66,25 @@ int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req) {
     return mlc_ring_ahead_bytes(first_block(team, req, team->ctx->rank, NULL));
 }
 
-/* What rank r-1 sent ahead, from the sizes the ranks agreed on. */
-static int64_t left_sent(const mlc_team *team, const mlc_request *req) {
-    const int left = mod(team->ctx->rank - 1, team->ctx->size);
+/* What rank q sent ahead, from the sizes the ranks agreed on. */
+static int64_t sent_by(const mlc_team *team, const mlc_request *req, int q) {
     if (req->kind == MLC_KIND_ALLGATHER) /* the counts request's output: every rank's rows */
-        return mlc_ring_ahead_bytes(((const int64_t *)req->rows.output)[left] * row_bytes(req));
-    return mlc_ring_ahead_bytes(first_block(team, req, left, NULL));
+        return mlc_ring_ahead_bytes(((const int64_t *)req->rows.output)[q] * row_bytes(req));
+    return mlc_ring_ahead_bytes(first_block(team, req, q, NULL));
 }
 
-/* After an agreed check: what the ring completes, now that what r-1 sent is known;
- * 0 when nothing was posted and nothing comes. */
+/* After an agreed check: what the ring completes, now that its neighbours' pieces are
+ * known; 0 when nothing was posted and nothing is owed or comes. */
 static int agreed(mlc_team *team, const mlc_request *req) {
-    const int64_t expected = left_sent(team, req);
+    const int n = team->ctx->size, r = team->ctx->rank;
+    const int64_t expected = sent_by(team, req, mlc_mod(r - 1, n)), right_sent = sent_by(team, req, (r + 1) % n);
     if (team->ahead_state == AHEAD_NONE) {
-        if (expected == 0) return 0;
-        team->ahead.sent = 0; /* nothing of this rank posted: the ring receives r-1's piece */
+        if (expected == 0 && right_sent == 0) return 0;
+        team->ahead.sent = 0; /* nothing of this rank posted */
         team->ahead.send_posted = team->ahead.recv_posted = 0;
-        team->ahead.tag = mlc_ahead_tag(req->agreement.ordinal);
     }
     team->ahead.expected = expected;
+    team->ahead.right_sent = right_sent;
     return 1;
 }
 
@@ -105,7 +103,6 @@ void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes) {
     const char *own = NULL;
     if (bytes <= 0 || !checked(team, req)) return;
     first_block(team, req, team->ctx->rank, &own);
-    team->ahead.tag = mlc_ahead_tag(req->agreement.ordinal);
     if (mlc_ring_ahead_post(&team->caller_tp, &team->ahead, own, bytes, 1) == MLC_OK)
         team->ahead_state = AHEAD_POSTED;
 }

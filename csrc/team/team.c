@@ -218,7 +218,8 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
             set_error(err, errlen, "out of memory allocating the team's check buffers");
         mlc_tp_mpi_open(&team->caller_tp, &team->caller_comm, ctx->rank, ctx->size, team->caller_message);
         team->caller_tp.never_sleeps = 1;
-        mlc_agree_set_ahead_endpoint(&team->agree, &team->caller_tp);
+        if (rc == MLC_OK && (rc = mlc_agree_set_ahead_endpoint(&team->agree, &team->caller_tp)))
+            set_error(err, errlen, "out of memory allocating the team's check buffers");
     }
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         mlc_worker *w = &team->workers[i];

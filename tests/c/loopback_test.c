@@ -930,7 +930,8 @@ static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
 
 /* ---- a ring's first round sent ahead of the check (algos/ring_ahead.c) ---- */
 
-/* Which ranks send ahead and which post their receive before the call: pattern p of 3. */
+/* Which ranks send ahead and which of those post their receive before the call (the
+ * others when it completes): pattern p of 3. */
 static int sends_ahead(int r, int p) { return (r + p) % 3 != 0; }
 static int posts_early(int r, int p) { return (r + p) % 2 == 0; }
 static int64_t first_piece(int64_t block_bytes) {
@@ -954,17 +955,18 @@ typedef struct {
  * nothing ahead, or post their receive only when the ring starts): every rank's rows. */
 static void allgatherv_ahead_rank(job *j, int rank, mlc_tp *tp) {
     const ahead_case *c = j->arg;
-    const int n = j->n, left = (rank + n - 1) % n, relays = c->relay == rank;
+    const int n = j->n, left = (rank + n - 1) % n, right = (rank + 1) % n, relays = c->relay == rank;
     int64_t rows[MAX_RANKS], total = 0;
     for (int r = 0; r < n; r++) total += rows[r] = gather_rows(r);
     int64_t *in = malloc((rows[rank] * ROW + 1) * 8), *out = malloc((total * ROW + 1) * 8);
     for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
-    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES), .tag = mlc_ahead_tag(7)};
+    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES)};
     const int64_t mine = sends_ahead(rank, c->pattern) ? first_piece(rows[rank] * ROW * 8) : 0;
     if (mlc_ring_ahead_post(tp, &ahead, (const char *)in, mine, posts_early(rank, c->pattern)))
         fail("ahead post", n, rank, -1, 0, 0);
     pthread_barrier_wait(&j->barrier); /* every first round posted: the check's time */
     ahead.expected = sends_ahead(left, c->pattern) ? first_piece(rows[left] * ROW * 8) : 0;
+    ahead.right_sent = sends_ahead(right, c->pattern) ? first_piece(rows[right] * ROW * 8) : 0;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, ROW, (char *)in, relays ? NULL : (char *)out,
                                 NULL, rows, 3, NULL, &ahead};
     int rc = mlc_algo_find(MLC_ALG_ALLGATHERV_RING)->rows(tp, &call);
@@ -986,14 +988,14 @@ static void allgatherv_ahead_rank(job *j, int rank, mlc_tp *tp) {
 /* The reduce-scatter ring likewise: its first block (r-1) of its input goes ahead. */
 static void reduce_scatterv_ahead_rank(job *j, int rank, mlc_tp *tp) {
     const ahead_case *c = j->arg;
-    const int n = j->n, left = (rank + n - 1) % n, es = mlc_dtype_size(c->dtype);
+    const int n = j->n, left = (rank + n - 1) % n, right = (rank + 1) % n, es = mlc_dtype_size(c->dtype);
     int64_t shares[MAX_RANKS];
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(c->rows, n, r);
     const int64_t count = c->rows * ROW, first = mlc_rows_first(c->rows, n, rank) * ROW;
     char *in = malloc((count + 1) * es), *out = malloc((shares[rank] * ROW + 1) * es);
     fill(in, c->dtype, count, rank, c->op);
     mlc_buffer staging = {NULL, 0};
-    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES), .tag = mlc_ahead_tag(8)};
+    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES)};
     const int own_block = (rank + n - 1) % n, left_block = (rank + n - 2) % n;
     const int64_t mine = sends_ahead(rank, c->pattern) ? first_piece(shares[own_block] * ROW * es) : 0;
     const char *own = in + mlc_rows_first(c->rows, n, own_block) * ROW * es;
@@ -1001,6 +1003,7 @@ static void reduce_scatterv_ahead_rank(job *j, int rank, mlc_tp *tp) {
         fail("ahead post", n, rank, -1, 0, 0);
     pthread_barrier_wait(&j->barrier);
     ahead.expected = sends_ahead(left, c->pattern) ? first_piece(shares[left_block] * ROW * es) : 0;
+    ahead.right_sent = sends_ahead(right, c->pattern) ? first_piece(shares[rank] * ROW * es) : 0;
     const mlc_rows_call call = {c->dtype, es, c->op, ROW, in, out, NULL, shares, 4, &staging, &ahead};
     int rc = mlc_algo_find(MLC_ALG_REDUCE_SCATTERV_RING)->rows(tp, &call);
     if (rc) fail("reduce_scatterv ahead", n, rank, -1, rc, 0);
@@ -1020,8 +1023,8 @@ static void reduce_scatterv_ahead_rank(job *j, int rank, mlc_tp *tp) {
 }
 
 /* A check that fails while some ranks sent their first piece ahead (pattern as above)
- * and rank n-1 submitted another request: every rank fails, and the exchange receives
- * or cancels every piece, so nothing stays posted or unreceived anywhere. */
+ * and rank n-1 submitted another request: every rank fails, and the exchange completes
+ * every first round, so nothing stays posted or unreceived anywhere. */
 static void ahead_mismatch_rank(job *j, int rank, mlc_tp *tp) {
     const ahead_case *c = j->arg;
     const int n = j->n;
@@ -1032,7 +1035,7 @@ static void ahead_mismatch_rank(job *j, int rank, mlc_tp *tp) {
     if (rank == n - 1) in.op = MLC_OP_SUM;
     char own[64];
     memset(own, rank, sizeof own);
-    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES), .tag = mlc_ahead_tag(0)};
+    mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES)};
     if (sends_ahead(rank, c->pattern)) {
         in.ahead_bytes = first_piece(sizeof own);
         in.ahead = &ahead;
@@ -1040,10 +1043,10 @@ static void ahead_mismatch_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agree ag;
     mlc_agree_init(&ag);
     if (mlc_agree_open(&ag, tp)) fail("agree open", n, rank, -1, 0, 0);
-    mlc_agree_set_ahead_endpoint(&ag, tp);
+    if (mlc_agree_set_ahead_endpoint(&ag, tp)) fail("agree ahead endpoint", n, rank, -1, 0, 0);
     mlc_agreement a;
     memset(&a, 0, sizeof a);
-    mlc_agree_register(&ag, &a, 1, &in); /* the engine's first check: ordinal 0 */
+    mlc_agree_register(&ag, &a, 1, &in);
     if (in.ahead && mlc_ring_ahead_post(tp, &ahead, own, in.ahead_bytes, posts_early(rank, c->pattern)))
         fail("ahead post", n, rank, -1, 0, 0);
     char message[MLC_MSG_LEN];

@@ -438,6 +438,19 @@ def test_large_rings_against_another_call(pair, last_calls):
     c.finish()
 
 
+@pytest.mark.parametrize("more_on", ["rank 0", "the last rank"])
+def test_large_rings_after_ranks_made_different_numbers_of_requests(pair, more_on):
+    """Gradients of two dtypes (two requests) against gradients of one: the ranks fail
+    together after one of them made a request more than the others (such rings once hung
+    there, their first pieces paired by the count of requests each rank had made)."""
+    c = Checks()
+    more = 0 if more_on == "rank 0" else pair.nranks - 1
+    tensors = [np.ones(10, np.float32)] + ([np.ones(10, np.float64)] if pair.rank == more else [])
+    expect_mismatch(c, lambda: mc.gradients(tensors))
+    still_works_large(c, pair)
+    c.finish()
+
+
 def test_allgather_trailing_dimensions_differ(pair):
     c = Checks()
     last = pair.nranks - 1

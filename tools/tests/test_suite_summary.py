@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from suite_summary import SuiteSkips, describe_skips, skips_from_junit, summary_line  # noqa: E402
+from suite_summary import (  # noqa: E402
+    SuiteSkips,
+    describe_skips,
+    failed_tests,
+    skips_from_junit,
+    summary_line,
+)
 
 
 def junit(*cases: str) -> str:
@@ -32,6 +38,22 @@ def skipped(name: str, message: str) -> str:
 
 
 NOT_ROOT = "the test bed needs root (network namespaces, veths, Slurm daemons)"
+
+
+def failed(name: str, kind: str = "failure") -> str:
+    return (
+        f'<testcase classname="tests.mpi.test_x" name="{name}" time="0.1">'
+        f'<{kind} message="assert 0">x.py:3: AssertionError</{kind}></testcase>'
+    )
+
+
+def test_failed_tests_are_named_once_across_the_ranks_reports():
+    rank0 = skips_from_junit(junit(passed("a"), failed("b[2]"), failed("c", "error")))
+    rank1 = skips_from_junit(junit(failed("b[2]"), failed("d")))
+    assert rank0.failed == ["test_x::b[2]", "test_x::c"]
+    assert failed_tests([rank0, rank1]) == "; failed: test_x::b[2], test_x::c, test_x::d"
+    assert failed_tests([rank0, rank1], most=1) == "; failed: test_x::b[2] and 2 more"
+    assert failed_tests([skips_from_junit(junit(passed("a")))]) == ""
 
 
 def test_a_suite_that_skipped_entirely_is_counted_with_its_one_reason():
