@@ -49,7 +49,7 @@ static inline void mlc_piece_ring_advance(mlc_piece_ring *p, int sent, int recei
  * which no later receive reuses before it has left (a receive is at most lead + 1
  * pieces ahead of the send). */
 static inline int64_t mlc_piece_ring_slots(const mlc_piece_ring *p) { return p->lead + 2; }
-/* Where the next received piece goes, and where the next forwarded one (past the lead) is. */
+/* Where the next received piece goes, and where the next one forwarded after the own pieces is. */
 static inline char *mlc_piece_ring_recv_slot(const mlc_piece_ring *p, char *slots) {
     return slots + (p->received % mlc_piece_ring_slots(p)) * MLC_RING_PIECE_BYTES;
 }
