@@ -247,8 +247,9 @@ def cmd_test() -> int:
     failures: list[str] = []
     skips: dict[str, SuiteSkips] = {}
     lint = ["ml_comm", "tools", "tests", "examples", "benchmarks"]
+    # The format check covers the documentation's Python blocks too.
     if run([PY, "-m", "ruff", "check", *lint]) or run(
-        [PY, "-m", "ruff", "format", "--check", *lint]
+        [PY, "-m", "ruff", "format", "--check", *lint, "README.md", "docs"]
     ):
         failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
     if build_docs() != 0:
