@@ -128,10 +128,9 @@ static inline int64_t mlc_ring_ahead_bytes(int64_t block_bytes) {
     if (block_bytes < MLC_AHEAD_MIN_BYTES) return 0;
     return block_bytes < MLC_RING_PIECE_BYTES ? block_bytes : MLC_RING_PIECE_BYTES;
 }
-/* Post a ring's first round ahead on a, whose buf is set: the send of sent > 0 bytes
- * of own and, when post_recv, the receive (else it is posted when the round completes);
- * nothing when sent is 0. */
-int mlc_ring_ahead_post(mlc_tp *tp, mlc_ring_ahead *a, const char *own, int64_t sent, int post_recv);
+/* Post a ring's first round ahead on a, whose buf is set: the send of sent bytes of
+ * own and the receive; with sent 0, nothing (a's state cleared). */
+int mlc_ring_ahead_post(mlc_tp *tp, mlc_ring_ahead *a, const char *own, int64_t sent);
 /* After the check, with expected and right_sent known: the empty message r+1 waits for
  * (when this rank sent nothing ahead), the receive from r-1 (when either sent ahead),
  * all completed. After an error nothing stays posted. */

@@ -15,15 +15,18 @@
 
 static int left_of(const mlc_tp *tp) { return (tp->rank + tp->size - 1) % tp->size; }
 
-int mlc_ring_ahead_post(mlc_tp *tp, mlc_ring_ahead *a, const char *own, int64_t sent, int post_recv) {
+/* Nothing posted, nothing known. */
+static void clear(mlc_ring_ahead *a) {
     a->sent = a->expected = a->right_sent = 0;
     a->send_posted = a->recv_posted = 0;
-    int rc = MLC_OK;
-    if (post_recv && sent > 0) {
-        rc = mlc_tp_irecv(tp, a->buf, MLC_RING_PIECE_BYTES, left_of(tp), MLC_AHEAD_TAG, &a->recv);
-        a->recv_posted = rc == MLC_OK;
-    }
-    if (rc == MLC_OK && sent > 0) {
+}
+
+int mlc_ring_ahead_post(mlc_tp *tp, mlc_ring_ahead *a, const char *own, int64_t sent) {
+    clear(a);
+    if (sent <= 0) return MLC_OK;
+    int rc = mlc_tp_irecv(tp, a->buf, MLC_RING_PIECE_BYTES, left_of(tp), MLC_AHEAD_TAG, &a->recv);
+    a->recv_posted = rc == MLC_OK;
+    if (rc == MLC_OK) {
         rc = mlc_tp_isend(tp, own, sent, (tp->rank + 1) % tp->size, MLC_AHEAD_TAG, &a->send);
         a->send_posted = rc == MLC_OK;
         if (rc == MLC_OK) a->sent = sent;
@@ -51,6 +54,5 @@ int mlc_ring_ahead_complete(mlc_tp *tp, mlc_ring_ahead *a) {
 void mlc_ring_ahead_abandon(mlc_tp *tp, mlc_ring_ahead *a) {
     if (a->send_posted) mlc_tp_abandon(tp, 1, &a->send);
     if (a->recv_posted) mlc_tp_abandon(tp, 1, &a->recv);
-    a->sent = a->expected = a->right_sent = 0;
-    a->send_posted = a->recv_posted = 0;
+    clear(a);
 }

@@ -80,8 +80,7 @@ static int agreed(mlc_team *team, const mlc_request *req) {
     const int64_t expected = sent_by(team, req, mlc_mod(r - 1, n)), right_sent = sent_by(team, req, (r + 1) % n);
     if (team->ahead_state == AHEAD_NONE) {
         if (expected == 0 && right_sent == 0) return 0;
-        team->ahead.sent = 0; /* nothing of this rank posted */
-        team->ahead.send_posted = team->ahead.recv_posted = 0;
+        mlc_ring_ahead_post(&team->caller_tp, &team->ahead, NULL, 0); /* nothing of this rank */
     }
     team->ahead.expected = expected;
     team->ahead.right_sent = right_sent;
@@ -103,7 +102,7 @@ void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes) {
     const char *own = NULL;
     if (bytes <= 0 || !checked(team, req)) return;
     first_block(team, req, team->ctx->rank, &own);
-    if (mlc_ring_ahead_post(&team->caller_tp, &team->ahead, own, bytes, 1) == MLC_OK)
+    if (mlc_ring_ahead_post(&team->caller_tp, &team->ahead, own, bytes) == MLC_OK)
         team->ahead_state = AHEAD_POSTED;
 }
 

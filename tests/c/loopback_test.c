@@ -930,10 +930,9 @@ static void alltoallv_rank(job *j, int rank, mlc_tp *tp) {
 
 /* ---- a ring's first round sent ahead of the check (algos/ring_ahead.c) ---- */
 
-/* Which ranks send ahead and which of those post their receive before the call (the
- * others when it completes): pattern p of 3. */
+/* Which ranks send ahead (the others post their receive, if any, only when the ring
+ * starts): pattern p of 3. */
 static int sends_ahead(int r, int p) { return (r + p) % 3 != 0; }
-static int posts_early(int r, int p) { return (r + p) % 2 == 0; }
 static int64_t first_piece(int64_t block_bytes) {
     return block_bytes < MLC_RING_PIECE_BYTES ? block_bytes : MLC_RING_PIECE_BYTES;
 }
@@ -951,8 +950,8 @@ typedef struct {
     int64_t rows;
 } ahead_case;
 
-/* The allgather ring with its first round posted ahead by some ranks (others send
- * nothing ahead, or post their receive only when the ring starts): every rank's rows. */
+/* The allgather ring with its first round posted ahead by some ranks (the others send
+ * nothing ahead): every rank's rows. */
 static void allgatherv_ahead_rank(job *j, int rank, mlc_tp *tp) {
     const ahead_case *c = j->arg;
     const int n = j->n, left = (rank + n - 1) % n, right = (rank + 1) % n, relays = c->relay == rank;
@@ -962,7 +961,7 @@ static void allgatherv_ahead_rank(job *j, int rank, mlc_tp *tp) {
     for (int64_t i = 0; i < rows[rank] * ROW; i++) in[i] = rank * 1000 + i;
     mlc_ring_ahead ahead = {.buf = malloc(MLC_RING_PIECE_BYTES)};
     const int64_t mine = sends_ahead(rank, c->pattern) ? first_piece(rows[rank] * ROW * 8) : 0;
-    if (mlc_ring_ahead_post(tp, &ahead, (const char *)in, mine, posts_early(rank, c->pattern)))
+    if (mlc_ring_ahead_post(tp, &ahead, (const char *)in, mine))
         fail("ahead post", n, rank, -1, 0, 0);
     pthread_barrier_wait(&j->barrier); /* every first round posted: the check's time */
     ahead.expected = sends_ahead(left, c->pattern) ? first_piece(rows[left] * ROW * 8) : 0;
@@ -999,7 +998,7 @@ static void reduce_scatterv_ahead_rank(job *j, int rank, mlc_tp *tp) {
     const int own_block = (rank + n - 1) % n, left_block = (rank + n - 2) % n;
     const int64_t mine = sends_ahead(rank, c->pattern) ? first_piece(shares[own_block] * ROW * es) : 0;
     const char *own = in + mlc_rows_first(c->rows, n, own_block) * ROW * es;
-    if (mlc_ring_ahead_post(tp, &ahead, own, mine, posts_early(rank, c->pattern)))
+    if (mlc_ring_ahead_post(tp, &ahead, own, mine))
         fail("ahead post", n, rank, -1, 0, 0);
     pthread_barrier_wait(&j->barrier);
     ahead.expected = sends_ahead(left, c->pattern) ? first_piece(shares[left_block] * ROW * es) : 0;
@@ -1047,7 +1046,7 @@ static void ahead_mismatch_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agreement a;
     memset(&a, 0, sizeof a);
     mlc_agree_register(&ag, &a, 1, &in);
-    if (in.ahead && mlc_ring_ahead_post(tp, &ahead, own, in.ahead_bytes, posts_early(rank, c->pattern)))
+    if (in.ahead && mlc_ring_ahead_post(tp, &ahead, own, in.ahead_bytes))
         fail("ahead post", n, rank, -1, 0, 0);
     char message[MLC_MSG_LEN];
     int rc = mlc_agree_verdict(&ag, &a, message);
