@@ -41,11 +41,11 @@ KERNELS = RESULTS / "kernel_speed.json"
 # rate, batch -> the summary; the timelines of the batch-8 runs at 2 Gbit/s give the
 # gradients' sizes and the order and times of their arrival in backprop.
 TRAININGS = {
-    ("2gbit", 8): RESULTS / "train_scaling_2gbit_b8.json",
-    ("1gbit", 8): RESULTS / "train_scaling_1gbit_b8.json",
-    ("2gbit", 32): RESULTS / "train_scaling_2gbit_b32.json",
+    ("2gbit", 8): RESULTS / "train_scaling_2gbit_b8_slice_100us.json",
+    ("1gbit", 8): RESULTS / "train_scaling_1gbit_b8_slice_100us.json",
+    ("2gbit", 32): RESULTS / "train_scaling_2gbit_b32_slice_100us.json",
 }
-TRACE = RESULTS / "train_scaling_2gbit_b8_traces" / "mlcomm-sync_n2_rep2.rank0.json"
+TRACE = RESULTS / "train_scaling_2gbit_b8_slice_100us_traces" / "mlcomm-sync_n2_rep1.rank0.json"
 # CPU of the kernel's TCP per byte sent or received: 13.7-15.4 ms per step moving
 # 19,612,968 B each way (the 2-node measurement in this file).
 TCP_CPU = RESULTS / "threads_cpu_tcp_floor_s11.txt"

@@ -32,6 +32,11 @@ static inline int mlc_mod(int a, int n) { return ((a % n) + n) % n; }
 /* clock.c: seconds on CLOCK_MONOTONIC. */
 double mlc_now(void);
 
+/* thread_slice.c: ask the scheduler for a time slice of ns for the calling thread (0: the
+ * kernel's default). MLC_ERR_STATE where it cannot be asked (not Linux, a real-time
+ * policy); a kernel before 6.12 accepts and ignores it. */
+int mlc_thread_request_slice(int64_t ns);
+
 /* text.c: append to buf (holding *off bytes) what fits; a cut text ends "...". */
 void mlc_append(char *buf, size_t len, size_t *off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -322,6 +322,11 @@ int mlc_team_set_direct_threshold(mlc_team *team, int64_t bytes);
 /* Messages this rank sent and received for agreement checks so far, and the
  * requests checked: at most 2 ceil(log2 n) per request where the ranks agree. */
 int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks);
+/* The time slice (ns) the team's threads ask Linux's scheduler for, each before its next
+ * request, so that a thread woken to move bytes runs before a compute thread on its core
+ * ends its own slice (csrc/base/thread_slice.c; Linux 6.12 and later). 0, the default:
+ * the kernel's own. */
+int mlc_team_set_thread_slice(mlc_team *team, int64_t ns);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient

@@ -151,6 +151,11 @@ static void *worker_main(void *arg) {
     mlc_worker *w = arg;
     mlc_request *req;
     while ((req = next_request(w)) != NULL) {
+        const int64_t slice_ns = atomic_load(&w->team->thread_slice_ns);
+        if (slice_ns != w->slice_ns) { /* thread_slice.c says why */
+            mlc_thread_request_slice(slice_ns);
+            w->slice_ns = slice_ns;
+        }
         int status = mlc_execute_part(w, req);
         w->last_seq = req->seq;
         finish_part(w->team, req, status, w->message);
@@ -458,6 +463,12 @@ int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_
     if (!team || !(warn_seconds >= 0) || !(abort_seconds >= 0)) return MLC_ERR_ARG;
     team->agree.dog.warn = warn_seconds;
     team->agree.dog.abort = abort_seconds;
+    return MLC_OK;
+}
+
+int mlc_team_set_thread_slice(mlc_team *team, int64_t ns) {
+    if (!team || ns < 0) return MLC_ERR_ARG;
+    atomic_store(&team->thread_slice_ns, ns);
     return MLC_OK;
 }
 

@@ -92,6 +92,7 @@ typedef struct mlc_worker {
     char *scratch;
     int64_t scratch_bytes;
     uint64_t last_seq; /* last request this thread has finished */
+    int64_t slice_ns;  /* the time slice it asked the scheduler for (0: none asked) */
     char message[MLC_MSG_LEN];
 } mlc_worker;
 
@@ -107,6 +108,7 @@ struct mlc_team {
     int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
     int compression;       /* MLC_COMPRESSION_*: 16-bit values on the ring's wire (float32) */
     int64_t ksteps, max_steps; /* config_team's schedule: only signed (ranks must agree) */
+    _Atomic int64_t thread_slice_ns; /* the threads ask for it before their next request */
 
     pthread_mutex_t lock; /* guards the queue, request state and stats */
     pthread_cond_t work_cv, done_cv;

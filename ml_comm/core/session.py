@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from .._core import ffi, lib
-from . import backend, checks, compression, settings_check, timeline
+from . import backend, checks, compression, settings, settings_check, timeline
 from .errors import MLCommError
 from .report import TeamReporter, stats_dict
 from .status import ERR_LEN, check, text
 
 ALG_AUTO = lib.MLC_ALG_AUTO
+THREAD_SLICE = "ML_COMM_THREAD_SLICE_US"
 # Environment overrides of the core's size thresholds (their defaults live in csrc/team/team.c
 # and, for the direct allreduce, csrc/agree/agree.h).
 THRESHOLD_SETTERS = {
@@ -64,6 +65,11 @@ class Session:
     ):
         self.guard = checks.from_env()  # a malformed variable raises before anything starts
         self.compression = compression.from_env()
+        self.thread_slice_us = settings.get(THREAD_SLICE)
+        if self.thread_slice_us < 0:
+            raise settings.SettingError(
+                f"environment variable {THREAD_SLICE} must be >= 0, got {self.thread_slice_us}"
+            )
         self.mpi = mpi
         # Before any team: ranks with other thread counts would hang creating one.
         settings_check.verify(
@@ -95,6 +101,8 @@ class Session:
                     lib.mlc_team_set_compression(self.teams[-1], self.compression),
                     compression.VARIABLE,
                 )
+                slice_ns = self.thread_slice_us * 1000
+                check(lib.mlc_team_set_thread_slice(self.teams[-1], slice_ns), THREAD_SLICE)
             if timeline.enabled():
                 timeline.enable(self.teams)
             self.backend = backend.create(framework, self)

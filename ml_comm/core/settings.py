@@ -75,6 +75,10 @@ SETTINGS = (
     Setting("ML_COMM_ABORT_ON_EXCEPTION", "1", "bool", False,
             "An uncaught exception on one rank of several ends the whole job (MPI_Abort) "
             "instead of leaving the others waiting; 0 turns it off."),
+    Setting("ML_COMM_THREAD_SLICE_US", "100", "int", False,
+            "The time slice (µs) the teams' threads ask Linux for (6.12 and later), so "
+            "that one woken to move bytes runs before a compute thread on its core ends "
+            "its own; 0 keeps the kernel's."),
     Setting("ML_COMM_ALLOW_ONE_RANK", "0", "bool", False,
             "1 lets init run when the launcher started several tasks but MPI sees one rank "
             "each (tasks meant to run alone)."),
