@@ -65,11 +65,7 @@ class Session:
     ):
         self.guard = checks.from_env()  # a malformed variable raises before anything starts
         self.compression = compression.from_env()
-        self.thread_slice_us = settings.get(THREAD_SLICE)
-        if self.thread_slice_us < 0:
-            raise settings.SettingError(
-                f"environment variable {THREAD_SLICE} must be >= 0, got {self.thread_slice_us}"
-            )
+        self.thread_slice_ns = settings.get(THREAD_SLICE) * 1000
         self.mpi = mpi
         # Before any team: ranks with other thread counts would hang creating one.
         settings_check.verify(
@@ -101,8 +97,10 @@ class Session:
                     lib.mlc_team_set_compression(self.teams[-1], self.compression),
                     compression.VARIABLE,
                 )
-                slice_ns = self.thread_slice_us * 1000
-                check(lib.mlc_team_set_thread_slice(self.teams[-1], slice_ns), THREAD_SLICE)
+                check(
+                    lib.mlc_team_set_thread_slice(self.teams[-1], self.thread_slice_ns),
+                    THREAD_SLICE,
+                )
             if timeline.enabled():
                 timeline.enable(self.teams)
             self.backend = backend.create(framework, self)

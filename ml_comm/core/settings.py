@@ -36,7 +36,7 @@ class SettingError(MLCommError, ValueError):
 class Setting:
     name: str
     default: str  # as shown to users; "unset": the variable has no value by default
-    type: str  # "bool", "int", "bytes", "seconds", "str", "path"
+    type: str  # "bool", "int", "bytes", "microseconds", "seconds", "str", "path"
     compared: bool  # compared across ranks at init (core/settings_check.py)
     effect: str  # one sentence
 
@@ -75,7 +75,7 @@ SETTINGS = (
     Setting("ML_COMM_ABORT_ON_EXCEPTION", "1", "bool", False,
             "An uncaught exception on one rank of several ends the whole job (MPI_Abort) "
             "instead of leaving the others waiting; 0 turns it off."),
-    Setting("ML_COMM_THREAD_SLICE_US", "100", "int", False,
+    Setting("ML_COMM_THREAD_SLICE_US", "100", "microseconds", False,
             "The time slice (µs) the teams' threads ask Linux for (6.12 and later), so "
             "that one woken to move bytes runs before a compute thread on its core ends "
             "its own; 0 keeps the kernel's."),
@@ -129,7 +129,7 @@ def _int(name: str, raw: str) -> int:
         raise SettingError(f"environment variable {name} must be an integer, got {raw!r}") from None
 
 
-def _bytes(name: str, raw: str) -> int:
+def _non_negative(name: str, raw: str) -> int:
     value = _int(name, raw)
     if value < 0:
         raise SettingError(f"environment variable {name} must be >= 0, got {value}")
@@ -155,7 +155,8 @@ def _text(name: str, raw: str) -> str:
 PARSERS = {
     "bool": _bool,
     "int": _int,
-    "bytes": _bytes,
+    "bytes": _non_negative,
+    "microseconds": _non_negative,
     "seconds": _seconds,
     "str": _text,
     "path": _text,
