@@ -185,3 +185,13 @@ def test_a_keyed_group_is_sealed_each_step(built, tmp_path, nodes, seal_sends):
             project.mlcsim(plat, nodes, [*args, "train", str(tensors)])["data_messages_per_rank"]
         )
     assert sent[1] - sent[0] == 3 * 2 * (nodes - 1) + seal_sends
+
+
+def test_a_modelled_steps_compute_is_local_plus_what_backprop_cost_more_in_that_run():
+    summary = {
+        "local": {"step_median_ms": {"median": 74.0}, "cpu_ms_per_step_2": {"tf_Compute": 71.5}},
+        "mlcomm-sync": {"cpu_ms_per_step_2": {"tf_Compute": 80.0}},
+        "mlcomm-pipe": {"cpu_ms_per_step_2": {"tf_Compute": 71.5}},
+    }
+    assert project.train_compute_s(summary, "mlcomm-sync") == pytest.approx(0.0825)
+    assert project.train_compute_s(summary, "mlcomm-pipe") == pytest.approx(0.074)
