@@ -25,6 +25,7 @@ element makes the exit status 1.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -32,11 +33,8 @@ from mpi4py import MPI
 
 import ml_comm as mc
 
-
-def parse_bytes(text: str) -> int:
-    t = text.strip().upper().removesuffix("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    return int(float(t[:-1] if mult > 1 else t) * mult)
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from allreduce import parse_bytes  # noqa: E402
 
 
 def timed(comm, fn, iters: int) -> float:

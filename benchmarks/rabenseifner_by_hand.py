@@ -31,14 +31,12 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from allreduce import parse_bytes  # noqa: E402
+
 TAG = 11
 # The environment variables a result depends on, recorded in the JSON.
 SETTINGS = ("UCX_", "MPIR_CVAR_", "GLIBC_TUNABLES")
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 def halves(lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -145,15 +143,15 @@ def measure(comm, size: int, iters: int) -> dict:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("-b", default="1M", help="smallest vector, bytes (K, M suffixes)")
-    p.add_argument("-e", default="16M", help="largest vector, bytes")
+    p.add_argument("-b", type=parse_bytes, default="1M", help="smallest vector (8, 64K, 1M)")
+    p.add_argument("-e", type=parse_bytes, default="16M", help="largest vector")
     p.add_argument("--iters", type=int, default=8)
     p.add_argument("--json")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     rows = []
-    size = parse_size(args.b)
-    while size <= parse_size(args.e):
+    size = args.b
+    while size <= args.e:
         rows.append(measure(comm, size, args.iters))
         size *= 2
     if comm.rank == 0 and args.json:
