@@ -15,6 +15,8 @@ const char *mlc_status_name(int status) {
     case MLC_ERR_MISMATCH: return "ranks disagree on the request";
     case MLC_ERR_NONFINITE: return "NaN or Inf in the input";
     case MLC_ERR_OVERFLOW: return "float16 overflow on the wire";
+    case MLC_ERR_STALL: return "a wait passed the stall limit";
+    case MLC_ERR_PEER_LOST: return "a rank left the job";
     default: return "unknown status";
     }
 }

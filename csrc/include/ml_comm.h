@@ -62,7 +62,10 @@ enum mlc_status {
     MLC_PENDING = 6,          /* mlc_request_test: not finished yet */
     MLC_ERR_MISMATCH = 7,     /* ranks submitted different requests (message says what each did) */
     MLC_ERR_NONFINITE = 8,    /* NaN or Inf in a reduction's input (mlc_team_set_checks) */
-    MLC_ERR_OVERFLOW = 9      /* float16 on the wire: a value or sum beyond its range (or NaN/Inf) */
+    MLC_ERR_OVERFLOW = 9,     /* float16 on the wire: a value or sum beyond its range (or NaN/Inf) */
+    MLC_ERR_STALL = 10,       /* a wait passed its limit: the ranks wait for requests that cannot
+                               * match (a deadlock), or a peer stopped answering */
+    MLC_ERR_PEER_LOST = 11    /* a rank left the job or died while this rank waited for it */
 };
 
 /* 16-bit values on the wire (mlc_team_set_compression): float32 allreduces that take
