@@ -49,7 +49,21 @@ from .api import (  # noqa: E402
     version_info,
 )
 from .core.version import VERSION as __version__  # noqa: E402, F401
-from .errors import MLCommError  # noqa: E402
+from .errors import (  # noqa: E402
+    BadArgumentError,
+    BadArgumentTypeError,
+    MismatchError,
+    MLCommError,
+    MPIError,
+    NonFiniteError,
+    OutOfMemoryError,
+    PeerLostError,
+    SettingsError,
+    StallError,
+    StateError,
+    ThreadLevelError,
+    WireOverflowError,
+)
 from .mpi.init import init_mpi  # noqa: E402
 
 __all__ = [
@@ -57,7 +71,19 @@ __all__ = [
     "ALG_RABENSEIFNER",
     "ALG_RECURSIVE_DOUBLING",
     "ALG_RING",
+    "BadArgumentError",
+    "BadArgumentTypeError",
     "MLCommError",
+    "MPIError",
+    "MismatchError",
+    "NonFiniteError",
+    "OutOfMemoryError",
+    "PeerLostError",
+    "SettingsError",
+    "StallError",
+    "StateError",
+    "ThreadLevelError",
+    "WireOverflowError",
     "allgather",
     "allreduce",
     "allreduce_sum",

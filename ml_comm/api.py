@@ -21,7 +21,7 @@ from ._core import ffi, lib
 from .arrays import broadcasts, collectives, reductions
 from .core import backend, settings
 from .core import compression as _compression
-from .core.errors import MLCommError
+from .core.errors import BadArgumentError, BadArgumentTypeError, StateError
 from .core.session import THRESHOLD_SETTERS, Session, TeamConfig
 from .core.status import check
 from .faults import abort, stop
@@ -47,7 +47,7 @@ _session_lock = threading.Lock()
 
 def _active() -> Session:
     if _session is None:
-        raise MLCommError(
+        raise StateError(
             "ml_comm is not initialised: call ml_comm.init(nthread_per_team, nteams, "
             "msglen) first (it is also needed again after finalize())"
         )
@@ -56,10 +56,10 @@ def _active() -> Session:
 
 def _positive_int(name: str, value, upper: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        raise BadArgumentTypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1 or (upper is not None and value > upper):
         bound = f"between 1 and {upper}" if upper is not None else "at least 1"
-        raise ValueError(f"{name} must be {bound}, got {value}")
+        raise BadArgumentError(f"{name} must be {bound}, got {value}")
     return int(value)
 
 
@@ -69,17 +69,17 @@ def _communicator(comm):
     if comm is None:
         return mpi.COMM_WORLD
     if not isinstance(comm, mpi.Comm):
-        raise TypeError(
+        raise BadArgumentTypeError(
             f"comm must be an mpi4py communicator (e.g. MPI.COMM_WORLD.Split(...)), "
             f"got {type(comm).__name__}"
         )
     if comm == mpi.COMM_NULL:
-        raise ValueError(
+        raise BadArgumentError(
             "comm is MPI.COMM_NULL: this rank is in no communicator (a Split with "
             "color=MPI.UNDEFINED?); call init only on the ranks that are in one"
         )
     if comm.Is_inter():
-        raise ValueError("comm is an intercommunicator; ml_comm needs an intracommunicator")
+        raise BadArgumentError("comm is an intercommunicator; ml_comm needs an intracommunicator")
     return comm
 
 
@@ -113,7 +113,7 @@ def init(
         chunk_bytes = settings.get("ML_COMM_CHUNK_BYTES")
     chunk_bytes = _positive_int("chunk_bytes", chunk_bytes)
     if chunk_bytes < 8:
-        raise ValueError(f"chunk_bytes must be at least 8, got {chunk_bytes}")
+        raise BadArgumentError(f"chunk_bytes must be at least 8, got {chunk_bytes}")
     thresholds = {
         name: settings.get(name)
         for name in THRESHOLD_SETTERS
@@ -122,7 +122,7 @@ def init(
     comm = _communicator(comm)
     with _session_lock:
         if _session is not None:
-            raise MLCommError(
+            raise StateError(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
         launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
@@ -194,23 +194,25 @@ def config_team(
         ("perf_freq", perf_freq),
     ):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"config_team: {name} must be an int, got {type(value).__name__}")
+            raise BadArgumentTypeError(
+                f"config_team: {name} must be an int, got {type(value).__name__}"
+            )
         if not -(2**63) < value < 2**63:
-            raise ValueError(f"config_team: {name}={value} does not fit in a 64-bit integer")
+            raise BadArgumentError(f"config_team: {name}={value} does not fit in a 64-bit integer")
     if alg not in ALGORITHMS:
         names = ", ".join(f"{k} ({v})" for k, v in ALGORITHMS.items())
-        raise ValueError(f"config_team: alg {alg} is not an algorithm; use one of {names}")
+        raise BadArgumentError(f"config_team: alg {alg} is not an algorithm; use one of {names}")
     if max_steps < 0:
-        raise ValueError(f"config_team: max_steps must be >= 0, got {max_steps}")
+        raise BadArgumentError(f"config_team: max_steps must be >= 0, got {max_steps}")
     if ksteps < 0 and -ksteps > max_steps:
-        raise ValueError(
+        raise BadArgumentError(
             f"config_team: ksteps={ksteps} asks for the last {-ksteps} steps to be "
             f"synchronous, more than max_steps={max_steps}"
         )
     if verbosity not in (0, 1, 2):
-        raise ValueError(f"config_team: verbosity must be 0, 1 or 2, got {verbosity}")
+        raise BadArgumentError(f"config_team: verbosity must be 0, 1 or 2, got {verbosity}")
     if perf_freq < 1:
-        raise ValueError(f"config_team: perf_freq must be >= 1, got {perf_freq}")
+        raise BadArgumentError(f"config_team: perf_freq must be >= 1, got {perf_freq}")
     # A new schedule starts counting calls afresh.
     s.backend.restart(team)
     # The agreement check compares the schedule across ranks on every request.
@@ -277,7 +279,7 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     if out is None:
         return backend.gradients(grads, team)
     if backend.name != "numpy":
-        raise ValueError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
+        raise BadArgumentError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
     return backend.gradients(grads, team, out)
 
 
@@ -313,7 +315,7 @@ def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Every rank's rows of `array`, concatenated in rank order along the first dimension.
 
     The first dimension may differ by rank (0 included); the other dimensions and the
-    dtype must agree, else every rank raises MLCommError naming each rank's call.
+    dtype must agree, else every rank raises MismatchError naming each rank's call.
     """
     return collectives.allgather(_active(), array, team)
 

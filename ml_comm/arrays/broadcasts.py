@@ -10,6 +10,7 @@ import numpy as np
 
 from .._core import lib
 from ..core import dtypes as _dtypes
+from ..core.errors import BadArgumentTypeError
 from ..core.session import Session
 from ..core.status import ERR_LEN, check
 from .buffers import as_array, group_by_dtype, in_place_array, tensor_list
@@ -21,7 +22,9 @@ def broadcast(s: Session, values, root: int, team: int = 0):
     single = isinstance(values, (np.ndarray, np.generic))  # a scalar: refused below, saying why
     arrays = [values] if single else values
     if not isinstance(arrays, (list, tuple)):
-        raise TypeError(f"broadcast takes a list of numpy arrays, got {type(values).__name__}")
+        raise BadArgumentTypeError(
+            f"broadcast takes a list of numpy arrays, got {type(values).__name__}"
+        )
     root = s.check_root(root)
     s.team(team)  # a bad team id fails before anything is sent
     arrays = [in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
@@ -46,7 +49,7 @@ def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int, team: int 
 def check_buffers_match(s: Session, values, flag: int) -> int:
     """0 when every rank holds the same buffers as rank 0, else the number of ranks that differ."""
     if not isinstance(values, (np.ndarray, np.generic, list, tuple)):
-        raise TypeError(
+        raise BadArgumentTypeError(
             "check_buffers_match takes a numpy array or a list of them, "
             f"got {type(values).__name__}"
         )

@@ -12,6 +12,7 @@ import numpy as np
 
 from .._core import ffi
 from ..core import dtypes as _dtypes
+from ..core.errors import BadArgumentError, BadArgumentTypeError
 
 
 def as_array(value, what: str) -> np.ndarray:
@@ -23,26 +24,28 @@ def as_array(value, what: str) -> np.ndarray:
         hint = ""
         if type(value).__module__.startswith(("tensorflow", "keras")):
             hint = " (for TensorFlow tensors, init ml_comm with framework='tensorflow')"
-        raise TypeError(f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}")
+        raise BadArgumentTypeError(
+            f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}"
+        )
     return value
 
 
 def in_place_array(value, what: str) -> np.ndarray:
     """An array the core may write its result into: supported dtype, writeable, contiguous."""
     if isinstance(value, np.generic):
-        raise TypeError(
+        raise BadArgumentTypeError(
             f"{what} is a NumPy scalar ({type(value).__name__}), which cannot be changed in "
             "place; pass a 0-d array instead (numpy.array(x)) and read the result from it"
         )
     arr = as_array(value, what)
     _dtypes.code_of(arr.dtype)
     if not arr.flags.writeable:
-        raise ValueError(
+        raise BadArgumentError(
             f"{what} is read-only; ml_comm writes the result into it in place "
             "(pass a writeable copy, e.g. array.copy())"
         )
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        raise ValueError(
+        raise BadArgumentError(
             f"{what} is not contiguous; ml_comm reduces it in place as one block "
             "(pass numpy.ascontiguousarray(array) and use the returned array)"
         )

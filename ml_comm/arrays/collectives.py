@@ -14,8 +14,9 @@ import numpy as np
 
 from .._core import ffi, lib
 from ..core import dtypes as _dtypes
+from ..core.errors import BadArgumentError
 from ..core.session import Session
-from ..core.status import ERR_LEN, check, text
+from ..core.status import ERR_LEN, check
 from .buffers import as_array, buffer
 from .pool import MIN_BYTES, OutputPool
 
@@ -44,7 +45,7 @@ OPS = {
 
 def op_code(op: str, what: str, allowed: Sequence[str] = tuple(OPS)) -> int:
     if op not in allowed:
-        raise ValueError(f"{what}: op must be one of {', '.join(allowed)}; got {op!r}")
+        raise BadArgumentError(f"{what}: op must be one of {', '.join(allowed)}; got {op!r}")
     return OPS[op]
 
 
@@ -54,7 +55,9 @@ def _input(array, what: str, rows: bool) -> tuple[np.ndarray, int]:
     arr = np.asarray(as_array(array, what), order="C")  # 0-d stays 0-d
     code = _dtypes.code_of(arr.dtype)
     if rows and arr.ndim == 0:
-        raise ValueError(f"{what} takes an array with a first dimension (rows); got a 0-d array")
+        raise BadArgumentError(
+            f"{what} takes an array with a first dimension (rows); got a 0-d array"
+        )
     return arr, code
 
 
@@ -68,13 +71,6 @@ def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
 def _row_shape(arr: np.ndarray):
     """The dimensions after the first, as the core compares them across ranks."""
     return len(arr.shape) - 1, ffi.new("int64_t[]", [int(d) for d in arr.shape[1:]])
-
-
-def _check(rc: int, what: str, s: Session) -> None:
-    """check(), with the core's argument errors (which every rank raises alike) as ValueError."""
-    if rc == lib.MLC_ERR_ARG:
-        raise ValueError(f"{what} failed: {text(s.err)}")
-    check(rc, what, s.err)
 
 
 def allgather(s: Session, array, team: int) -> np.ndarray:
@@ -137,7 +133,7 @@ def alltoall(s: Session, array, splits, team: int) -> tuple[np.ndarray, np.ndarr
     """Split d of the rows (splits[d] rows, in order) goes to rank d; returns the rows
     received, in rank order, and how many came from each rank. splits=None: the rows
     split evenly (their number must divide by the ranks). The core checks the splits, so
-    that wrong ones on any rank raise ValueError on every rank, naming each such rank."""
+    that wrong ones on any rank raise BadArgumentError on every rank, naming each such rank."""
     arr, code = _input(array, "alltoall", rows=True)
     handle, (ndim, shape) = s.team(team), _row_shape(arr)
     given, nsplits = _splits(splits)
@@ -147,7 +143,7 @@ def alltoall(s: Session, array, splits, team: int) -> tuple[np.ndarray, np.ndarr
         handle, given, nsplits, arr.shape[0], ndim, shape, code, send_rows, recv_rows,
         s.err, ERR_LEN,
     )  # fmt: skip
-    _check(rc, "alltoall", s)
+    check(rc, "alltoall", s.err)
     received = np.array(list(recv_rows), dtype=np.int64)
     out = _empty((int(received.sum()), *arr.shape[1:]), arr.dtype)
     rc = lib.mlc_team_alltoallv(

@@ -9,6 +9,7 @@ import numpy as np
 
 from .._core import lib
 from ..core import dtypes as _dtypes
+from ..core.errors import BadArgumentError, BadArgumentTypeError
 from ..core.layout import fused_order
 from ..core.session import Session, is_pipelined
 from ..core.status import ERR_LEN, check
@@ -51,7 +52,9 @@ def gradients(
     handle = s.team(team)
     config = s.configs[team]
     if not isinstance(grads, (list, tuple)):
-        raise TypeError(f"gradients takes a list of numpy arrays, got {type(grads).__name__}")
+        raise BadArgumentTypeError(
+            f"gradients takes a list of numpy arrays, got {type(grads).__name__}"
+        )
     pipelined = is_pipelined(config.ksteps, config.max_steps)
     if out is None and not pipelined and not s.guard.finite and _one_plain_dtype(grads):
         # The common call, with nothing to convert or group: a blocking call that runs
@@ -97,14 +100,16 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
     """gradients(out=...): one writable C-contiguous array per gradient, of its shape and
     dtype (it may be the gradient itself: then the average replaces it)."""
     if pipelined:
-        raise ValueError("gradients(out=...) is for synchronous teams; a pipelined team "
+        raise BadArgumentError("gradients(out=...) is for synchronous teams; a pipelined team "
                          "returns the previous call's average from its own buffers")  # fmt: skip
     if not isinstance(out, (list, tuple)) or len(out) != len(inputs):
-        raise ValueError(f"gradients: out must be a list of {len(inputs)} arrays, one per gradient")
+        raise BadArgumentError(
+            f"gradients: out must be a list of {len(inputs)} arrays, one per gradient"
+        )
     for i, (o, g) in enumerate(zip(out, inputs)):
         in_place_array(o, f"out[{i}]")
         if o.shape != g.shape or o.dtype != g.dtype or not o.flags.c_contiguous:
-            raise ValueError(
+            raise BadArgumentError(
                 f"gradients: out[{i}] must be a C-contiguous {g.dtype} array of shape {g.shape}, "
                 f"got {o.dtype} {o.shape}"
             )

@@ -1,5 +1,5 @@
 """Asynchronous NumPy averages: submitting fused requests to a team, waiting for them,
-and turning failed ones into one MLCommError."""
+and turning failed ones into one exception of the first failure's kind (core/errors.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import numpy as np
 from .._core import ffi, lib
 from ..core import checks
 from ..core import dtypes as _dtypes
-from ..core.errors import MLCommError
 from ..core.layout import fused_order
-from ..core.status import ERR_LEN, check, text
+from ..core.status import ERR_LEN, check, error, text
 from ..faults import stop
 from .buffers import tensor_list
 
@@ -60,8 +59,8 @@ def average_blocking(
         handle, tensors, len(outputs), code, lib.MLC_OP_AVERAGE, 0, 1, 1 << code, err, ERR_LEN
     )
     if rc != lib.MLC_OK:
-        raise MLCommError(
-            "gradients failed: " + checks.name_tensors(text(err), rc, order, "gradients")
+        raise error(
+            rc, "gradients failed: " + checks.name_tensors(text(err), rc, order, "gradients")
         )
 
 
@@ -94,9 +93,8 @@ def average_groups(handle, inputs, groups, outputs, err=None) -> None:
             requests.append(request)
             orders.append(order)
     finally:
-        errors = wait_all(requests, orders)
-    if errors:
-        raise MLCommError("gradients failed: " + "; ".join(errors))
+        failed = wait_all(requests, orders)
+    raise_failed(failed)
 
 
 def average_now(handle, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -107,22 +105,26 @@ def average_now(handle, arrays: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def wait_one(request) -> None:
-    errors = wait_all([request])
-    if errors:
-        raise MLCommError("gradients failed: " + "; ".join(errors))
+    raise_failed(wait_all([request]))
 
 
-def wait_all(requests, orders=None) -> list[str]:
-    """Wait for and free the requests; their distinct error messages. orders[k]: the
-    gradient list index of each tensor of request k, for NaN/Inf reports."""
-    errors = []
+def raise_failed(failed: dict[str, int]) -> None:
+    """Raise the failures wait_all found, if any, as one error of the first one's kind."""
+    if failed:
+        raise error(next(iter(failed.values())), "gradients failed: " + "; ".join(failed))
+
+
+def wait_all(requests, orders=None) -> dict[str, int]:
+    """Wait for and free the requests; their distinct error messages, each with its
+    status, in the requests' order. orders[k]: the gradient list index of each tensor of
+    request k, for NaN/Inf reports."""
+    failed: dict[str, int] = {}
     for k, req in enumerate(requests):
         status = lib.mlc_request_wait(req)
         if status != lib.MLC_OK:
             order = orders[k] if orders is not None else None
-            text = checks.request_error(req, status, order, "gradients")
-            if text not in errors:  # the parts of a failed call repeat its message
-                errors.append(text)
+            # the parts of a failed call repeat its message
+            failed.setdefault(checks.request_error(req, status, order, "gradients"), status)
         stop.note_request(req)
         lib.mlc_request_free(req)
-    return errors
+    return failed

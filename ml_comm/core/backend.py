@@ -20,7 +20,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import MLCommError
+from .errors import BadArgumentError, MLCommError
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Backend(Protocol):
 def check_name(framework: str | None) -> str:
     """The backend's name for init's `framework` argument; ValueError for an unknown one."""
     if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+        raise BadArgumentError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
     return framework or "numpy"
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .._core import ffi, lib
 from . import settings
-from .errors import MLCommError
+from .status import check
 
 CHECK_LAYOUT = "ML_COMM_CHECK_LAYOUT"
 CHECK_FINITE = "ML_COMM_CHECK_FINITE"
@@ -35,7 +35,7 @@ class GuardSettings:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> GuardSettings:
-    """The settings that the environment asks for; SettingError names a malformed variable."""
+    """The settings that the environment asks for; SettingsError names a malformed variable."""
     return GuardSettings(
         layout=settings.get(CHECK_LAYOUT, env),
         finite=settings.get(CHECK_FINITE, env),
@@ -51,8 +51,7 @@ def apply(handle, team: int, guard: GuardSettings) -> None:
         (lib.mlc_team_set_stall_limits(handle, guard.stall_warn, guard.stall_abort), "stall"),
         (lib.mlc_team_set_id(handle, team), "team id"),
     ):
-        if rc != lib.MLC_OK:
-            raise MLCommError(f"could not set the team's {what} settings (status {rc})")
+        check(rc, f"setting the team's {what}")
 
 
 def request_error(req, status: int, order: Sequence[int] | None = None, name: str = "") -> str:

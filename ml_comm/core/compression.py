@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from .._core import ffi, lib
 from . import settings
+from .errors import BadArgumentError, BadArgumentTypeError, SettingsError
 
 VARIABLE = "ML_COMM_COMPRESSION"
 # The names users write, and the spellings NumPy and TensorFlow use for the same types.
@@ -30,10 +31,12 @@ def code(value, what: str = "compression") -> int:
     if value is None:
         return lib.MLC_COMPRESSION_NONE
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a string such as 'bf16', got {type(value).__name__}")
+        raise BadArgumentTypeError(
+            f"{what} must be a string such as 'bf16', got {type(value).__name__}"
+        )
     key = value.strip().lower() or "none"
     if key not in CODES:
-        raise ValueError(f"{what} must be 'none', 'bf16' or 'fp16', got {value!r}")
+        raise BadArgumentError(f"{what} must be 'none', 'bf16' or 'fp16', got {value!r}")
     return CODES[key]
 
 
@@ -43,5 +46,8 @@ def name(compression: int) -> str:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> int:
-    """The code ML_COMM_COMPRESSION asks for (unset: none); ValueError names a bad value."""
-    return code(settings.get(VARIABLE, env), f"environment variable {VARIABLE}")
+    """The code ML_COMM_COMPRESSION asks for (unset: none); SettingsError names a bad value."""
+    try:
+        return code(settings.get(VARIABLE, env), f"environment variable {VARIABLE}")
+    except BadArgumentError as exc:
+        raise SettingsError(str(exc)) from None

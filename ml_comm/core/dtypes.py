@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from .._core import ffi, lib
+from .errors import BadArgumentTypeError
 
 
 def _numpy_dtype(name: str, code: int) -> np.dtype:
@@ -36,9 +37,11 @@ def code_of(dtype: np.dtype) -> int:
     try:
         return CODES[dtype]
     except KeyError:
-        raise TypeError(f"ml_comm cannot reduce dtype {dtype}; supported: {SUPPORTED}") from None
+        raise BadArgumentTypeError(
+            f"ml_comm cannot reduce dtype {dtype}; supported: {SUPPORTED}"
+        ) from None
 
 
 def bits(dtypes) -> int:
-    """The core's mask of a call's dtypes: bit (1 << code) for each (csrc/signature.c)."""
+    """The core's mask of a call's dtypes: bit (1 << code) for each (csrc/agree/signature.c)."""
     return sum(1 << CODES[np.dtype(d)] for d in set(dtypes))

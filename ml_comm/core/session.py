@@ -18,9 +18,9 @@ import numpy as np
 
 from .._core import ffi, lib
 from . import backend, checks, compression, settings, settings_check, timeline
-from .errors import MLCommError
+from .errors import BadArgumentError, BadArgumentTypeError, MLCommError, OutOfMemoryError
 from .report import TeamReporter, stats_dict
-from .status import ERR_LEN, check, text
+from .status import ERR_LEN, check, error, text
 
 ALG_AUTO = lib.MLC_ALG_AUTO
 THREAD_SLICE = "ML_COMM_THREAD_SLICE_US"
@@ -120,13 +120,13 @@ class Session:
             self.ctx, nthreads, 4 * msglen, chunk_bytes, out, self.err, ERR_LEN
         )
         if rc == lib.MLC_ERR_NOMEM:
-            raise MLCommError(
+            raise OutOfMemoryError(
                 f"could not create a team: {text(self.err)}; msglen={msglen} asks for a "
                 f"fusion buffer of {4 * msglen / 2**30:.1f} GiB per team: use a smaller "
                 "msglen (larger gradient sets are streamed through the buffer)"
             )
         if rc != lib.MLC_OK:
-            raise MLCommError(f"could not create a team: {text(self.err)}")
+            raise error(rc, f"could not create a team: {text(self.err)}")
         return out[0]
 
     def team_err(self, team: int):
@@ -137,13 +137,14 @@ class Session:
         return err
 
     def team(self, team: int):
-        """The handle of team number `team`; TypeError / ValueError name a bad id."""
+        """The handle of team number `team`; BadArgumentTypeError / BadArgumentError name a
+        bad id."""
         if type(team) is int and 0 <= team < len(self.teams):
             return self.teams[team]
         if type(team) is not int and not isinstance(team, np.integer):
-            raise TypeError(f"team must be an int, got {type(team).__name__}")
+            raise BadArgumentTypeError(f"team must be an int, got {type(team).__name__}")
         if not 0 <= team < len(self.teams):
-            raise ValueError(
+            raise BadArgumentError(
                 f"team {team} is out of range: this job has teams 0..{len(self.teams) - 1} "
                 f"(set their number with init(nteams=...))"
             )
@@ -151,9 +152,9 @@ class Session:
 
     def check_root(self, root) -> int:
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
-            raise TypeError(f"root must be an int, got {type(root).__name__}")
+            raise BadArgumentTypeError(f"root must be an int, got {type(root).__name__}")
         if not 0 <= root < self.size:
-            raise ValueError(f"root {root} is out of range: ranks are 0..{self.size - 1}")
+            raise BadArgumentError(f"root {root} is out of range: ranks are 0..{self.size - 1}")
         return int(root)
 
     def stats(self, team: int) -> dict:

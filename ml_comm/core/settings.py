@@ -5,7 +5,7 @@ see it, type, whether `init` compares it across ranks, what it does); the code r
 them with `get`, which parses the value by the row's type and falls back on its
 default, so the table, the code and the documentation's table (made from SETTINGS by
 tools/mkdocs_hooks.py) cannot disagree. An unset or empty variable takes the default.
-A value that does not parse raises SettingError naming the variable and the value.
+A value that does not parse raises SettingsError naming the variable and the value.
 
 The C core reads no environment: `init` reads these and hands the values over.
 Three readers run where ml_comm cannot be imported and read os.environ themselves,
@@ -25,11 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import MLCommError
-
-
-class SettingError(MLCommError, ValueError):
-    """An environment variable of ml_comm holds a value that does not parse."""
+from .errors import SettingsError
 
 
 @dataclass(frozen=True)
@@ -119,20 +115,22 @@ def _bool(name: str, raw: str) -> bool:
         return True
     if value in FALSE:
         return False
-    raise SettingError(f"environment variable {name} must be 0 or 1, got {raw!r}")
+    raise SettingsError(f"environment variable {name} must be 0 or 1, got {raw!r}")
 
 
 def _int(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise SettingError(f"environment variable {name} must be an integer, got {raw!r}") from None
+        raise SettingsError(
+            f"environment variable {name} must be an integer, got {raw!r}"
+        ) from None
 
 
 def _non_negative(name: str, raw: str) -> int:
     value = _int(name, raw)
     if value < 0:
-        raise SettingError(f"environment variable {name} must be >= 0, got {value}")
+        raise SettingsError(f"environment variable {name} must be >= 0, got {value}")
     return value
 
 
@@ -142,7 +140,7 @@ def _seconds(name: str, raw: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
-        raise SettingError(
+        raise SettingsError(
             f"environment variable {name} must be a number of seconds >= 0 (0: off), got {raw!r}"
         )
     return value
@@ -184,7 +182,7 @@ def get(name: str, env: Mapping[str, str] | None = None) -> Any:
 
 
 def check_all(env: Mapping[str, str] | None = None) -> None:
-    """Parse every setting: a malformed one raises SettingError before anything starts."""
+    """Parse every setting: a malformed one raises SettingsError before anything starts."""
     for row in SETTINGS:
         get(row.name, env)
 

@@ -6,7 +6,7 @@ the others wait for, hang or reduce the wrong bytes together: the per-request
 agreement check cannot catch that, because it is itself one of the settings (and
 a team whose threads differ in number does not even finish its creation). So
 before any team exists, `init` gathers each rank's values over COMM_WORLD (one
-allgather, once) and, where they differ, raises MLCommError on every rank naming
+allgather, once) and, where they differ, raises MismatchError on every rank naming
 each setting, each distinct value and the ranks that hold it.
 
 Compared: the init arguments that size and cut the work (threads per team, teams,
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import compression, settings
-from .errors import MLCommError
+from .errors import MismatchError
 from .spans import spans
 
 # Environment variables that change what goes on the wire: the table's `compared`
@@ -92,7 +92,7 @@ def verify(
     )
     lines = disagreements(comm.allgather(mine))
     if lines:
-        raise MLCommError(
+        raise MismatchError(
             "init failed: the ranks were started with different settings that change how "
             "they communicate, and would hang or reduce the wrong data together: "
             + " | ".join(lines)

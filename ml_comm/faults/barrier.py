@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from .._core import ffi, lib
-from ..core.errors import MLCommError
+from ..core.errors import MismatchError
 from .abort import _world, steps_text
 
 _MAX_POLL_SECONDS = 0.05
@@ -79,7 +79,7 @@ class Barrier:
             elif stuck_since is None:
                 stuck_since = time.monotonic()
             elif time.monotonic() - stuck_since > _STUCK_SECONDS:
-                raise MLCommError(
+                raise MismatchError(
                     f"rank {self.rank} of {self.size} waits in barrier(){context} while rank "
                     f"{peer} waits for it in {waited_request(teams[team], team, self.rank)}: "
                     f"the ranks did not make the same calls.{steps_text()} This rank's next "

@@ -11,7 +11,7 @@ or when the program asks.
 
 A rank that receives a signal (or calls `request_stop()`) sets a flag in the core
 (`mlc_team_request_stop`, one atomic store, on every team). The flag rides in the
-agreement check's signature that every request already exchanges (csrc/signature.c),
+agreement check's signature that every request already exchanges (csrc/agree/signature.c),
 so no message of its own is sent; every rank's verdict on the first request whose
 signatures carry it marks that request and the team the same way. `should_stop()`
 reads that mark at a point where every rank has the same verdicts: after a
@@ -35,7 +35,7 @@ import sys
 import threading
 
 from .._core import lib
-from ..core.errors import MLCommError
+from ..core.errors import StateError
 from ..core.session import is_pipelined
 from .abort import _world
 
@@ -86,7 +86,7 @@ def _rank(session) -> int | str:
 
 def _require_exchange(session, what: str) -> None:
     if session.size > 1 and not session.guard.layout:
-        raise MLCommError(
+        raise StateError(
             f"{what}: stopping every rank at the same step needs the agreement check, whose "
             "messages carry the stop request, but ML_COMM_CHECK_LAYOUT=0 turned it off; "
             "unset it (or set it to 1) on every rank"
@@ -124,7 +124,7 @@ def should_stop(session, team: int = 0) -> bool:
     if not is_pipelined(config.ksteps, config.max_steps):
         return lib.mlc_team_stop_seq(handle) >= 0
     if session.backend.name == "tensorflow":
-        raise MLCommError(
+        raise StateError(
             f"should_stop: team {team} is pipelined (config_team ksteps < max_steps) with "
             "TensorFlow ops, whose reduction in flight may have told one rank and not yet "
             "another; use a synchronous team for the step that decides"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import api as mc
-from ..core.errors import MLCommError
+from ..core.errors import StateError
 from ..mpi.init import init_mpi
 
 # The names Horovod's tensorflow and keras modules both export.
@@ -151,7 +151,7 @@ def init(comm=None, process_sets=None) -> None:
             DEFAULT_THREADS, 1, _fusion_msglen(), framework="tensorflow", comm=_communicator(comm)
         )
     elif mc._active().backend.name != "tensorflow":
-        raise MLCommError(
+        raise StateError(
             "ml_comm is already initialised with framework="
             f"{mc._active().backend.name!r}; ml_comm.horovod needs framework='tensorflow'"
         )

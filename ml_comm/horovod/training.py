@@ -16,7 +16,7 @@ import weakref
 
 import tensorflow as tf
 
-from ..core.errors import MLCommError
+from ..core.errors import StateError
 from . import basics
 from .compression import Compression
 from .ops import Average, Sum, _check_op, check_process_set, global_process_set, grouped_allreduce
@@ -262,7 +262,7 @@ def _check_no_keras_hook(keras) -> None:
     """ml_comm.keras's hook reduces every Keras update itself: with it a DistributedOptimizer
     would reduce each gradient twice."""
     if getattr(keras.optimizers.Optimizer.apply, "__module__", "").startswith("ml_comm.keras"):
-        raise MLCommError(
+        raise StateError(
             "ml_comm.keras.init() is active: its hook already reduces every Keras update; "
             "use either ml_comm.keras or ml_comm.horovod's DistributedOptimizer, not both"
         )

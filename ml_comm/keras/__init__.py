@@ -44,7 +44,7 @@ import keras
 import numpy as np
 
 from .. import api as mc
-from ..core.errors import MLCommError
+from ..core.errors import MLCommError, StateError
 from ..faults.abort import set_steps_note
 from . import apply, fit, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
@@ -119,7 +119,7 @@ def set_team(model: keras.Model, team: int | None = 0) -> keras.Model:
     if not isinstance(model, keras.Model):
         raise TypeError(f"set_team takes a keras.Model, got {type(model).__name__}")
     if getattr(model, "optimizer", None) is None:
-        raise MLCommError(
+        raise StateError(
             "set_team: the model has no optimizer; call model.compile(optimizer=...) "
             "first, then ml_comm.keras.set_team(model, team)"
         )
@@ -179,7 +179,7 @@ def gather(values, root: int = 0):
 def _check_team(team) -> None:
     """Raises before init(), without framework="tensorflow", or for a bad team id."""
     if mc._active().backend.name != "tensorflow":
-        raise MLCommError(
+        raise StateError(
             "ml_comm was initialised without framework='tensorflow'; start it with "
             "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"
         )

@@ -49,6 +49,7 @@ import keras
 import numpy as np
 
 from .. import api as mc
+from ..core.errors import MismatchError
 from ..faults import requeue, stop
 from .apply import broadcast_model_weights, share_accumulators
 from .metrics import GlobalMetrics
@@ -204,7 +205,7 @@ class RankZeroBackup(_Wrapper):
         # here; without it the check is skipped, the broadcast below still holds).
         low, high = _epoch_range(getattr(self.model, "_initial_epoch", 0) or 0, self.team)
         if low != high:
-            raise mc.MLCommError(
+            raise MismatchError(
                 f"BackupAndRestore: the ranks restored different epochs ({low} and {high}) "
                 f"from {self.inner.backup_dir!r}: the backup directory must be on a file "
                 "system that every rank sees (rank 0 writes it)"

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 
 from .. import api as mc
-from ..core.errors import MLCommError
+from ..core.errors import MismatchError
 from .teams import team_of
 
 
@@ -138,8 +138,8 @@ class GlobalMetrics(keras.callbacks.Callback):
     def _sync_train(self) -> dict:
         try:
             return sum_metric_states(self.model, self._team())
-        except MLCommError as exc:
-            raise MLCommError(
+        except MismatchError as exc:
+            raise MismatchError(
                 f"rank {mc.get_rank()} ran {self.step} steps of epoch {self.epoch + 1} and "
                 "ended the epoch, but another rank was still in a training step: the ranks "
                 f"ran different numbers of steps ({exc})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mpi4py
 
-from ..core.errors import MLCommError
+from ..core.errors import StateError
 
 
 def init_mpi():
@@ -21,7 +21,7 @@ def init_mpi():
     if not MPI.Is_initialized():
         MPI.Init_thread(MPI.THREAD_MULTIPLE)
     if MPI.Is_finalized():
-        raise MLCommError(
+        raise StateError(
             "MPI has already been finalized in this process; ml_comm cannot restart it"
         )
     return MPI

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..core import dtypes as _dtypes
-from ..core.errors import MLCommError
+from ..core.errors import BadArgumentTypeError, MLCommError
 from ..core.layout import fused_order
 from ..core.session import is_pipelined
 from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live_teams
@@ -37,7 +37,9 @@ def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
     for i, t in tensors.items():
         if t.dtype not in SUPPORTED:
             names = ", ".join(d.name for d in SUPPORTED)
-            raise TypeError(f"ml_comm cannot reduce dtype {t.dtype.name}; supported: {names}")
+            raise BadArgumentTypeError(
+                f"ml_comm cannot reduce dtype {t.dtype.name}; supported: {names}"
+            )
         groups.setdefault(t.dtype, []).append(i)
     return groups
 
@@ -55,7 +57,7 @@ def gradients(
     None. Eagerly one fused op per dtype; in a graph one op per gradient (a keyed group)."""
     ops = load_ops()
     if not isinstance(grads, (list, tuple)):
-        raise TypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
+        raise BadArgumentTypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
     dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
     result: list = [None] * len(grads)
     pipelined = is_pipelined(ksteps, max_steps)

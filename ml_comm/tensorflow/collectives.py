@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from .._core import lib
 from ..arrays.collectives import op_code
-from ..core.errors import MLCommError
+from ..core.errors import StateError
 from .library import _chain, _last_anchor, live_team, load_ops, team_number
 
 
@@ -18,7 +18,7 @@ def _team(team: int) -> tuple[int, object]:
     """The id the ops carry and the core's handle of team number `team`."""
     found = live_team(team)
     if found is None:
-        raise MLCommError(
+        raise StateError(
             "ml_comm.tensorflow collectives need ml_comm.init(..., framework='tensorflow') "
             f"and a team {team} (teams 0..nteams-1)"
         )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from .._core import ffi
-from ..core.errors import MLCommError
+from ..core.errors import StateError
 from . import build, unordered
 
 _ops = None
@@ -75,7 +75,7 @@ def team_number(team_id: int) -> int:
     for number, (i, _handle) in enumerate(_live):
         if i == team_id:
             return number
-    raise MLCommError("ml_comm: this op belongs to a team that no longer exists")
+    raise StateError("ml_comm: this op belongs to a team that no longer exists")
 
 
 def _chain(team_handle: int):

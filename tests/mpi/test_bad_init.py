@@ -17,9 +17,13 @@ import pytest
 from mpi_helpers import CHUNK_BYTES, Checks, comm_world, expected_average, make_input, suite_comm
 
 import ml_comm as mc
-from ml_comm.core.settings import SettingError
+from ml_comm.core.settings import SettingsError
 
 pytestmark = pytest.mark.mpi
+
+# The classes of arguments that are wrong on this rank: also TypeError and ValueError.
+BAD_TYPE = mc.BadArgumentTypeError
+BAD_VALUE = mc.BadArgumentError
 
 NOT_INITIALISED = (
     r"^ml_comm is not initialised: call ml_comm\.init\(nthread_per_team, nteams, msglen\) "
@@ -40,58 +44,58 @@ class InitCase:
 
 # fmt: off
 INIT_CASES = [
-    InitCase("nthread_per_team=0", (0, 1, 64), ValueError,
+    InitCase("nthread_per_team=0", (0, 1, 64), BAD_VALUE,
              r"^nthread_per_team must be between 1 and 256, got 0$"),
-    InitCase("nthread_per_team=-1", (-1, 1, 64), ValueError,
+    InitCase("nthread_per_team=-1", (-1, 1, 64), BAD_VALUE,
              r"^nthread_per_team must be between 1 and 256, got -1$"),
-    InitCase("nthread_per_team=257", (257, 1, 64), ValueError,
+    InitCase("nthread_per_team=257", (257, 1, 64), BAD_VALUE,
              r"^nthread_per_team must be between 1 and 256, got 257$"),
-    InitCase("nthread_per_team='2'", ("2", 1, 64), TypeError,
+    InitCase("nthread_per_team='2'", ("2", 1, 64), BAD_TYPE,
              r"^nthread_per_team must be an int, got str$"),
-    InitCase("nthread_per_team=2.0", (2.0, 1, 64), TypeError,
+    InitCase("nthread_per_team=2.0", (2.0, 1, 64), BAD_TYPE,
              r"^nthread_per_team must be an int, got float$"),
-    InitCase("nthread_per_team=True", (True, 1, 64), TypeError,
+    InitCase("nthread_per_team=True", (True, 1, 64), BAD_TYPE,
              r"^nthread_per_team must be an int, got bool$"),
-    InitCase("nteams=0", (1, 0, 64), ValueError, r"^nteams must be between 1 and 64, got 0$"),
-    InitCase("nteams=65", (1, 65, 64), ValueError, r"^nteams must be between 1 and 64, got 65$"),
-    InitCase("nteams=None", (1, None, 64), TypeError, r"^nteams must be an int, got NoneType$"),
-    InitCase("msglen=0", (1, 1, 0), ValueError,
+    InitCase("nteams=0", (1, 0, 64), BAD_VALUE, r"^nteams must be between 1 and 64, got 0$"),
+    InitCase("nteams=65", (1, 65, 64), BAD_VALUE, r"^nteams must be between 1 and 64, got 65$"),
+    InitCase("nteams=None", (1, None, 64), BAD_TYPE, r"^nteams must be an int, got NoneType$"),
+    InitCase("msglen=0", (1, 1, 0), BAD_VALUE,
              r"^msglen must be between 1 and 1099511627776, got 0$"),
-    InitCase("msglen=-3", (1, 1, -3), ValueError,
+    InitCase("msglen=-3", (1, 1, -3), BAD_VALUE,
              r"^msglen must be between 1 and 1099511627776, got -3$"),
-    InitCase("msglen=2**41", (1, 1, 2**41), ValueError,
+    InitCase("msglen=2**41", (1, 1, 2**41), BAD_VALUE,
              rf"^msglen must be between 1 and 1099511627776, got {2**41}$"),
-    InitCase("msglen=1.5e6", (1, 1, 1.5e6), TypeError, r"^msglen must be an int, got float$"),
-    InitCase("framework='pytorch'", (1, 1, 64, "pytorch"), ValueError,
+    InitCase("msglen=1.5e6", (1, 1, 1.5e6), BAD_TYPE, r"^msglen must be an int, got float$"),
+    InitCase("framework='pytorch'", (1, 1, 64, "pytorch"), BAD_VALUE,
              rf"^framework must be one of {FRAMEWORKS}, got 'pytorch'$"),
-    InitCase("framework='TensorFlow'", (1, 1, 64, "TensorFlow"), ValueError,
+    InitCase("framework='TensorFlow'", (1, 1, 64, "TensorFlow"), BAD_VALUE,
              rf"^framework must be one of {FRAMEWORKS}, got 'TensorFlow'$"),
-    InitCase("framework=1", (1, 1, 64, 1), ValueError,
+    InitCase("framework=1", (1, 1, 64, 1), BAD_VALUE,
              rf"^framework must be one of {FRAMEWORKS}, got 1$"),
-    InitCase("chunk_bytes=0", (1, 1, 64), ValueError, r"^chunk_bytes must be at least 1, got 0$",
+    InitCase("chunk_bytes=0", (1, 1, 64), BAD_VALUE, r"^chunk_bytes must be at least 1, got 0$",
              kwargs={"chunk_bytes": 0}),
-    InitCase("chunk_bytes=4", (1, 1, 64), ValueError, r"^chunk_bytes must be at least 8, got 4$",
+    InitCase("chunk_bytes=4", (1, 1, 64), BAD_VALUE, r"^chunk_bytes must be at least 8, got 4$",
              kwargs={"chunk_bytes": 4}),
-    InitCase("chunk_bytes='1M'", (1, 1, 64), TypeError, r"^chunk_bytes must be an int, got str$",
+    InitCase("chunk_bytes='1M'", (1, 1, 64), BAD_TYPE, r"^chunk_bytes must be an int, got str$",
              kwargs={"chunk_bytes": "1M"}),
-    InitCase("ML_COMM_CHUNK_BYTES=abc", (1, 1, 64), SettingError,
+    InitCase("ML_COMM_CHUNK_BYTES=abc", (1, 1, 64), SettingsError,
              r"^environment variable ML_COMM_CHUNK_BYTES must be an integer, got 'abc'$",
              env={"ML_COMM_CHUNK_BYTES": "abc"}),
-    InitCase("ML_COMM_CHUNK_BYTES=0", (1, 1, 64), ValueError,
+    InitCase("ML_COMM_CHUNK_BYTES=0", (1, 1, 64), BAD_VALUE,
              r"^chunk_bytes must be at least 1, got 0$", env={"ML_COMM_CHUNK_BYTES": "0"}),
-    InitCase("ML_COMM_LATENCY_BYTES=-1", (1, 1, 64), SettingError,
+    InitCase("ML_COMM_LATENCY_BYTES=-1", (1, 1, 64), SettingsError,
              r"^environment variable ML_COMM_LATENCY_BYTES must be >= 0, got -1$",
              env={"ML_COMM_LATENCY_BYTES": "-1"}),
-    InitCase("ML_COMM_RABENSEIFNER_BYTES=-1", (1, 1, 64), SettingError,
+    InitCase("ML_COMM_RABENSEIFNER_BYTES=-1", (1, 1, 64), SettingsError,
              r"^environment variable ML_COMM_RABENSEIFNER_BYTES must be >= 0, got -1$",
              env={"ML_COMM_RABENSEIFNER_BYTES": "-1"}),
-    InitCase("ML_COMM_INLINE_BYTES=1k", (1, 1, 64), SettingError,
+    InitCase("ML_COMM_INLINE_BYTES=1k", (1, 1, 64), SettingsError,
              r"^environment variable ML_COMM_INLINE_BYTES must be an integer, got '1k'$",
              env={"ML_COMM_INLINE_BYTES": "1k"}),
-    InitCase("comm='world'", (1, 1, 64), TypeError,
+    InitCase("comm='world'", (1, 1, 64), BAD_TYPE,
              r"^comm must be an mpi4py communicator \(e\.g\. MPI\.COMM_WORLD\.Split\(\.\.\.\)\), "
              r"got str$", kwargs={"comm": "world"}),
-    InitCase("comm=0", (1, 1, 64), TypeError, r"^comm must be an mpi4py communicator .* got int$",
+    InitCase("comm=0", (1, 1, 64), BAD_TYPE, r"^comm must be an mpi4py communicator .* got int$",
              kwargs={"comm": 0}),
 ]
 # fmt: on
@@ -159,7 +163,7 @@ def test_msglen_too_large_for_memory():
         check_raises(
             c,
             "msglen=2**40",
-            mc.MLCommError,
+            mc.OutOfMemoryError,
             r"^could not create a team: out of memory allocating the team's buffers; "
             r"msglen=1099511627776 asks for a fusion buffer of 4096\.0 GiB per team: use a "
             r"smaller msglen \(larger gradient sets are streamed through the buffer\)$",
@@ -196,7 +200,7 @@ def test_call_without_session(name, when):
     if when == "after finalize":
         mc.init(1, 2, 64, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
         mc.finalize()
-    check_raises(c, f"{name} {when}", mc.MLCommError, NOT_INITIALISED, CALLS[name])
+    check_raises(c, f"{name} {when}", mc.StateError, NOT_INITIALISED, CALLS[name])
     c.finish()
 
 
@@ -208,7 +212,7 @@ def test_finalize_is_idempotent():
     mc.init(1, 1, 64, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
     mc.finalize()
     mc.finalize()
-    check_raises(c, "after double finalize", mc.MLCommError, NOT_INITIALISED, CALLS["gradients"])
+    check_raises(c, "after double finalize", mc.StateError, NOT_INITIALISED, CALLS["gradients"])
     valid_cycle(c, "after double finalize")
     c.finish()
 
@@ -231,7 +235,7 @@ def test_comm_null_and_intercomm():
     check_raises(
         c,
         "comm=COMM_NULL",
-        ValueError,
+        BAD_VALUE,
         r"^comm is MPI\.COMM_NULL: this rank is in no communicator",
         mc.init,
         1,
@@ -246,7 +250,7 @@ def test_comm_null_and_intercomm():
         check_raises(
             c,
             "intercomm",
-            ValueError,
+            BAD_VALUE,
             r"^comm is an intercommunicator; ml_comm needs an intra",
             mc.init,
             1,

@@ -30,6 +30,10 @@ import ml_comm as mc
 
 pytestmark = pytest.mark.mpi
 
+# The classes of arguments that are wrong on this rank: also TypeError and ValueError.
+BAD_TYPE = mc.BadArgumentTypeError
+BAD_VALUE = mc.BadArgumentError
+
 UNSUPPORTED = [
     np.dtype(np.complex64),
     np.dtype(np.uint8),
@@ -88,104 +92,104 @@ def _cases() -> list[Case]:
     # fmt: off
     cases = [
         # --- wrong types
-        Case("gradients(None)", lambda s: mc.gradients(None), TypeError,
+        Case("gradients(None)", lambda s: mc.gradients(None), BAD_TYPE,
              r"^gradients takes a list of numpy arrays, got NoneType$"),
-        Case("gradients(array)", lambda s: mc.gradients(x(s)), TypeError,
+        Case("gradients(array)", lambda s: mc.gradients(x(s)), BAD_TYPE,
              r"^gradients takes a list of numpy arrays, got ndarray$"),
-        Case("gradients(dict)", lambda s: mc.gradients({"w": x(s)}), TypeError,
+        Case("gradients(dict)", lambda s: mc.gradients({"w": x(s)}), BAD_TYPE,
              r"^gradients takes a list of numpy arrays, got dict$"),
-        Case("gradients([None])", lambda s: mc.gradients([None]), TypeError,
+        Case("gradients([None])", lambda s: mc.gradients([None]), BAD_TYPE,
              r"^gradients\[0\] must be a numpy\.ndarray, got NoneType$"),
-        Case("gradients([ok, str])", lambda s: mc.gradients([x(s), "abc"]), TypeError,
+        Case("gradients([ok, str])", lambda s: mc.gradients([x(s), "abc"]), BAD_TYPE,
              r"^gradients\[1\] must be a numpy\.ndarray, got str$"),
-        Case("gradients([list])", lambda s: mc.gradients([[1.0, 2.0]]), TypeError,
+        Case("gradients([list])", lambda s: mc.gradients([[1.0, 2.0]]), BAD_TYPE,
              r"^gradients\[0\] must be a numpy\.ndarray, got list$"),
-        Case("average(None)", lambda s: mc.average(None), TypeError,
+        Case("average(None)", lambda s: mc.average(None), BAD_TYPE,
              r"^average must be a numpy\.ndarray, got NoneType$"),
-        Case("average(list)", lambda s: mc.average([1.0, 2.0]), TypeError,
+        Case("average(list)", lambda s: mc.average([1.0, 2.0]), BAD_TYPE,
              r"^average must be a numpy\.ndarray, got list$"),
-        Case("average(scalar)", lambda s: mc.average(np.float32(3)), TypeError,
+        Case("average(scalar)", lambda s: mc.average(np.float32(3)), BAD_TYPE,
              r"^average is a NumPy scalar \(float32\), which cannot be changed in place; "
              r"pass a 0-d array instead \(numpy\.array\(x\)\) and read the result from it$"),
-        Case("allreduce_sum(np.int64)", lambda s: mc.allreduce_sum(np.int64(3)), TypeError,
+        Case("allreduce_sum(np.int64)", lambda s: mc.allreduce_sum(np.int64(3)), BAD_TYPE,
              r"^allreduce_sum is a NumPy scalar \(int64\), which cannot be changed in place"),
-        Case("broadcast(scalar)", lambda s: mc.broadcast(np.float64(3)), TypeError,
+        Case("broadcast(scalar)", lambda s: mc.broadcast(np.float64(3)), BAD_TYPE,
              r"^broadcast value 0 is a NumPy scalar \(float64\), which cannot be changed in place"),
-        Case("broadcast([ok, scalar])", lambda s: mc.broadcast([x(s), np.int32(3)]), TypeError,
+        Case("broadcast([ok, scalar])", lambda s: mc.broadcast([x(s), np.int32(3)]), BAD_TYPE,
              r"^broadcast value 1 is a NumPy scalar \(int32\), which cannot be changed in place"),
         Case("gradients([ok, complex scalar])",
-             lambda s: mc.gradients([x(s), np.complex64(1)]), TypeError,
+             lambda s: mc.gradients([x(s), np.complex64(1)]), BAD_TYPE,
              r"^ml_comm cannot reduce dtype complex64"),
-        Case("allreduce_sum(int)", lambda s: mc.allreduce_sum(3), TypeError,
+        Case("allreduce_sum(int)", lambda s: mc.allreduce_sum(3), BAD_TYPE,
              r"^allreduce_sum must be a numpy\.ndarray, got int$"),
-        Case("broadcast(None)", lambda s: mc.broadcast(None), TypeError,
+        Case("broadcast(None)", lambda s: mc.broadcast(None), BAD_TYPE,
              r"^broadcast takes a list of numpy arrays, got NoneType$"),
-        Case("broadcast(dict)", lambda s: mc.broadcast({"w": x(s)}), TypeError,
+        Case("broadcast(dict)", lambda s: mc.broadcast({"w": x(s)}), BAD_TYPE,
              r"^broadcast takes a list of numpy arrays, got dict$"),
-        Case("broadcast([None])", lambda s: mc.broadcast([None]), TypeError,
+        Case("broadcast([None])", lambda s: mc.broadcast([None]), BAD_TYPE,
              r"^broadcast value 0 must be a numpy\.ndarray, got NoneType$"),
-        Case("broadcast([ok, int])", lambda s: mc.broadcast([x(s), 5]), TypeError,
+        Case("broadcast([ok, int])", lambda s: mc.broadcast([x(s), 5]), BAD_TYPE,
              r"^broadcast value 1 must be a numpy\.ndarray, got int$"),
-        Case("check_buffers_match(None)", lambda s: mc.check_buffers_match(None), TypeError,
+        Case("check_buffers_match(None)", lambda s: mc.check_buffers_match(None), BAD_TYPE,
              r"^check_buffers_match takes a numpy array or a list of them, got NoneType$"),
         Case("check_buffers_match([ok, None])",
-             lambda s: mc.check_buffers_match([x(s), None]), TypeError,
+             lambda s: mc.check_buffers_match([x(s), None]), BAD_TYPE,
              r"^check_buffers_match value 1 must be a numpy\.ndarray, got NoneType$"),
         # --- roots
         *[
             Case(f"broadcast(root={name})", lambda s, f=f: mc.broadcast([x(s)], root=f(s.nranks)),
-                 ValueError,
+                 BAD_VALUE,
                  lambda s, f=f: rf"^root {f(s.nranks)} is out of range: "
                                 rf"ranks are 0\.\.{s.nranks - 1}$")
             for name, f in [("n", lambda n: n), ("n+3", lambda n: n + 3), ("-1", lambda n: -1)]
         ],
         *[
             Case(f"broadcast(root={root!r})", lambda s, r=root: mc.broadcast([x(s)], root=r),
-                 TypeError, rf"^root must be an int, got {type(root).__name__}$")
+                 BAD_TYPE, rf"^root must be an int, got {type(root).__name__}$")
             for root in ["0", 0.0, True, None]
         ],
         # --- non-contiguous and read-only buffers of the in-place calls
-        Case("average(strided)", lambda s: mc.average(x(s, 20)[::2]), ValueError,
+        Case("average(strided)", lambda s: mc.average(x(s, 20)[::2]), BAD_VALUE,
              "^average " + CONTIGUOUS_HINT),
         Case("allreduce_sum(column slice)",
              lambda s: mc.allreduce_sum(make_input(s.rank, (6, 8), np.int32)[:, :3]),
-             ValueError, "^allreduce_sum " + CONTIGUOUS_HINT),
+             BAD_VALUE, "^allreduce_sum " + CONTIGUOUS_HINT),
         Case("broadcast([ok, strided])", lambda s: mc.broadcast([x(s), x(s, 20)[1::3]]),
-             ValueError, "^broadcast value 1 " + CONTIGUOUS_HINT),
-        Case("average(read-only)", lambda s: mc.average(read_only(s)), ValueError,
+             BAD_VALUE, "^broadcast value 1 " + CONTIGUOUS_HINT),
+        Case("average(read-only)", lambda s: mc.average(read_only(s)), BAD_VALUE,
              "^average " + READ_ONLY_HINT),
-        Case("allreduce_sum(read-only)", lambda s: mc.allreduce_sum(read_only(s)), ValueError,
+        Case("allreduce_sum(read-only)", lambda s: mc.allreduce_sum(read_only(s)), BAD_VALUE,
              "^allreduce_sum " + READ_ONLY_HINT),
         Case("broadcast([ok, read-only])", lambda s: mc.broadcast([x(s), read_only(s)]),
-             ValueError, "^broadcast value 1 " + READ_ONLY_HINT),
+             BAD_VALUE, "^broadcast value 1 " + READ_ONLY_HINT),
         # --- config_team
-        Case("config_team(alg=12345)", lambda s: mc.config_team(0, 12345, 10, 10), ValueError,
+        Case("config_team(alg=12345)", lambda s: mc.config_team(0, 12345, 10, 10), BAD_VALUE,
              rf"^config_team: alg 12345 is not an algorithm; use one of {ALGS}$"),
-        Case("config_team(alg=-1)", lambda s: mc.config_team(0, -1, 10, 10), ValueError,
+        Case("config_team(alg=-1)", lambda s: mc.config_team(0, -1, 10, 10), BAD_VALUE,
              rf"^config_team: alg -1 is not an algorithm; use one of {ALGS}$"),
-        Case("config_team(alg='ring')", lambda s: mc.config_team(0, "ring", 10, 10), TypeError,
+        Case("config_team(alg='ring')", lambda s: mc.config_team(0, "ring", 10, 10), BAD_TYPE,
              r"^config_team: alg must be an int, got str$"),
-        Case("config_team(ksteps=1.5)", lambda s: mc.config_team(0, 0, 1.5, 10), TypeError,
+        Case("config_team(ksteps=1.5)", lambda s: mc.config_team(0, 0, 1.5, 10), BAD_TYPE,
              r"^config_team: ksteps must be an int, got float$"),
-        Case("config_team(max_steps=None)", lambda s: mc.config_team(0, 0, 1, None), TypeError,
+        Case("config_team(max_steps=None)", lambda s: mc.config_team(0, 0, 1, None), BAD_TYPE,
              r"^config_team: max_steps must be an int, got NoneType$"),
-        Case("config_team(max_steps=-1)", lambda s: mc.config_team(0, 0, 0, -1), ValueError,
+        Case("config_team(max_steps=-1)", lambda s: mc.config_team(0, 0, 0, -1), BAD_VALUE,
              r"^config_team: max_steps must be >= 0, got -1$"),
         Case("config_team(ksteps=-5, max_steps=2)", lambda s: mc.config_team(0, 0, -5, 2),
-             ValueError,
+             BAD_VALUE,
              r"^config_team: ksteps=-5 asks for the last 5 steps to be synchronous, "
              r"more than max_steps=2$"),
         Case("config_team(ksteps=2**70)", lambda s: mc.config_team(0, 0, 2**70, 2**70),
-             ValueError, rf"^config_team: ksteps={2**70} does not fit in a 64-bit integer$"),
+             BAD_VALUE, rf"^config_team: ksteps={2**70} does not fit in a 64-bit integer$"),
         Case("config_team(verbosity=3)", lambda s: mc.config_team(0, 0, 1, 1, verbosity=3),
-             ValueError, r"^config_team: verbosity must be 0, 1 or 2, got 3$"),
+             BAD_VALUE, r"^config_team: verbosity must be 0, 1 or 2, got 3$"),
         Case("config_team(perf_freq=0)", lambda s: mc.config_team(0, 0, 1, 1, perf_freq=0),
-             ValueError, r"^config_team: perf_freq must be >= 1, got 0$"),
+             BAD_VALUE, r"^config_team: perf_freq must be >= 1, got 0$"),
         # --- init while initialised: the running session is unharmed
-        Case("init twice", lambda s: mc.init(1, 1, 100), mc.MLCommError,
+        Case("init twice", lambda s: mc.init(1, 1, 100), mc.StateError,
              r"^ml_comm is already initialised; call ml_comm\.finalize\(\) before init\(\) again$"),
         Case("init twice, other settings", lambda s: mc.init(2, 2, 4096, chunk_bytes=256),
-             mc.MLCommError, r"^ml_comm is already initialised"),
+             mc.StateError, r"^ml_comm is already initialised"),
     ]
     # --- team ids, for every call that takes one
     team_calls = {
@@ -199,12 +203,12 @@ def _cases() -> list[Case]:
     for name, call in team_calls.items():
         for t in (NTEAMS, NTEAMS + 5, -1, np.int64(NTEAMS)):
             cases.append(
-                Case(f"{name}(team={t!r})", lambda s, c=call, t=t: c(s, t), ValueError,
+                Case(f"{name}(team={t!r})", lambda s, c=call, t=t: c(s, t), BAD_VALUE,
                      "^" + team_range(t) + "$")
             )
         for t in ("0", 1.0, True, None):
             cases.append(
-                Case(f"{name}(team={t!r})", lambda s, c=call, t=t: c(s, t), TypeError,
+                Case(f"{name}(team={t!r})", lambda s, c=call, t=t: c(s, t), BAD_TYPE,
                      rf"^team must be an int, got {type(t).__name__}$")
             )
     # --- dtypes the core does not reduce, alone, after good tensors, in every call
@@ -212,22 +216,22 @@ def _cases() -> list[Case]:
         msg = rf"^ml_comm cannot reduce dtype {re.escape(str(dt))}; supported: {SUPPORTED_LIST}$"
         cases += [
             Case(f"gradients([{dt}])", lambda s, d=dt: mc.gradients([bad_array(d)]),
-                 TypeError, msg),
+                 BAD_TYPE, msg),
             Case(f"gradients([ok, ok, {dt}])",
                  lambda s, d=dt: mc.gradients([x(s), x(s, 3, np.int64), bad_array(d)]),
-                 TypeError, msg),
-            Case(f"average({dt})", lambda s, d=dt: mc.average(bad_array(d)), TypeError, msg),
+                 BAD_TYPE, msg),
+            Case(f"average({dt})", lambda s, d=dt: mc.average(bad_array(d)), BAD_TYPE, msg),
             Case(f"allreduce_sum({dt})", lambda s, d=dt: mc.allreduce_sum(bad_array(d)),
-                 TypeError, msg),
+                 BAD_TYPE, msg),
             Case(f"broadcast([ok, {dt}])", lambda s, d=dt: mc.broadcast([x(s), bad_array(d)]),
-                 TypeError, msg),
+                 BAD_TYPE, msg),
         ]
     cases += [
         Case("gradients([0-d complex128])", lambda s: mc.gradients([np.zeros((), np.complex128)]),
-             TypeError, r"^ml_comm cannot reduce dtype complex128"),
+             BAD_TYPE, r"^ml_comm cannot reduce dtype complex128"),
         Case("gradients([empty uint8])", lambda s: mc.gradients([np.zeros((0,), np.uint8)]),
-             TypeError, r"^ml_comm cannot reduce dtype uint8"),
-        Case("average(empty int8)", lambda s: mc.average(np.zeros((0,), np.int8)), TypeError,
+             BAD_TYPE, r"^ml_comm cannot reduce dtype uint8"),
+        Case("average(empty int8)", lambda s: mc.average(np.zeros((0,), np.int8)), BAD_TYPE,
              r"^ml_comm cannot reduce dtype int8"),
     ]
     # fmt: on
@@ -376,10 +380,10 @@ def test_tensorflow_tensor_without_tensorflow_framework(session):
     c = Checks()
     t = tf.constant(x(session))
     for case in (
-        Case("gradients([tf])", lambda s: mc.gradients([t]), TypeError,
+        Case("gradients([tf])", lambda s: mc.gradients([t]), BAD_TYPE,
              r"^gradients\[0\] must be a numpy\.ndarray, got EagerTensor \(for TensorFlow "
              r"tensors, init ml_comm with framework='tensorflow'\)$"),
-        Case("average(tf)", lambda s: mc.average(t), TypeError,
+        Case("average(tf)", lambda s: mc.average(t), BAD_TYPE,
              r"^average must be a numpy\.ndarray, got EagerTensor \(for TensorFlow tensors"),
     ):  # fmt: skip
         check_raises(c, case, session)

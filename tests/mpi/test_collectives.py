@@ -379,7 +379,7 @@ def pair(session):
 
 
 def expect_mismatch(c: Checks, fn, *wanted: str) -> None:
-    e = c.raises(mc.MLCommError, fn, words=("ranks disagree",))
+    e = c.raises(mc.MismatchError, fn, words=("ranks disagree",))
     text = str(e) if e is not None else ""
     for w in wanted:
         c.true(w in text, f"the message lacks {w!r}: {text!r}")

@@ -18,7 +18,7 @@ import pytest
 from mpi_helpers import Checks, expected_average, make_input
 
 import ml_comm as mc
-from ml_comm.core.errors import MLCommError
+from ml_comm.core.errors import MismatchError, WireOverflowError
 
 pytestmark = pytest.mark.mpi
 
@@ -136,8 +136,8 @@ def test_fp16_overflow_fails_on_every_rank_naming_the_tensor(session):
     try:
         grads = [small_ints(session.rank, 1500), np.full(20011, 70000.0, np.float32)]
         if session.nranks > 1:
-            c.raises(MLCommError, mc.gradients, grads, 0, words=["float16 overflow"])
-            e = c.raises(MLCommError, mc.gradients, grads, 0, words=["gradients[1]"])
+            c.raises(WireOverflowError, mc.gradients, grads, 0, words=["float16 overflow"])
+            e = c.raises(WireOverflowError, mc.gradients, grads, 0, words=["gradients[1]"])
             c.true(e is None or "65504" in str(e), f"the message names no range: {e}")
         else:
             out = mc.gradients(grads, 0)  # one rank: nothing on the wire
@@ -168,7 +168,7 @@ def test_ranks_with_other_compression_fail_naming_them(session):
     mc.config_team(0, mc.ALG_AUTO, 0, 0, compression=mine)
     try:
         x = small_ints(session.rank, 20011)
-        e = c.raises(MLCommError, mc.average, x, words=["ranks disagree"])
+        e = c.raises(MismatchError, mc.average, x, words=["ranks disagree"])
         message = str(e)
         c.true("rank 0 submitted" in message and "compression=bf16" in message, message)
         others = "rank 1" if session.nranks == 2 else f"ranks 1-{session.nranks - 1}"
@@ -207,7 +207,7 @@ def test_rabenseifner_carries_16_bit_values(session, name):
         c.true(session.nranks == 1 or is_16_bit(noisy, name), "a result is not a 16-bit value")
         big = [np.full(20011, 2.0**17, np.float32)]  # beyond float16, exact in bfloat16
         if session.nranks > 1 and name == "fp16":
-            c.raises(MLCommError, mc.gradients, big, 0, words=["float16 overflow"])
+            c.raises(WireOverflowError, mc.gradients, big, 0, words=["float16 overflow"])
         else:
             c.true(np.all(mc.gradients(big, 0)[0] == 2.0**17), "2**17 does not come back")
     finally:

@@ -1,5 +1,5 @@
 """ML_COMM_CHECK_FINITE=1: a reduction whose input holds NaN or Inf on any rank fails
-on every rank with an MLCommError that names the rank, the tensor (for gradients() its
+on every rank with a NonFiniteError that names the rank, the tensor (for gradients() its
 index in the caller's list) and the step (the team's request number); inputs without
 NaN/Inf reduce exactly as without the check, and the team keeps working.
 
@@ -14,6 +14,7 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from ml_comm._core import lib
 from mpi_helpers import (
     MSGLEN,
     NTEAMS,
@@ -50,7 +51,8 @@ def request_number(text: str) -> int:
 
 
 def expect_nonfinite(c: Checks, fn, *wanted: str) -> str:
-    e = c.raises(mc.MLCommError, fn, words=("NaN or Inf",))
+    e = c.raises(mc.NonFiniteError, fn, words=("NaN or Inf",))
+    c.true(getattr(e, "status", None) == lib.MLC_ERR_NONFINITE, f"status of {e!r}")
     text = str(e) if e is not None else ""
     for w in wanted:
         c.true(w in text, f"the message lacks {w!r}: {text!r}")
@@ -173,7 +175,7 @@ def test_pipelined_team_recovers_after_one_failed_step(session):
     try:
         c.equal(call(0), zeros, "call 0 (entering the pipeline)")
         c.equal(call(1, nan=True), expected_average(shape, np.float32, n, 0), "call 1")
-        c.raises(mc.MLCommError, call, 2, words=("NaN or Inf",))
+        c.raises(mc.NonFiniteError, call, 2, words=("NaN or Inf",))
         c.equal(call(3), zeros, "call 3 (the pipeline starts afresh)")
         for seed in (4, 5):
             want = expected_average(shape, np.float32, n, seed - 1)
@@ -200,7 +202,7 @@ def test_leaving_the_pipeline_after_a_failed_step(session):
     try:
         c.equal(call(0), np.zeros(shape), "call 0 (entering the pipeline)")
         c.equal(call(1, nan=True), expected_average(shape, np.float64, n, 0), "call 1")
-        c.raises(mc.MLCommError, call, 2, words=("NaN or Inf",))
+        c.raises(mc.NonFiniteError, call, 2, words=("NaN or Inf",))
         c.equal(call(3), expected_average(shape, np.float64, n, 3), "call 3 (draining)")
         c.equal(call(4), expected_average(shape, np.float64, n, 4), "call 4 (synchronous)")
     finally:

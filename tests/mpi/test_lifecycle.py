@@ -40,13 +40,13 @@ def finalize_quietly():
 
 def check_not_initialised(c: Checks, tag):
     x = make_input(c.rank, (4,), np.float32)
-    c.raises(mc.MLCommError, mc.gradients, [x], words=STATE_WORDS)
-    c.raises(mc.MLCommError, mc.gradients, [x], team=0, words=STATE_WORDS)
-    c.raises(mc.MLCommError, mc.average, x.copy(), words=STATE_WORDS)
-    c.raises(mc.MLCommError, mc.broadcast, [x.copy()], words=STATE_WORDS)
-    c.raises(mc.MLCommError, mc.broadcast, [x.copy()], root=0, words=STATE_WORDS)
-    c.raises(mc.MLCommError, mc.check_buffers_match, [x], words=STATE_WORDS)
-    c.raises(mc.MLCommError, mc.config_team, 0, mc.ALG_AUTO, 10, 10, words=STATE_WORDS)
+    c.raises(mc.StateError, mc.gradients, [x], words=STATE_WORDS)
+    c.raises(mc.StateError, mc.gradients, [x], team=0, words=STATE_WORDS)
+    c.raises(mc.StateError, mc.average, x.copy(), words=STATE_WORDS)
+    c.raises(mc.StateError, mc.broadcast, [x.copy()], words=STATE_WORDS)
+    c.raises(mc.StateError, mc.broadcast, [x.copy()], root=0, words=STATE_WORDS)
+    c.raises(mc.StateError, mc.check_buffers_match, [x], words=STATE_WORDS)
+    c.raises(mc.StateError, mc.config_team, 0, mc.ALG_AUTO, 10, 10, words=STATE_WORDS)
     c.equal(x, make_input(c.rank, (4,), np.float32), f"{tag}: input modified")
 
 
@@ -121,8 +121,8 @@ def test_init_twice_raises_and_session_survives():
     c = Checks()
     try:
         mc.init(1, 2, 256, chunk_bytes=CHUNK_BYTES, comm=suite_comm())
-        c.raises(mc.MLCommError, mc.init, 1, 2, 256, chunk_bytes=CHUNK_BYTES)
-        c.raises(mc.MLCommError, mc.init, 2, 1, 64)
+        c.raises(mc.StateError, mc.init, 1, 2, 256, chunk_bytes=CHUNK_BYTES)
+        c.raises(mc.StateError, mc.init, 2, 1, 64)
         check_working(c, 2, "after init twice")
     finally:
         finalize_quietly()

@@ -1,5 +1,5 @@
 """Ranks that submit different requests to one team (lengths, tensor counts, layouts,
-dtypes, reduce ops, broadcast roots) get an MLCommError on every rank that names each
+dtypes, reduce ops, broadcast roots) get a MismatchError on every rank that names each
 rank and what it submitted (csrc/agree/), instead of a hang or wrong numbers;
 the team then keeps working, in step, on every rank.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ml_comm._core import lib
 from mpi_helpers import Checks, expected_average, make_input
 
 import ml_comm as mc
@@ -34,8 +35,10 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 def expect_mismatch(c: Checks, fn, *wanted: str) -> None:
-    """fn raises MLCommError on this rank, and its message holds every `wanted` text."""
-    e = c.raises(mc.MLCommError, fn, words=("ranks disagree",))
+    """fn raises MismatchError (with the core's status) on this rank, and its message
+    holds every `wanted` text."""
+    e = c.raises(mc.MismatchError, fn, words=("ranks disagree",))
+    c.true(getattr(e, "status", None) == lib.MLC_ERR_MISMATCH, f"status of {e!r}")
     text = str(e) if e is not None else ""
     for w in wanted:
         c.true(w in text, f"the message lacks {w!r}: {text!r}")

@@ -72,7 +72,7 @@ def test_refused_without_the_agreement_check(monkeypatch):
     with ml_comm_session(1, 1, MSGLEN, CHUNK_BYTES) as s:
         if s.nranks > 1:
             for call in (mc.catch_stop_signals, mc.should_stop):
-                c.raises(mc.MLCommError, call, words=("ML_COMM_CHECK_LAYOUT=0",))
+                c.raises(mc.StateError, call, words=("ML_COMM_CHECK_LAYOUT=0",))
     c.finish()
 
 
@@ -92,5 +92,5 @@ def test_tensorflow_loop_stops_together(mode):
         check_same_step(c, steps, s.nranks, mode)
         if s.nranks > 1:
             mc.config_team(0, 0, 0, STEPS)
-            c.raises(mc.MLCommError, mc.should_stop, words=("pipelined",))
+            c.raises(mc.StateError, mc.should_stop, words=("pipelined",))
     c.finish()

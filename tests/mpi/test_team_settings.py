@@ -77,7 +77,7 @@ def configure_unlike(session, case: str) -> None:
                        compression=args.get("compression"))  # fmt: skip
 
 
-def expect_named(c: Checks, session, case: str, call, errors=(mc.MLCommError,)) -> None:
+def expect_named(c: Checks, session, case: str, call, errors=(mc.MismatchError,)) -> None:
     """call() raises on this rank at its first or (a pipelined rank, whose first call
     only starts the reduction) second try, within LIMIT_S, with a message naming the
     setting, its values and their ranks."""

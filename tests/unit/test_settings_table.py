@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ml_comm.core import settings, settings_check
-from ml_comm.core.errors import MLCommError
+from ml_comm.core.errors import SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bML_COMM_[A-Z0-9_]+")
@@ -173,7 +173,7 @@ def test_defaults_and_values():
     ],
 )
 def test_bad_values_name_the_variable_and_the_value(name, value, message):
-    with pytest.raises(MLCommError) as error:
+    with pytest.raises(SettingsError) as error:
         settings.check_all({name: value})
     assert str(error.value) == f"environment variable {name} {message}"
     assert isinstance(error.value, ValueError)  # what init raised before for these
