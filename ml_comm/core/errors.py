@@ -26,6 +26,10 @@ class MLCommError(RuntimeError):
     """
 
     status_name: ClassVar[str | None] = None  # the kind's name in enum mlc_status
+    # Exception's own: tf.function's tracing (autograph) re-raises an error raised in the
+    # traced code as its own class only when its __init__ is Exception's (else as a
+    # StagingError), so that a bad argument inside a tf.function stays a BadArgumentError.
+    __init__ = Exception.__init__
 
     @property
     def status(self) -> int | None:

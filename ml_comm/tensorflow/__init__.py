@@ -17,6 +17,7 @@ from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentTypeError, MLCommError
 from ..core.layout import fused_order
 from ..core.session import is_pipelined
+from .errors import raising_typed
 from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live_teams
 
 # The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
@@ -44,6 +45,7 @@ def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
     return groups
 
 
+@raising_typed
 def gradients(
     grads,
     team_handle: int,
@@ -120,6 +122,7 @@ def gradients(
     return result
 
 
+@raising_typed
 def broadcast(values, team_handle: int, root: int):
     """The ops behind `ml_comm.broadcast` with framework="tensorflow": new tensors holding
     root's values (a list for a list, a tensor for a tensor)."""

@@ -11,6 +11,7 @@ import tensorflow as tf
 from .._core import lib
 from ..arrays.collectives import op_code
 from ..core.errors import StateError
+from .errors import raising_typed
 from .library import _chain, _last_anchor, live_team, load_ops, team_number
 
 
@@ -35,6 +36,7 @@ def _ordered(team_id: int, make):
     return out
 
 
+@raising_typed
 def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
     """`tensor` reduced over all ranks: op "sum", "average", "min", "max" or "product"."""
     code = op_code(op, "allreduce")
@@ -44,6 +46,7 @@ def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
     return _ordered(team_id, lambda: ops.ml_comm_allreduce_op([t], team_handle=team_id, op=code))[0]
 
 
+@raising_typed
 def allgather(tensor, team: int = 0) -> tf.Tensor:
     """Every rank's rows, concatenated in rank order; the first dimension may differ by rank."""
     team_id, _ = _team(team)
@@ -52,6 +55,7 @@ def allgather(tensor, team: int = 0) -> tf.Tensor:
     return _ordered(team_id, lambda: ops.ml_comm_allgather(t, team_handle=team_id))
 
 
+@raising_typed
 def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
     """The rows reduced over all ranks with op; this rank's share: rows // size, one more on
     the first rows % size ranks, in rank order."""
@@ -62,6 +66,7 @@ def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
     return _ordered(team_id, lambda: ops.ml_comm_reducescatter(t, team_handle=team_id, op=code))
 
 
+@raising_typed
 def alltoall(tensor, splits=None, team: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     """splits[d] rows go to rank d (None: evenly); returns (rows received, in rank order,
     and how many came from each rank, int64). Splits that are wrong on any rank (their

@@ -40,7 +40,21 @@ def load_ops():
             ctypes.c_int,
         ]
         _lib.mlc_tf_reset_pipelines.argtypes = [ctypes.c_int64]
+        _lib.mlc_tf_status_payload.restype = ctypes.c_char_p
+        _lib.mlc_tf_error_code.argtypes = [ctypes.c_int]
     return _ops
+
+
+def status_payload() -> str:
+    """The key of the payload in which the ops' errors carry the core's status."""
+    load_ops()
+    return _lib.mlc_tf_status_payload().decode()
+
+
+def error_code(status: int) -> int:
+    """The TensorFlow error code (tf.errors.*) of the ops' errors of a core status."""
+    load_ops()
+    return _lib.mlc_tf_error_code(status)
 
 
 def reset_pipelines(team_id: int) -> None:

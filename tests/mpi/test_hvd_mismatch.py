@@ -14,7 +14,9 @@ import pytest
 import tensorflow as tf
 from hvd_helpers import hvd_session  # noqa: F401
 from mpi_helpers import Checks
+from tf_helpers import check_kind
 
+import ml_comm as mc
 import ml_comm.horovod.tensorflow as hvd
 
 pytestmark = pytest.mark.mpi
@@ -34,11 +36,20 @@ def run(mode: str, fn, *args):
     return (tf.function(fn) if mode == "function" else fn)(*args)
 
 
-def expect_error(c: Checks, mode: str, fn, *args, words=()) -> str:
-    """Every rank raises a TensorFlow error within 10 s whose text holds every word."""
+def expect_error(
+    c: Checks,
+    mode: str,
+    fn,
+    *args,
+    words=(),
+    kind: tuple[type, type] = (tf.errors.FailedPreconditionError, mc.MismatchError),
+) -> str:
+    """Every rank raises a TensorFlow error within 10 s whose text holds every word, of
+    `kind`: TensorFlow's class and ml_comm's (by default: ranks that disagree)."""
     start = time.monotonic()
-    e = c.raises(tf.errors.OpError, run, mode, fn, *args)
+    e = c.raises(kind[0], run, mode, fn, *args)
     c.true(time.monotonic() - start < 10, "the error came only after the stall watchdog's wait")
+    check_kind(c, e, *kind, mode)
     text = str(e) if e is not None else ""
     for w in words:
         c.true(w in text, f"the message lacks {w!r}: {text!r}")
@@ -67,13 +78,14 @@ def test_alltoall_bad_splits_fail_on_every_rank(pair, mode):
         "invalid alltoall arguments",
         f"rank {last}: splits add up to {n + 1} rows, the input has {n}",
     )
-    expect_error(c, mode, lambda t: hvd.alltoall(t, splits=sums), x, words=words)
+    bad = (tf.errors.InvalidArgumentError, mc.BadArgumentError)  # arguments, on every rank
+    expect_error(c, mode, lambda t: hvd.alltoall(t, splits=sums), x, words=words, kind=bad)
     count = [1] * (n + 1 if rank == last else n)
     words = (f"rank {last}: {n + 1} splits for {n} ranks",)
-    expect_error(c, mode, lambda t: hvd.alltoall(t, splits=count), x, words=words)
+    expect_error(c, mode, lambda t: hvd.alltoall(t, splits=count), x, words=words, kind=bad)
     rows = tf.ones([n + 1 if rank == last else n, 2], tf.float32)
     words = (f"rank {last}: no splits, and its {n + 1} rows do not divide by the {n} ranks",)
-    expect_error(c, mode, lambda t: hvd.alltoall(t), rows, words=words)
+    expect_error(c, mode, lambda t: hvd.alltoall(t), rows, words=words, kind=bad)
     still_works(c, rank, n)
     c.finish()
 

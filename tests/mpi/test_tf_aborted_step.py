@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from mpi_helpers import Checks, expected_average, make_input
-from tf_helpers import module_session_fixture
+from tf_helpers import check_kind, module_session_fixture
 
 import ml_comm as mc
 from ml_comm.tensorflow import build
@@ -141,8 +141,9 @@ def test_multi_dtype_step_failing_on_a_mismatch_then_clean_steps(tf_session):
     try:
         step(*mixed_inputs(r, 300, bad=True), tf.constant(True))
         c.true(n == 1, "the step with disagreeing float32 groups raised")
-    except tf.errors.InternalError as e:
+    except tf.errors.FailedPreconditionError as e:
         c.true("disagree" in str(e) or "failed on rank 0" in str(e), f"ml_comm's error: {e}")
+        check_kind(c, e, tf.errors.FailedPreconditionError, mc.MismatchError, "mixed step")
     c.true(time.monotonic() - start < 60, "the failed step returned promptly")
     for k in range(CLEAN_STEPS):
         try:
@@ -169,9 +170,11 @@ def fail_on_rank_0_then_clean_steps(tf_session, step, own_error: str, seed: int)
             c.true(False, f"attempt {attempt}: the step in which rank 0 failed raised here too")
         except tf.errors.InvalidArgumentError as e:
             c.true(r == 0 and own_error in str(e), f"rank 0's own error: {e}")
-        except tf.errors.InternalError as e:
+        except tf.errors.FailedPreconditionError as e:
             c.true(r != 0, f"rank 0 raised its step's own error, not ml_comm's: {e}")
             c.true("failed on rank 0" in str(e), f"the error names rank 0: {e}")
+            # the ranks disagree on whether the step failed
+            check_kind(c, e, tf.errors.FailedPreconditionError, mc.MismatchError, "rank 0 failed")
         c.true(time.monotonic() - start < 60, f"attempt {attempt}: the step returned promptly")
         check_clean_steps(c, step, r, n, f"after rank 0's failed step {attempt}")
     left = pending_tokens()

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
-from tf_helpers import module_session_fixture, run_in_mode
+from tf_helpers import check_kind, module_session_fixture, run_in_mode
 
+import ml_comm as mc
 import ml_comm.tensorflow as mtf
 
 pytestmark = pytest.mark.mpi
@@ -131,7 +132,9 @@ def test_mismatch_named_on_every_rank(tf_session):
         pytest.skip("a mismatch needs at least 2 ranks")
     x = tf.ones((4, 3))
     call = (lambda: mtf.reducescatter(x, "sum")) if r == n - 1 else (lambda: mtf.allgather(x))
-    e = c.raises(tf.errors.InternalError, call, words=("ranks disagree",))
+    e = c.raises(tf.errors.FailedPreconditionError, call, words=("ranks disagree",))
+    c.true(isinstance(e, mc.MismatchError), f"eagerly raised as {type(e)}")
+    check_kind(c, e, tf.errors.FailedPreconditionError, mc.MismatchError, "collectives")
     text = str(e)
     c.true("(allgather" in text and "(reducescatter, sum" in text, f"message: {text}")
     out = mtf.allgather(tf.fill((r, 1), r))

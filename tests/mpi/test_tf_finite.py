@@ -1,8 +1,9 @@
 """ML_COMM_CHECK_FINITE=1 with TensorFlow: a NaN or Inf in one rank's gradient fails
-the step on every rank (tf.errors.InternalError naming the rank and the tensor's
-place in the fused reduction: weights first, last gradient first, then vectors), both for the fused
-op of eager mode and for the keyed groups of tf.function, whose reduction then waits
-for all of its gradients before it starts."""
+the step on every rank (tf.errors.InvalidArgumentError, of ml_comm's NonFiniteError,
+naming the rank and the tensor's place in the fused reduction: weights first, last
+gradient first, then vectors), both for the fused op of eager mode and for the keyed
+groups of tf.function, whose reduction then waits for all of its gradients before it
+starts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from mpi_helpers import Checks, expected_average, make_input
-from tf_helpers import tf_ml_comm_session, to_numpy
+from tf_helpers import check_kind, tf_ml_comm_session, to_numpy
 
 import ml_comm as mc
 
@@ -46,7 +47,8 @@ def test_nan_in_one_rank_fails_everywhere(tf_session, mode):
         fn = lambda: mc.gradients([tf.constant(a) for a in arrays])  # noqa: E731
         return fn() if mode == "eager" else tf.function(fn)()
 
-    e = c.raises(tf.errors.InternalError, run, bad, words=("NaN or Inf",))
+    e = c.raises(tf.errors.InvalidArgumentError, run, bad, words=("NaN or Inf",))
+    check_kind(c, e, tf.errors.InvalidArgumentError, mc.NonFiniteError, mode)
     c.true(f"rank {last} tensor 0" in str(e), str(e))
     out = run(good)  # the team still works, and finite inputs pass
     for i, s in enumerate(shapes):
@@ -78,7 +80,8 @@ def test_pipelined_team_recovers_after_one_failed_step(tf_session, mode):
     try:
         c.equal(call(0), zeros, f"{mode}: call 0 (entering the pipeline)")
         c.equal(call(1, nan=True), expected_average(shape, np.float32, n, 0), f"{mode}: call 1")
-        c.raises(tf.errors.InternalError, call, 2, words=("NaN or Inf",))
+        e = c.raises(tf.errors.InvalidArgumentError, call, 2, words=("NaN or Inf",))
+        check_kind(c, e, tf.errors.InvalidArgumentError, mc.NonFiniteError, mode)
         c.equal(call(3), zeros, f"{mode}: call 3 (the pipeline starts afresh)")
         for seed in (4, 5):
             want = expected_average(shape, np.float32, n, seed - 1)
@@ -109,7 +112,8 @@ def test_leaving_the_pipeline_after_a_failed_step(tf_session, mode):
     try:
         c.equal(call(0), np.zeros(shape), f"{mode}: call 0 (entering the pipeline)")
         c.equal(call(1, nan=True), expected_average(shape, np.float64, n, 0), f"{mode}: call 1")
-        c.raises(tf.errors.InternalError, call, 2, words=("NaN or Inf",))
+        e = c.raises(tf.errors.InvalidArgumentError, call, 2, words=("NaN or Inf",))
+        check_kind(c, e, tf.errors.InvalidArgumentError, mc.NonFiniteError, mode)
         c.equal(call(3), expected_average(shape, np.float64, n, 3), f"{mode}: call 3 (draining)")
         c.equal(call(4), expected_average(shape, np.float64, n, 4), f"{mode}: call 4 (sync)")
     finally:

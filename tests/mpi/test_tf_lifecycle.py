@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from mpi_helpers import Checks, expected_average, make_input
-from tf_helpers import tf_ml_comm_session, to_numpy
+from tf_helpers import check_kind, tf_ml_comm_session, to_numpy
 
 import ml_comm as mc
-from ml_comm.core.errors import MLCommError
 
 pytestmark = pytest.mark.mpi
 
@@ -74,6 +73,7 @@ def expect_finalized_error(c, n, kind, run, tag):
         run()
     except tf.errors.OpError as e:
         c.true("finalize" in e.message, f"{tag} {kind}: error does not mention finalize: {e}")
+        check_kind(c, e, tf.errors.FailedPreconditionError, mc.StateError, f"{tag} {kind}")
         return
     except Exception as e:  # noqa: BLE001 - a Python error is the failure
         c.true(False, f"{tag} {kind}: raised {type(e).__name__}: {e}, want a tf.errors.OpError")
@@ -91,8 +91,8 @@ def test_graphs_built_before_finalize():
     # after finalize: TensorFlow errors, no crash, no hang
     for kind, run in graphs.runners().items():
         expect_finalized_error(c, n, kind, run, "after finalize")
-    c.raises(MLCommError, mc.gradients, [graphs.a], words=("init",))
-    c.raises(MLCommError, mc.broadcast, [graphs.a], words=("init",))
+    c.raises(mc.StateError, mc.gradients, [graphs.a], words=("init",))
+    c.raises(mc.StateError, mc.broadcast, [graphs.a], words=("init",))
     graphs.sess.close()
     c.finish()
 

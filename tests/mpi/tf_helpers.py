@@ -20,7 +20,10 @@ import contextlib
 import numpy as np
 import pytest
 import tensorflow as tf
+from ml_comm._core import lib
 from mpi_helpers import CHUNK_BYTES, MSGLEN, NTEAMS, NTHREAD_PER_TEAM, ml_comm_session
+
+from ml_comm.tensorflow.errors import typed
 
 # 4 ranks share 2 cores: keep TensorFlow's own thread pools small. This must happen
 # before TensorFlow runs anything; if something already did, keep its settings.
@@ -124,3 +127,17 @@ def run_in_mode(mode: str, fn, runs, static_shapes: bool = True, shape_log=None)
     else:
         raise ValueError(mode)
     return results
+
+
+def check_kind(c, error, tf_class: type, kind: type, what: str) -> None:
+    """`error`, raised by an ml_comm op, is TensorFlow's `tf_class`, and ml_comm reads its
+    kind: typed(error) is both `kind` (with the core's status) and `tf_class`."""
+    if error is None:
+        return  # c.raises recorded that nothing was raised
+    c.true(isinstance(error, tf_class), f"{what}: {type(error).__name__}, want {tf_class}")
+    converted = typed(error)
+    c.true(isinstance(converted, kind), f"{what}: typed as {type(converted)}, want {kind}")
+    c.true(isinstance(converted, tf_class), f"{what}: typed error is no {tf_class}")
+    want = getattr(lib, kind.status_name)
+    c.true(getattr(converted, "status", None) == want, f"{what}: status, want {want}")
+    c.true(str(converted) == str(error), f"{what}: the message changed")

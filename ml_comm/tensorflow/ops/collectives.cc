@@ -55,24 +55,24 @@ class RowsKernel : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
     OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
-                      tensorflow::errors::InvalidArgument("ml_comm ", what_,
-                                                          " takes a tensor with a first dimension"),
+                      Carrying(tensorflow::errors::InvalidArgument(
+                                   "ml_comm ", what_, " takes a tensor with a first dimension"),
+                               MLC_ERR_ARG),
                       done);
     // Held until the thread is done with it, so that finalize() waits for the call.
     mlc_team *team = AcquireLive(team_handle_);
     OP_REQUIRES_ASYNC(ctx, team != nullptr,
-                      tensorflow::errors::FailedPrecondition(
-                          "ml_comm: this op's team no longer exists or is being finalized; "
-                          "build the graph again after ml_comm.init()"),
+                      Carrying(tensorflow::errors::FailedPrecondition(
+                                   "ml_comm: this op's team no longer exists or is being "
+                                   "finalized; build the graph again after ml_comm.init()"),
+                               MLC_ERR_STATE),
                       done);
     std::thread([this, ctx, team, done = std::move(done)]() {
       std::string err(512, '\0');
       int rc = Run(ctx, team, &err[0], err.size());
       mlc_team_release(team);
-      if (rc == MLC_ERR_ARG && ctx->status().ok())
-        ctx->SetStatus(tensorflow::errors::InvalidArgument("ml_comm ", what_, " failed: ", err.c_str()));
-      else if (rc != MLC_OK && ctx->status().ok())
-        ctx->SetStatus(tensorflow::errors::Internal("ml_comm ", what_, " failed: ", err.c_str()));
+      if (rc != MLC_OK && ctx->status().ok())  // else Allocate's failure is set already
+        ctx->SetStatus(CoreError(rc, absl::StrCat("ml_comm ", what_, " failed: ", err.c_str())));
       done();
     }).detach();
   }
@@ -107,7 +107,8 @@ class AllreduceOpOp : public TeamKernel {
   explicit AllreduceOpOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
     OP_REQUIRES(c, op_ >= 0 && op_ < MLC_NUM_OPS,
-                tensorflow::errors::InvalidArgument("ml_comm: unknown reduction op ", op_));
+                Carrying(tensorflow::errors::InvalidArgument("ml_comm: unknown reduction op ", op_),
+                         MLC_ERR_ARG));
   }
 
   void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {

@@ -151,6 +151,16 @@ inline int CoreDtype(DataType dt) {
   return code;
 }
 
+// A failure's TensorFlow status (errors.cc): the code of its kind (CodeOf: ranks that
+// disagree FailedPrecondition, a bad argument or bad values InvalidArgument, a stall
+// DeadlineExceeded, a lost rank Unavailable, a cancelled request Cancelled, ...) and the
+// core's status as a payload, from which the Python layer raises the class of that kind.
+absl::StatusCode CodeOf(int status);
+absl::Status CoreError(int status, std::string_view message);
+// `error` (a code chosen here, e.g. a bad argument found by the op) carrying `status`.
+absl::Status Carrying(absl::Status error, int status);
+
+// The core's words for the status, then the team's last message.
 inline std::string Failure(mlc_team *team, int status) {
   char text[512];
   mlc_team_last_error(team, text, sizeof text);

@@ -36,19 +36,21 @@ HeldTeam::HeldTeam(OpKernelContext *ctx, int64_t id) {
   bool registered = false;
   team_ = AcquireLive(id, &registered);
   if (team_) return;
-  ctx->SetStatus(tensorflow::errors::FailedPrecondition(
-      registered ? "ml_comm: this op's team is being finalized (ml_comm.finalize() was called on "
-                   "another thread)"
-                 : "ml_comm: this op belongs to a team that no longer exists (ml_comm.finalize() "
-                   "was called, or the graph was built in another process); build the graph "
-                   "again after ml_comm.init()"));
+  ctx->SetStatus(Carrying(
+      tensorflow::errors::FailedPrecondition(
+          registered ? "ml_comm: this op's team is being finalized (ml_comm.finalize() was "
+                       "called on another thread)"
+                     : "ml_comm: this op belongs to a team that no longer exists "
+                       "(ml_comm.finalize() was called, or the graph was built in another "
+                       "process); build the graph again after ml_comm.init()"),
+      MLC_ERR_STATE));
 }
 
 void FinishPending(void *user, int status) {
   auto *p = static_cast<Pending *>(user);
   if (status != MLC_OK) {
     p->ctx->SetStatus(
-        tensorflow::errors::Internal("ml_comm ", p->what, " failed: ", Failure(p->team, status)));
+        CoreError(status, absl::StrCat("ml_comm ", p->what, " failed: ", Failure(p->team, status))));
   }
   auto done = std::move(p->done);
   delete p;
@@ -116,7 +118,7 @@ void *CoreUser(int64_t id) { return reinterpret_cast<void *>(static_cast<intptr_
 
 void FinishWait(OpKernelContext *ctx, int status, const std::string &message,
                 AsyncOpKernel::DoneCallback done) {
-  if (status != MLC_OK) ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", message));
+  if (status != MLC_OK) ctx->SetStatus(CoreError(status, "ml_comm allreduce failed: " + message));
   done();
 }
 
@@ -247,7 +249,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
                                       CoreDtype(dtype_), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM,
                                       part_.part, part_.nparts, part_.call_dtypes, StepOf(ctx), &id, err,
                                       sizeof err);
-    OP_REQUIRES(ctx, rc == MLC_OK, tensorflow::errors::Internal("ml_comm: ", err));
+    OP_REQUIRES(ctx, rc == MLC_OK, CoreError(rc, absl::StrCat("ml_comm: ", err)));
     opener->scalar<int64_t>()() = id;
     if (id == 0) return;  // every gradient of the step came first: nothing left to cancel
     tensorflow::CancellationManager *cm = ctx->cancellation_manager();
@@ -309,15 +311,17 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
     OP_REQUIRES(c, index_ >= 0 && index_ < static_cast<int>(counts_.size()),
-                tensorflow::errors::InvalidArgument("ml_comm: index outside counts"));
+                Carrying(tensorflow::errors::InvalidArgument("ml_comm: index outside counts"),
+                         MLC_ERR_ARG));
   }
 
   void Compute(OpKernelContext *ctx) override {
     const Tensor &input = ctx->input(0);
     OP_REQUIRES(ctx, input.NumElements() == counts_[index_],
-                tensorflow::errors::InvalidArgument(
-                    "ml_comm: gradient ", index_, " has ", input.NumElements(),
-                    " elements but the graph was built for ", counts_[index_]));
+                Carrying(tensorflow::errors::InvalidArgument(
+                             "ml_comm: gradient ", index_, " has ", input.NumElements(),
+                             " elements but the graph was built for ", counts_[index_]),
+                         MLC_ERR_ARG));
     HeldTeam held(ctx, team_handle_);
     mlc_team *team = held.get();
     if (team == nullptr) return;
@@ -355,7 +359,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
         sizeof err);
     if (rc != MLC_OK) {
       DropToken(id);
-      ctx->SetStatus(tensorflow::errors::Internal("ml_comm: ", err));
+      ctx->SetStatus(CoreError(rc, absl::StrCat("ml_comm: ", err)));
       return;
     }
     token->scalar<int64_t>()() = id;
@@ -385,7 +389,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
                                      average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part,
                                      part_.nparts, part_.call_dtypes, err, sizeof err);
     if (rc != MLC_OK)
-      ctx->SetStatus(tensorflow::errors::Internal("ml_comm allreduce failed: ", err));
+      ctx->SetStatus(CoreError(rc, absl::StrCat("ml_comm allreduce failed: ", err)));
   }
 
   int64_t team_handle_ = 0, group_key_ = 0;
@@ -420,8 +424,10 @@ class GroupWaitOp : public AsyncOpKernel {
     }
     std::shared_ptr<Completion> c = FindToken(id);
     OP_REQUIRES_ASYNC(ctx, c != nullptr,
-                      tensorflow::errors::Cancelled(
-                          "ml_comm: this reduction was cancelled with the step that submitted it"),
+                      Carrying(tensorflow::errors::Cancelled("ml_comm: this reduction was "
+                                                             "cancelled with the step that "
+                                                             "submitted it"),
+                               MLC_ERR_STATE),
                       done);
     std::unique_lock<std::mutex> lock(c->mutex);
     // The step reached its Wait: the tensor needs no cancellation from now on

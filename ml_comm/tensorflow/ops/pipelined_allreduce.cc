@@ -99,9 +99,10 @@ class PipelinedAllreduceNOp : public TeamKernel {
       return;
     }
     OP_REQUIRES_ASYNC(ctx, !p->resume,
-                      tensorflow::errors::FailedPrecondition(
-                          "ml_comm: two calls of one pipelined gradients() ran at once; give "
-                          "each model its own team"),
+                      Carrying(tensorflow::errors::FailedPrecondition(
+                                   "ml_comm: two calls of one pipelined gradients() ran at "
+                                   "once; give each model its own team"),
+                               MLC_ERR_STATE),
                       done);
     auto rest = [this, ctx, team, p, phase, done = std::move(done)]() mutable {
       Continue(ctx, team, p, phase, std::move(done));
@@ -130,8 +131,9 @@ class PipelinedAllreduceNOp : public TeamKernel {
       p->status = MLC_OK;
     }
     OP_REQUIRES_ASYNC(ctx, previous_status == MLC_OK,
-                      tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
-                                                   Failure(team, previous_status)),
+                      CoreError(previous_status,
+                                absl::StrCat("ml_comm pipelined allreduce failed: ",
+                                             Failure(team, previous_status))),
                       done);
     if (phase == MLC_STEP_DRAIN) {
       AllreduceList(ctx, team, Op(), part_, std::move(previous), std::move(done));
@@ -170,8 +172,8 @@ class PipelinedAllreduceNOp : public TeamKernel {
         part_.part, part_.nparts, part_.call_dtypes, StagingDone, owner, nullptr);
     if (rc != MLC_OK) {
       StagingDone(owner, rc);
-      ctx->SetStatus(tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
-                                                  Failure(team, rc)));
+      ctx->SetStatus(
+          CoreError(rc, absl::StrCat("ml_comm pipelined allreduce failed: ", Failure(team, rc))));
     }
     done();
   }

@@ -120,8 +120,9 @@ tensorflow::Status ForwardOrAllocateResult(OpKernelContext *ctx, int input_index
   } else if (input.TotalBytes() >= kPooledFromBytes) {
     Tensor result(Results(), input.dtype(), input.shape());
     if (!result.IsInitialized())
-      return tensorflow::errors::ResourceExhausted("ml_comm: no memory for a result of ",
-                                                   input.TotalBytes(), " bytes");
+      return Carrying(tensorflow::errors::ResourceExhausted("ml_comm: no memory for a result of ",
+                                                            input.TotalBytes(), " bytes"),
+                      MLC_ERR_NOMEM);
     ctx->set_output(output_index, result);
   } else {
     return ctx->allocate_output(output_index, input.shape(), out);
