@@ -32,7 +32,8 @@ import numpy as np
 import tensorflow as tf
 
 from .. import api as mc
-from ..core.errors import MLCommError
+from ..core.errors import MismatchError, NonFiniteError
+from ..tensorflow.errors import typed
 from . import apply
 from .apply import broadcast_model_weights
 from .callbacks import StopTogether, fit_callbacks
@@ -160,35 +161,37 @@ def _fit(original):
         try:
             return original(*bound.args, **bound.kwargs)
         except Exception as exc:
-            _explain_finite_check_with_loss_scaling(self, exc)
-            if isinstance(exc, MLCommError):
-                raise
-            if cb is not None and cb.in_epoch and "submitted" in str(exc):
-                raise MLCommError(
+            # The training step's ops fail with TensorFlow's error of their kind, which
+            # carries ml_comm's (tensorflow/errors.py): raised here as ml_comm's class.
+            error = typed(exc)
+            _explain_finite_check_with_loss_scaling(self, error)
+            if cb is not None and cb.in_epoch and isinstance(error, MismatchError):
+                raise MismatchError(
                     f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
                     "another rank has ended the epoch: the ranks ran different numbers of "
                     f"steps ({str(exc).strip().splitlines()[0]})"
                 ) from exc
-            raise
+            if error is exc:
+                raise
+            raise error from None
 
     return fit
 
 
-def _explain_finite_check_with_loss_scaling(model, exc: Exception) -> None:
+def _explain_finite_check_with_loss_scaling(model, error: Exception) -> None:
     """ML_COMM_CHECK_FINITE=1 fails the reduction of an overflowing loss-scaled step,
     which a LossScaleOptimizer would skip (lowering its scale): say so."""
     optimizer = getattr(model, "optimizer", None)
     if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return
-    if "NaN or Inf" not in str(exc) or not mc._active().guard.finite:
+    if not isinstance(error, NonFiniteError):
         return
-    cause = next(line for line in str(exc).splitlines() if "NaN or Inf" in line).strip()
-    raise MLCommError(
-        f"{cause}. ML_COMM_CHECK_FINITE=1 is on, and this model's "
-        "LossScaleOptimizer expects an occasional Inf in its scaled gradients (it would "
-        "skip the step and lower the scale); the check fails the step on every rank "
-        "instead. Leave ML_COMM_CHECK_FINITE off with loss scaling (mixed_float16)."
-    ) from exc
+    raise NonFiniteError(
+        "ML_COMM_CHECK_FINITE=1 is on, and this model's LossScaleOptimizer expects an "
+        "occasional Inf in its scaled gradients (it would skip the step and lower the "
+        "scale); the check fails the step on every rank instead. Leave "
+        f"ML_COMM_CHECK_FINITE off with loss scaling (mixed_float16). The step's error: {error}"
+    ) from error
 
 
 def _evaluate(original):

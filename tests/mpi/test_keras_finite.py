@@ -44,7 +44,7 @@ def test_overflow_under_loss_scaling_names_the_check(keras_session):
         x = np.full((8, 4), 100.0, np.float32)
         y = np.zeros((8, 2), np.float32)
         e = c.raises(
-            mc.MLCommError,
+            mc.NonFiniteError,
             lambda: model.fit(x, y, batch_size=4, epochs=1, verbose=0),
             words=("ML_COMM_CHECK_FINITE=1",),
         )
