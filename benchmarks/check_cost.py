@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
-    handles, lib = api._active().teams, api.lib  # the core's setters, team by team
+    handles, lib = api.session().teams, api.lib  # the core's setters, team by team
     lib.mlc_team_set_checks(handles[0], 0, 0)
     lib.mlc_team_set_direct_threshold(handles[2], 0)
     lib.mlc_team_set_checks(handles[3], 1, 1)

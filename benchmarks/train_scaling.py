@@ -429,7 +429,7 @@ def main(argv=None) -> int:
 
         if timeline.enabled():
             # The raw events (absolute CLOCK_MONOTONIC times) before finalize writes the trace.
-            handle = mc.api._active().team(0)
+            handle = mc.api.session().team(0)
             events = timeline.read(handle)
             from ml_comm._core import lib
 

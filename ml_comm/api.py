@@ -45,13 +45,22 @@ _session: Session | None = None
 _session_lock = threading.Lock()
 
 
-def _active() -> Session:
+def session() -> Session:
+    """The session that `init` started, for the layers built on this API (the Keras hook,
+    Horovod's front end): its communicator (`comm`), `rank`, `size`, teams and their
+    settings (`configs`, `guard`), and its framework backend (`backend.name`). Raises
+    StateError before `init` and after `finalize`."""
     if _session is None:
         raise StateError(
             "ml_comm is not initialised: call ml_comm.init(nthread_per_team, nteams, "
             "msglen) first (it is also needed again after finalize())"
         )
     return _session
+
+
+def is_initialized() -> bool:
+    """Whether `init` has run and `finalize` has not (on this rank)."""
+    return _session is not None
 
 
 def _positive_int(name: str, value, upper: int | None = None) -> int:
@@ -151,15 +160,15 @@ def finalize() -> None:
     """
     global _session
     with _session_lock:
-        session, _session = _session, None
-    if session is None:
+        ending, _session = _session, None
+    if ending is None:
         return
-    stop.forget_session()
+    stop.forget()
     try:
-        session.departure.leave(session.teams, session.barrier)
-        session.summarise()
+        ending.departure.leave(ending.teams, ending.barrier)
+        ending.summarise()
     finally:
-        session.close()
+        ending.close()
 
 
 atexit.register(finalize)
@@ -181,7 +190,7 @@ def config_team(
     values (added in float32), "none" sends float32; None (the default) keeps the
     team's setting (ML_COMM_COMPRESSION's at init). Every rank must choose the same.
     """
-    s = _active()
+    s = session()
     handle = s.team(team)
     wire = (
         None if compression is None else _compression.code(compression, "config_team: compression")
@@ -237,7 +246,7 @@ def get_nranks() -> int:
 
 def barrier() -> None:
     """Wait for every rank; a rank that leaves meanwhile ends the job (faults/barrier.py)."""
-    s = _active()
+    s = session()
     s.barrier.wait(s.teams)
 
 
@@ -275,7 +284,7 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
-    backend = _active().backend
+    backend = session().backend
     if out is None:
         return backend.gradients(grads, team)
     if backend.name != "numpy":
@@ -290,17 +299,17 @@ def broadcast(values, root: int = 0, team: int = 0):
     team that carries it (the model's, so that it keeps its place among that team's
     calls when another thread drives another team).
     """
-    return _active().backend.broadcast(values, root, team)
+    return session().backend.broadcast(values, root, team)
 
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Average `array` over all ranks, in place; returns it."""
-    return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_AVERAGE, "average")
+    return reductions.reduce_in_place(session(), array, team, lib.MLC_OP_AVERAGE, "average")
 
 
 def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Sum `array` over all ranks, in place; returns it."""
-    return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_SUM, "allreduce_sum")
+    return reductions.reduce_in_place(session(), array, team, lib.MLC_OP_SUM, "allreduce_sum")
 
 
 def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
@@ -308,7 +317,7 @@ def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
 
     op: "sum", "average", "min", "max" or "product" (docs/collectives.md).
     """
-    return collectives.allreduce(_active(), array, op, team)
+    return collectives.allreduce(session(), array, op, team)
 
 
 def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
@@ -317,21 +326,21 @@ def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
     The first dimension may differ by rank (0 included); the other dimensions and the
     dtype must agree, else every rank raises MismatchError naming each rank's call.
     """
-    return collectives.allgather(_active(), array, team)
+    return collectives.allgather(session(), array, team)
 
 
 def reducescatter(array: np.ndarray, op: str = "average", team: int = 0) -> np.ndarray:
     """`array` (the same shape on every rank) reduced over the ranks with op ("sum" or
     "average"; also "min", "max", "product"), of which this rank gets its share of rows:
     rows // size, one more on each of the first rows % size ranks, in rank order."""
-    return collectives.reducescatter(_active(), array, op, team)
+    return collectives.reducescatter(session(), array, op, team)
 
 
 def alltoall(array: np.ndarray, splits=None, team: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Send splits[d] rows of `array` (in order) to rank d; returns (the rows received,
     in rank order, and an int64 array of how many came from each rank). splits=None:
     the rows split evenly over the ranks."""
-    return collectives.alltoall(_active(), array, splits, team)
+    return collectives.alltoall(session(), array, splits, team)
 
 
 def check_buffers_match(values, flag: int = 1) -> int:
@@ -339,7 +348,7 @@ def check_buffers_match(values, flag: int = 1) -> int:
 
     flag: when nonzero, each rank whose buffers differ prints so.
     """
-    return broadcasts.check_buffers_match(_active(), values, flag)
+    return broadcasts.check_buffers_match(session(), values, flag)
 
 
 def team_settings(team: int = 0) -> dict:
@@ -348,7 +357,7 @@ def team_settings(team: int = 0) -> dict:
     direct_bytes (up to: one exchange that also checks that the ranks agree),
     rabenseifner_bytes (Rabenseifner below, from latency_bytes, at power-of-two ranks >= 4),
     compression ("none", "bf16" or "fp16": what the ring's float32 messages carry)."""
-    s = _active()
+    s = session()
     out = ffi.new("mlc_team_settings *")
     lib.mlc_team_get_settings(s.team(team), out)
     names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
@@ -364,7 +373,7 @@ def team_stats(team: int = 0) -> dict:
     """Counters of a team: calls, bytes, busy_seconds, wait_seconds, exposed_seconds, and
     thread_cpu_seconds (CPU time the team's communication threads have used, waits
     included; the difference over N steps / N is their CPU cost per step)."""
-    s = _active()
+    s = session()
     s.team(team)
     return s.stats(team)
 
@@ -376,7 +385,7 @@ def catch_stop_signals(signals=stop.DEFAULT_SIGNALS) -> None:
     """Make each of `signals` (received by any rank) ask every rank to stop, instead of
     ending the process; the program ends its loop when `should_stop()` says so. Call
     after `init`, from the main thread."""
-    stop.catch_stop_signals(_active(), signals)
+    stop.catch_stop_signals(session(), signals)
 
 
 def request_stop() -> None:
@@ -389,4 +398,4 @@ def should_stop(team: int = 0) -> bool:
     """True on every rank after the same step, once any rank asked to stop (a signal
     caught by `catch_stop_signals`, or `request_stop`). Call it between steps, on the
     thread that drives the team, at the same point on every rank."""
-    return stop.should_stop(_active(), team)
+    return stop.should_stop(session(), team)

@@ -46,7 +46,7 @@ _received: list[str] = []  # names of the signals received, for messages
 _agreed_teams: set[int] = set()  # pipelined NumPy teams whose waited requests said "stop"
 _local = threading.local()  # this thread waited for a request that said "stop"
 _previous_handlers: dict[int, object] = {}  # restored at finalize
-_signalled_session = None  # the session whose teams a caught signal flags (until finalize)
+_signalled = None  # the session whose teams a caught signal flags (until finalize)
 
 
 def request_stop(session) -> None:
@@ -66,7 +66,7 @@ def _handler(signum, frame) -> None:
         raise KeyboardInterrupt  # Ctrl-C twice: interrupt this rank as Python would
     first = not _received
     _received.append(name)
-    session = _signalled_session
+    session = _signalled
     request_stop(session)
     if first:
         print(
@@ -97,9 +97,9 @@ def catch_stop_signals(session, signals=DEFAULT_SIGNALS) -> None:
     """Make each of `signals` (received by any rank) ask every rank to stop, instead of
     ending the process; the program ends its loop when `should_stop()` says so. Call
     after `init`, from the main thread."""
-    global _signalled_session
+    global _signalled
     _require_exchange(session, "catch_stop_signals")
-    _signalled_session = session
+    _signalled = session
     for sig in signals:
         previous = signal.signal(sig, _handler)
         _previous_handlers.setdefault(sig, previous)
@@ -163,11 +163,11 @@ def note_call(team: int) -> None:
         _local.seen = False
 
 
-def forget_session() -> None:
+def forget() -> None:
     """finalize: the signals get their handlers from before catch_stop_signals back (a
     signal after finalize ends the process again), and the session's stop state goes."""
-    global _asked, _signalled_session
-    _signalled_session = None
+    global _asked, _signalled
+    _signalled = None
     if threading.current_thread() is threading.main_thread():
         for sig, previous in _previous_handlers.items():
             signal.signal(sig, previous)

@@ -71,7 +71,7 @@ IGNORED = (
 
 @dataclass
 class _State:
-    owns_session: bool
+    started_here: bool
     local_rank: int
     local_size: int
     cross_rank: int
@@ -145,23 +145,23 @@ def init(comm=None, process_sets=None) -> None:
     if _state is not None:
         return
     _apply_environment()
-    owns = mc._session is None
+    owns = not mc.is_initialized()
     if owns:
         mc.init(
             DEFAULT_THREADS, 1, _fusion_msglen(), framework="tensorflow", comm=_communicator(comm)
         )
-    elif mc._active().backend.name != "tensorflow":
+    elif mc.session().backend.name != "tensorflow":
         raise StateError(
             "ml_comm is already initialised with framework="
-            f"{mc._active().backend.name!r}; ml_comm.horovod needs framework='tensorflow'"
+            f"{mc.session().backend.name!r}; ml_comm.horovod needs framework='tensorflow'"
         )
-    session = mc._active()
+    current = mc.session()
     mpi = init_mpi()
-    node = session.comm.Split_type(mpi.COMM_TYPE_SHARED, key=session.rank)
+    node = current.comm.Split_type(mpi.COMM_TYPE_SHARED, key=current.rank)
     local_rank, local_size = node.Get_rank(), node.Get_size()
-    cross = session.comm.Split(local_rank, session.rank)
+    cross = current.comm.Split(local_rank, current.rank)
     cross_rank, cross_size = cross.Get_rank(), cross.Get_size()
-    sizes = session.comm.allgather(local_size)
+    sizes = current.comm.allgather(local_size)
     node.Free()
     cross.Free()
     _state = _State(owns, local_rank, local_size, cross_rank, cross_size, len(set(sizes)) == 1)
@@ -171,7 +171,7 @@ def shutdown() -> None:
     """End the session that init started (collective). Safe to call twice."""
     global _state
     state, _state = _state, None
-    if state is not None and state.owns_session:
+    if state is not None and state.started_here:
         mc.finalize()
 
 
@@ -188,7 +188,7 @@ def _need() -> _State:
 def session():
     """The ml_comm session under the front end (init must have run)."""
     _need()
-    return mc._active()
+    return mc.session()
 
 
 def size() -> int:

@@ -51,7 +51,7 @@ from .metrics import GlobalMetrics, MetricAverage, average_logs
 
 DEFAULT_MSGLEN = 1 << 22
 
-_owns_session = False
+_started_here = False
 
 
 # ---------------------------------------------------------------- life cycle
@@ -72,7 +72,7 @@ def init(
     per_batch_metrics: True averages fit's logs over the ranks after every batch too (one
     small allreduce per step); False (default) makes them global at each epoch's end.
     """
-    global _owns_session
+    global _started_here
     if keras.backend.backend() != "tensorflow":
         raise MLCommError(
             f"ml_comm.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
@@ -87,7 +87,7 @@ def init(
         "tensorflow",
         chunk_bytes=chunk_bytes,
     )
-    _owns_session = True
+    _started_here = True
     apply.install()
     fit.install(per_batch_metrics)
     set_steps_note(apply.steps_note)
@@ -97,14 +97,14 @@ def init(
 def finalize() -> None:
     """Restore Keras (models train serially again; their train steps are traced anew)
     and stop ml_comm's teams. Safe to call twice."""
-    global _owns_session
-    if not _owns_session:
+    global _started_here
+    if not _started_here:
         return
     note = apply.steps_note() if mc.get_nranks() > 1 else ""
     set_steps_note(lambda: note)  # for finalize's check that nobody waits for us
     fit.uninstall()
     apply.uninstall()
-    _owns_session = False
+    _started_here = False
     try:
         mc.finalize()
     finally:
@@ -171,14 +171,14 @@ def gather(values, root: int = 0):
     first, any number of rows per rank) in rank order on `root`; None on the others.
     Collective over init's ranks (its `comm`); for results, not for the training step
     (it pickles through mpi4py)."""
-    comm = mc._active().comm
+    comm = mc.session().comm
     parts = comm.gather(np.asarray(values), root=root)
     return np.concatenate(parts) if parts is not None else None
 
 
 def _check_team(team) -> None:
     """Raises before init(), without framework="tensorflow", or for a bad team id."""
-    if mc._active().backend.name != "tensorflow":
+    if mc.session().backend.name != "tensorflow":
         raise StateError(
             "ml_comm was initialised without framework='tensorflow'; start it with "
             "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"

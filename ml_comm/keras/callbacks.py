@@ -101,11 +101,11 @@ class StopTogether(keras.callbacks.Callback):
         if self.state.stopped:
             return
         if self.after_blocking_call:
-            asked = stop.agreed_after_blocking_call(mc._active(), self.team)
+            asked = stop.agreed_after_blocking_call(mc.session(), self.team)
         elif self._pipelined():
             return  # asked at the epoch's end, after its metrics' allreduce
         else:
-            asked = stop.should_stop(mc._active(), self.team)
+            asked = stop.should_stop(mc.session(), self.team)
         if asked:
             steps = (self.params or {}).get("steps")
             self._stop(
@@ -118,7 +118,7 @@ class StopTogether(keras.callbacks.Callback):
             self._agree_on_stop_training()  # EarlyStopping and others decide here
         if self.state.stopped or self.after_blocking_call or not self._pipelined():
             return
-        if stop.agreed_after_blocking_call(mc._active(), self.team):
+        if stop.agreed_after_blocking_call(mc.session(), self.team):
             self._stop(True, f"epoch {epoch + 1}")
 
     def _agree_on_stop_training(self) -> None:
@@ -144,7 +144,7 @@ class StopTogether(keras.callbacks.Callback):
     def _pipelined(self) -> bool:
         """A pipelined team of several ranks: its stop mark may be on one rank and not
         yet another between batches (one rank has nothing to wait for)."""
-        return mc.get_nranks() > 1 and stop.team_is_pipelined(mc._active(), self.team)
+        return mc.get_nranks() > 1 and stop.team_is_pipelined(mc.session(), self.team)
 
     def _stop(self, epoch_complete: bool, where: str) -> None:
         self.state.stopped = True
@@ -379,7 +379,7 @@ _WRITE_FILES = (
 
 
 def _catch_signals() -> None:
-    session = mc._active()
+    session = mc.session()
     if session.size > 1 and not session.guard.layout:
         return  # nothing would carry the request: signals keep their usual effect
     mc.catch_stop_signals()

@@ -131,8 +131,8 @@ def broadcast(values, team_handle: int, root: int):
     items = [values] if single else list(values)
     dense = {i: tf.convert_to_tensor(v) for i, v in enumerate(items)}
     result: list = [None] * len(items)
-    # In a v1 graph a broadcast runs on its own (once, before training: SessionRunHook.
-    # after_create_session in the Cray listings), so it is not chained to the
+    # In a v1 graph a broadcast runs on its own (once, before training: a SessionRunHook
+    # runs it once the session exists, in the Cray listings), so it is not chained to the
     # gradient groups, or running them would run the broadcast too. Its
     # dtype groups are chained among themselves to keep one order on all ranks.
     previous: list = []

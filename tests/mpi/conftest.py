@@ -19,9 +19,9 @@ def session():
 def direct_4k():
     """Team 0's direct payload at the core's default, 4 KiB (the suite's sessions scale it
     down); list it after the test's session fixture."""
-    from ml_comm.api import _active
+    from ml_comm import api
 
-    team = _active().team(0)
+    team = api.session().team(0)
     before = ffi.new("mlc_team_settings *")
     lib.mlc_team_get_settings(team, before)
     lib.mlc_team_set_direct_threshold(team, 4096)

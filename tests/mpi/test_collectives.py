@@ -13,7 +13,7 @@ from ml_comm._core import ffi, lib
 from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
 
 import ml_comm as mc
-from ml_comm.api import _active
+from ml_comm import api
 from ml_comm.arrays import collectives
 
 pytestmark = pytest.mark.mpi
@@ -152,7 +152,7 @@ def test_counts_inside_the_agreement_or_on_a_ring(session, direct_bytes):
     the same results either way, at every rank count."""
     c = Checks()
     n, r = session.nranks, session.rank
-    team = _active().team(0)
+    team = api.session().team(0)
     before = ffi.new("mlc_team_settings *")
     lib.mlc_team_get_settings(team, before)
     lib.mlc_team_set_direct_threshold(team, direct_bytes)
@@ -181,7 +181,7 @@ def test_counts_inside_the_agreement_or_on_a_ring(session, direct_bytes):
 
 def rows_carried(team, array: np.ndarray) -> tuple[bool, np.ndarray]:
     """The counts request alone, with the rows offered: (whether they came with it, counts)."""
-    n = _active().size
+    n = api.session().size
     shape = ffi.new("int64_t[]", [int(d) for d in array.shape[1:]])
     carried, done, counts = (
         ffi.new("char[]", lib.MLC_ROWS_CARRY_BYTES),
@@ -345,7 +345,7 @@ def test_an_allgather_is_checked_once(session):
     if session.nranks < 2:
         pytest.skip("one rank checks nothing")
     c = Checks()
-    team = _active().team(0)
+    team = api.session().team(0)
     mine = rows_input(session.rank, rows_of(session.rank), np.float32)
     for _ in range(3):
         before = agreement_checks(team)

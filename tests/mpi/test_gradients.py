@@ -331,7 +331,7 @@ def test_c_path_takes_only_what_it_can_read(session):
     (None); its large results come from the team's pool and go back to it."""
     c = Checks()
     mc.gradients([np.zeros(3, np.float32)])  # binds the team's short path
-    backend = api._active().backend
+    backend = api.session().backend
     binding, pool = backend.plain[0], backend.pools[0]
     g = make_input(session.rank, (7,), np.float32, 1)
     out = _numpy_glue.average(binding, g)

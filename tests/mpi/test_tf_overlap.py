@@ -46,7 +46,7 @@ def segments_of(events, request=None) -> list[dict]:
 def test_reduction_starts_before_last_gradient(tf_session):
     c = Checks()
     r, n = tf_session.rank, tf_session.nranks
-    team = mc.api._active().team(0)
+    team = mc.api.session().team(0)
     timeline.enable([team])
     try:
         inputs = [tf.constant(make_input(r, s, np.float32, seed=i)) for i, s in enumerate(SHAPES)]

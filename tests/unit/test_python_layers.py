@@ -13,6 +13,7 @@ Every import statement counts, also one inside a function or under TYPE_CHECKING
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,20 @@ def test_numpy_layers_import_no_framework():
         imported = _imports(path)
         bad = {m for m in imported for f in FRAMEWORKS if m == f or m.startswith(f + ".")}
         assert not bad, f"{name} imports {bad}"
+
+
+# The session's private slot in api.py, or any private name of the API module.
+PRIVATE_SESSION = re.compile(r"\b(mc|api)\._\w+|\b_session\b|\b_active\b")
+
+
+def test_layers_above_reach_the_session_through_the_api():
+    """Only core/ and api.py touch the API's private state: the layers above use
+    api.session() and api.is_initialized() (docs/developer.md, "The Python layers")."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}"
+        for name, path in modules().items()
+        if layer_of(name) not in ("core", "api")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if PRIVATE_SESSION.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -58,7 +58,7 @@ def main() -> int:
         return loss
 
     step()  # traced
-    team = mc.api._active().team(0)
+    team = mc.api.session().team(0)
     timeline.enable([team])
     t0 = time.monotonic()
     for _ in range(STEPS):
