@@ -10,6 +10,7 @@ handed in by the caller, which sits above both.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,11 @@ THRESHOLD_SETTERS = {
     "ML_COMM_DIRECT_BYTES": lib.mlc_team_set_direct_threshold,
     "ML_COMM_RABENSEIFNER_BYTES": lib.mlc_team_set_rabenseifner_threshold,
 }
+
+
+# Team ids, never reused in the process (a later team may get a finalized one's address,
+# never its id): operations built for a team that is gone carry an id no live team has.
+_TEAM_IDS = itertools.count(1)
 
 
 def is_pipelined(ksteps: int, max_steps: int) -> bool:
@@ -75,7 +81,9 @@ class Session:
         self.err = ffi.new(f"char[{ERR_LEN}]")  # init's and finalize's, on one thread
         # Each team's own: teams run on several threads at once, with the GIL released.
         self._team_errs: dict[int, object] = {}
+        # The registry of live teams: by team number, the core's handle and the team's id.
         self.teams: list = []
+        self.team_ids: list[int] = []
         self.backend: backend.Backend | None = None
         self.departure = None
         self.barrier = None
@@ -90,6 +98,7 @@ class Session:
             self.departure, self.barrier = open_exits(mpi, comm)
             for _ in range(nteams):
                 self.teams.append(self._create_team(nthreads, msglen, chunk_bytes))
+                self.team_ids.append(next(_TEAM_IDS))
                 checks.apply(self.teams[-1], len(self.teams) - 1, self.guard)
                 for name, value in thresholds.items():
                     check(THRESHOLD_SETTERS[name](self.teams[-1], value), name)
@@ -179,6 +188,7 @@ class Session:
             for team in self.teams:
                 lib.mlc_team_destroy(team)
             self.teams = []
+            self.team_ids = []
             if self.ctx != ffi.NULL:
                 lib.mlc_context_destroy(self.ctx)
                 self.ctx = ffi.NULL

@@ -95,7 +95,7 @@ def handle_average_backwards_compatibility(op, average):
 
 
 def _team_id() -> int:
-    return basics.session().backend.team_ids[0]
+    return basics.session().team_ids[0]
 
 
 def _scale(tensor, factor):

@@ -18,7 +18,7 @@ from ..core.errors import BadArgumentTypeError, MLCommError
 from ..core.layout import fused_order
 from ..core.session import is_pipelined
 from .errors import raising_typed
-from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live_teams
+from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live
 
 # The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
 # and their codes, for the mask of a call's dtypes that ranks compare.
@@ -173,5 +173,5 @@ __all__ = [
     "load_ops",
     "reducescatter",
     "reset_pipelines",
-    "set_live_teams",
+    "set_live",
 ]

@@ -4,7 +4,6 @@ TensorFlow ops that take and return tensors (see backend.py for the interface)."
 from __future__ import annotations
 
 from .. import tensorflow as binding
-from .._core import ffi
 from ..core.session import Session
 
 
@@ -17,17 +16,14 @@ class TensorFlowBackend:
         binding.check_version()
         binding.load_ops()
         self.session = session
-        # The ids the ops carry: a graph built for an earlier session fails with a message.
-        self.team_ids = binding.set_live_teams(
-            [int(ffi.cast("uintptr_t", t)) for t in session.teams]
-        )
+        binding.set_live(session)  # its teams' ops may run
 
     def gradients(self, grads, team: int) -> list:
         self.session.team(team)
         config = self.session.configs[team]
         return binding.gradients(
             grads,
-            self.team_ids[team],
+            self.session.team_ids[team],
             self.session.size,
             ksteps=config.ksteps,
             max_steps=config.max_steps,
@@ -35,10 +31,10 @@ class TensorFlowBackend:
 
     def broadcast(self, values, root: int, team: int = 0):
         self.session.team(team)
-        return binding.broadcast(values, self.team_ids[team], self.session.check_root(root))
+        return binding.broadcast(values, self.session.team_ids[team], self.session.check_root(root))
 
     def restart(self, team: int) -> None:
-        binding.reset_pipelines(self.team_ids[team])
+        binding.reset_pipelines(self.session.team_ids[team])
 
     def close(self) -> None:
-        binding.set_live_teams([])  # the teams' ops must fail cleanly from now on
+        binding.set_live(None)  # the teams' ops must fail cleanly from now on

@@ -1,14 +1,14 @@
 """The op library and the teams its ops may use: loading (building it on first use),
-the live teams' ids and handles, and the chain that keeps a team's ops in one order
-on every rank in a graph. Shared by the gradient and broadcast ops (__init__.py) and
-the collectives (collectives.py)."""
+the session whose teams are live (its registry: core/session.py, Session.teams and
+team_ids), and the chain that keeps a team's ops in one order on every rank in a graph.
+Shared by the gradient and broadcast ops (__init__.py) and the collectives
+(collectives.py)."""
 
 from __future__ import annotations
 
 import ctypes
 import itertools
 import weakref
-from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -19,11 +19,10 @@ from . import build, unordered
 _ops = None
 _lib: ctypes.CDLL | None = None
 _group_keys = itertools.count(1)
-_team_ids = itertools.count(1)  # never reused, unlike the teams' addresses
 # Per graph and team: the op that the next keyed group must wait for (see _chain).
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# The live teams, by team number: (the id their ops carry, the core's handle).
-_live: list[tuple[int, object]] = []
+# The session whose teams the ops may use (the backend's, from init to finalize), or None.
+_live = None
 
 
 def load_ops():
@@ -42,6 +41,7 @@ def load_ops():
         _lib.mlc_tf_reset_pipelines.argtypes = [ctypes.c_int64]
         _lib.mlc_tf_status_payload.restype = ctypes.c_char_p
         _lib.mlc_tf_error_code.argtypes = [ctypes.c_int]
+        _mirror_live()
     return _ops
 
 
@@ -63,32 +63,38 @@ def reset_pipelines(team_id: int) -> None:
         _lib.mlc_tf_reset_pipelines(team_id)
 
 
-def set_live_teams(handles: Sequence[int]) -> list[int]:
-    """Register the teams whose ops may run (init), or none (finalize).
+def set_live(session) -> None:
+    """Let the ops run on `session`'s teams (init), or on none (None: finalize), so that
+    a graph built for earlier teams fails with a message, even when a new team reuses an
+    old one's address (the ops carry the team's id, never reused)."""
+    global _live
+    _live = session
+    _mirror_live()
 
-    Returns the ids that the ops carry; a graph built for earlier teams then fails
-    with a message, even when a new team happens to reuse an old one's address.
-    """
-    ids = [next(_team_ids) for _ in handles]
-    _live[:] = [(i, ffi.cast("mlc_team *", h)) for i, h in zip(ids, handles)]
-    if _lib is not None:
-        n = max(len(handles), 1)
-        _lib.mlc_tf_set_live_teams(
-            (ctypes.c_int64 * n)(*ids), (ctypes.c_size_t * n)(*handles), len(handles)
-        )
-    return ids
+
+def _mirror_live() -> None:
+    """The op library's table of live teams (ops/ml_comm_ops.cc) as the session's."""
+    if _lib is None:
+        return
+    ids = _live.team_ids if _live is not None else []
+    handles = [int(ffi.cast("uintptr_t", t)) for t in _live.teams] if _live is not None else []
+    n = max(len(ids), 1)
+    _lib.mlc_tf_set_live_teams(
+        (ctypes.c_int64 * n)(*ids), (ctypes.c_size_t * n)(*handles), len(ids)
+    )
 
 
 def live_team(team: int):
-    """(op id, core handle) of live team number `team`, or None."""
-    return _live[team] if type(team) is int and 0 <= team < len(_live) else None
+    """(the id its ops carry, the core's handle) of live team number `team`, or None."""
+    if _live is None or type(team) is not int or not 0 <= team < len(_live.teams):
+        return None
+    return _live.team_ids[team], _live.teams[team]
 
 
 def team_number(team_id: int) -> int:
     """The team number whose ops carry team_id."""
-    for number, (i, _handle) in enumerate(_live):
-        if i == team_id:
-            return number
+    if _live is not None and team_id in _live.team_ids:
+        return _live.team_ids.index(team_id)
     raise StateError("ml_comm: this op belongs to a team that no longer exists")
 
 

@@ -18,8 +18,11 @@
 
 namespace ml_comm_tf {
 
-// Teams the Python layer has registered as live, by an id that is never reused
-// (a new team may get a finalized one's address; it never gets its id).
+// The live teams by their id, never reused (a new team may get a finalized one's
+// address; it never gets its id): a mirror of the session's registry (core/session.py,
+// Session.teams and team_ids) that the Python layer sets at init and finalize
+// (tensorflow/library.py set_live). The ops run on TensorFlow's threads and look a team up
+// on every call, without Python's lock; finalize empties it before the teams go.
 std::mutex live_mutex;
 std::unordered_map<int64_t, uintptr_t> live_teams;
 
@@ -568,7 +571,7 @@ class BroadcastNOp : public TeamKernel {
 
 REGISTER_KERNEL_BUILDER(Name("MlCommBroadcastN").Device(tensorflow::DEVICE_CPU), BroadcastNOp);
 
-// Called by the Python layer (ctypes) at init and finalize.
+// Called by the Python layer (ctypes) at init and finalize: the session's live teams.
 extern "C" void mlc_tf_set_live_teams(const int64_t *ids, const uintptr_t *handles, int n) {
   {
     std::lock_guard<std::mutex> lock(live_mutex);
