@@ -14,7 +14,10 @@ import functools
 
 import keras
 
-_originals: dict = {}
+from ..core.patches import Patches
+
+# The Keras attributes this front end replaces; uninstall (tests) restores them.
+_patches = Patches()
 
 
 class CallableList(list):
@@ -25,7 +28,7 @@ class CallableList(list):
 
 
 def install() -> None:
-    if _originals:
+    if _patches:
         return
     model_compile = keras.Model.compile
     base = keras.optimizers.Optimizer.__mro__[1]  # BaseOptimizer, which defines variables
@@ -34,27 +37,20 @@ def install() -> None:
             base = cls
             break
     variables = base.__dict__["variables"]
-    _originals.update(compile=model_compile, variables=(base, variables))
 
     @functools.wraps(model_compile)
     def compile(self, *args, experimental_run_tf_function=None, **kwargs):
         return model_compile(self, *args, **kwargs)
 
-    keras.Model.compile = compile
-    base.variables = property(lambda self: CallableList(variables.fget(self)))
+    _patches.replace(keras.Model, "compile", compile)
+    _patches.replace(base, "variables", property(lambda self: CallableList(variables.fget(self))))
     if not hasattr(keras.optimizers.Optimizer, "lr"):
-        keras.optimizers.Optimizer.lr = property(
+        lr = property(
             lambda self: self.learning_rate,
             lambda self, value: setattr(self, "learning_rate", value),
         )
-        _originals["lr"] = True
+        _patches.replace(keras.optimizers.Optimizer, "lr", lr)
 
 
 def uninstall() -> None:
-    if not _originals:
-        return
-    keras.Model.compile = _originals.pop("compile")
-    base, variables = _originals.pop("variables")
-    base.variables = variables
-    if _originals.pop("lr", False):
-        del keras.optimizers.Optimizer.lr
+    _patches.restore()

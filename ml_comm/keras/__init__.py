@@ -45,13 +45,15 @@ import numpy as np
 
 from .. import api as mc
 from ..core.errors import MLCommError, StateError
+from ..core.patches import Patches
 from ..faults.abort import set_steps_note
 from . import apply, fit, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
 
 DEFAULT_MSGLEN = 1 << 22
 
-_started_here = False
+# The Keras attributes the hook replaces (apply.py, fit.py): restored by finalize.
+_patches = Patches()
 
 
 # ---------------------------------------------------------------- life cycle
@@ -72,7 +74,6 @@ def init(
     per_batch_metrics: True averages fit's logs over the ranks after every batch too (one
     small allreduce per step); False (default) makes them global at each epoch's end.
     """
-    global _started_here
     if keras.backend.backend() != "tensorflow":
         raise MLCommError(
             f"ml_comm.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
@@ -87,9 +88,8 @@ def init(
         "tensorflow",
         chunk_bytes=chunk_bytes,
     )
-    _started_here = True
-    apply.install()
-    fit.install(per_batch_metrics)
+    apply.install(_patches)
+    fit.install(_patches, per_batch_metrics)
     set_steps_note(apply.steps_note)
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
@@ -97,14 +97,13 @@ def init(
 def finalize() -> None:
     """Restore Keras (models train serially again; their train steps are traced anew)
     and stop ml_comm's teams. Safe to call twice."""
-    global _started_here
-    if not _started_here:
+    if not _patches:  # init did not run, or finalize did already
         return
     note = apply.steps_note() if mc.get_nranks() > 1 else ""
     set_steps_note(lambda: note)  # for finalize's check that nobody waits for us
-    fit.uninstall()
-    apply.uninstall()
-    _started_here = False
+    fit.forget()
+    apply.forget()
+    _patches.restore()
     try:
         mc.finalize()
     finally:

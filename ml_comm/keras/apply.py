@@ -6,8 +6,8 @@ the trainer's `train_step` (fit, train_on_batch) calls `apply_gradients`, which 
 `apply`, and custom loops call one of the two. `install()` wraps the public `apply` of
 `keras.optimizers.Optimizer` (which every built-in optimizer inherits) and of
 `keras.optimizers.LossScaleOptimizer` (which overrides it), so models compiled before or
-after init, custom training steps and standalone optimizers are all caught; `uninstall()`
-puts the originals back. Only the outermost `apply` of a call reduces: a
+after init, custom training steps and standalone optimizers are all caught; the hook's
+finalize puts the originals back (core/patches.py). Only the outermost `apply` of a call reduces: a
 LossScaleOptimizer averages the still-scaled gradients, so an overflow on one rank
 becomes inf on every rank and all of them skip the step and lower the scale together;
 the inner optimizer's `apply` then passes the averaged gradients through untouched.
@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from .. import api as mc
 from .. import tensorflow as tf_binding
+from ..core.patches import Patches
 from . import sparse
 
 SUPPORTED_DTYPES = frozenset(tf_binding.SUPPORTED)  # the core's dtypes
@@ -48,7 +49,6 @@ class OptimizerState:
 
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _nesting = threading.local()  # > 0 inside a hooked apply of this thread
-_originals: list[tuple[type, str, object]] = []
 
 
 def state_of(optimizer) -> OptimizerState:
@@ -63,22 +63,15 @@ def known(optimizer) -> OptimizerState | None:
     return _states.get(optimizer)
 
 
-def install() -> None:
-    if _originals:
-        return
+def install(patches: Patches) -> None:
+    """Wrap the optimizers' apply (patches: the hook's, which keras/__init__ restores)."""
     for cls in (keras.optimizers.Optimizer, keras.optimizers.LossScaleOptimizer):
-        original = cls.apply  # the inherited one for Optimizer (defined on its base)
-        _originals.append((cls, "apply", vars(cls).get("apply")))
-        cls.apply = _hooked(original)
+        # the inherited one for Optimizer (defined on its base)
+        patches.replace(cls, "apply", _hooked(cls.apply))
 
 
-def uninstall() -> None:
-    while _originals:
-        cls, name, own = _originals.pop()
-        if own is None:
-            delattr(cls, name)
-        else:
-            setattr(cls, name, own)
+def forget() -> None:
+    """finalize: the optimizers' registrations go (with the session)."""
     _states.clear()
 
 

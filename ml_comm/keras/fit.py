@@ -3,9 +3,9 @@ every Keras model, after `ml_comm.keras.init`.
 
 `install()` wraps these public methods of `keras.Model` (Sequential, functional and
 subclassed models inherit them; an override that calls `super()` still goes through the
-wrapper) and `uninstall()` restores them. Arguments are rebound with the methods' public
-signatures. The first time a model is used in a session (or after `compile` gave it a new
-optimizer, or `set_team` a new team) the wrapper:
+wrapper); the hook's finalize restores them (core/patches.py). Arguments are rebound
+with the methods' public signatures. The first time a model is used in a session (or
+after `compile` gave it a new optimizer, or `set_team` a new team) the wrapper:
 
 * registers the model's optimizer on the model's team (0 unless `set_team` said other),
 * turns off `jit_compile` (XLA cannot compile ml_comm's ops) and makes Keras trace the
@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from .. import api as mc
 from ..core.errors import MismatchError, NonFiniteError
+from ..core.patches import Patches
 from ..tensorflow.errors import typed
 from . import apply
 from .apply import broadcast_model_weights
@@ -41,37 +42,30 @@ from .metrics import GlobalMetrics, sum_metric_states
 from .teams import forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
-_originals: list[tuple[str, object]] = []
 _per_batch_default = False
 
 
-def install(per_batch_metrics: bool) -> None:
+def install(patches: Patches, per_batch_metrics: bool) -> None:
+    """Wrap keras.Model's fit, evaluate, predict and train_on_batch (patches: the hook's,
+    which keras/__init__ restores)."""
     global _per_batch_default
     _per_batch_default = per_batch_metrics
-    if _originals:
-        return
     for name, make in (
         ("fit", _fit),
         ("evaluate", _evaluate),
         ("predict", _predict),
         ("train_on_batch", _train_on_batch),
     ):
-        _originals.append((name, vars(keras.Model).get(name)))
-        setattr(keras.Model, name, make(getattr(keras.Model, name)))
+        patches.replace(keras.Model, name, make(getattr(keras.Model, name)))
 
 
-def uninstall() -> None:
+def forget() -> None:
+    """finalize: the models seen are traced anew and forgotten."""
     for model in list(_seen.keys()):
         if getattr(model, "compiled", False):
             model.make_train_function(force=True)  # its traced steps hold ml_comm's ops
     _seen.clear()
     forget_all()
-    while _originals:
-        name, own = _originals.pop()
-        if own is None:
-            delattr(keras.Model, name)
-        else:
-            setattr(keras.Model, name, own)
 
 
 def prepare(model) -> int | None:
