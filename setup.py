@@ -7,41 +7,13 @@ from setuptools.command.build_py import build_py
 
 
 class BuildPyWithHeader(build_py):
-    """Ship csrc/include/ml_comm.h inside the package (the TensorFlow ops compile against it)
-    and the start-up hook for tf_cnn_benchmarks beside it."""
+    """Ship csrc/include/ml_comm.h inside the package (the TensorFlow ops compile against it)."""
 
     def run(self):
         super().run()
         target = Path(self.build_lib) / "ml_comm" / "include"
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(Path("csrc/include/ml_comm.h"), target / "ml_comm.h")
-        self.install_startup_hook()
-
-    # tf_cnn_benchmarks' --variable_update=ps_ml_comm (ml_comm/tfcnn/startup.py says how).
-    # A .pth works only at the top of site-packages, so these two files go to the wheel's
-    # root: build_lib for a wheel, and for an editable install (where build_lib is thrown
-    # away) the directory that setuptools' editable_wheel packs, its install_lib.
-    STARTUP_FILES = {"_ml_comm_tfcnn.py": None, "ml_comm-tfcnn.pth": "import _ml_comm_tfcnn\n"}
-
-    def startup_dir(self) -> Path:
-        if getattr(self, "editable_mode", False):
-            return Path(self.get_finalized_command("install").install_lib)
-        return Path(self.build_lib)
-
-    def install_startup_hook(self):
-        target = self.startup_dir()
-        target.mkdir(parents=True, exist_ok=True)
-        for name, text in self.STARTUP_FILES.items():
-            if text is None:
-                shutil.copy2(Path("ml_comm/tfcnn/startup.py"), target / name)
-            else:
-                (target / name).write_text(text)
-
-    def get_outputs(self, include_bytecode=True):
-        outputs = super().get_outputs(include_bytecode)
-        if getattr(self, "editable_mode", False):
-            return outputs
-        return outputs + [str(Path(self.build_lib) / name) for name in self.STARTUP_FILES]
 
 
 class BuildExtWithoutHostRunPath(build_ext):

@@ -61,7 +61,9 @@ def command(args, mode: str, nranks: int, script: Path, outdir: str) -> list[str
     ]
     if mode == "ps_ml_comm":
         flags.append(f"--number_ml_comm_threads={args.threads}")
-    return [*launch, str(PY), script.name, *flags]
+    # Both modes through ml_comm's wrapper, which adds ps_ml_comm (docs/tfcnn.md): the same
+    # start-up for each.
+    return [*launch, str(PY), "-m", "ml_comm.tfcnn", script.name, *flags]
 
 
 def throughput(outs: list[str], mode: str) -> float:

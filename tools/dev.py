@@ -73,7 +73,6 @@ def source_fingerprint() -> str:
         ROOT / "ml_comm" / "core" / "mpi_compiler.py",
     ]
     files += sorted((ROOT / "ml_comm").rglob("*.c"))
-    files += [ROOT / "ml_comm" / "tfcnn" / "startup.py"]  # copied into site-packages
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())
         h.update(f.read_bytes())

@@ -8,10 +8,9 @@ tools/mkdocs_hooks.py) cannot disagree. An unset or empty variable takes the def
 A value that does not parse raises SettingsError naming the variable and the value.
 
 The C core reads no environment: `init` reads these and hands the values over.
-Three readers run where ml_comm cannot be imported and read os.environ themselves,
-under the names listed here: the build (build_ffi.py: ML_COMM_CFLAGS;
-mpi_compiler.py: ML_COMM_MPICC) and the tf_cnn_benchmarks start-up hook
-(tfcnn/startup.py: ML_COMM_TFCNN). tests/unit/test_settings_table.py keeps it so.
+Two readers run where ml_comm cannot be imported and read os.environ themselves, under
+the names listed here: the build (build_ffi.py: ML_COMM_CFLAGS; mpi_compiler.py:
+ML_COMM_MPICC). tests/unit/test_settings_table.py keeps it so.
 
 Pure Python: no import of the compiled core or of a higher layer (the documentation
 build loads this file alone).
@@ -88,9 +87,6 @@ SETTINGS = (
             "How many events each team's timeline keeps."),
     Setting("ML_COMM_CHECK_SKIP_TF", "0", "bool", False,
             "1: `python -m ml_comm --check` leaves out TensorFlow and its op library."),
-    Setting("ML_COMM_TFCNN", "1", "bool", False,
-            "0 turns off the start-up hook that adds --variable_update=ps_ml_comm to "
-            "tf_cnn_benchmarks (read by that hook, without importing ml_comm)."),
     Setting("ML_COMM_CACHE_DIR", "unset", "path", False,
             "Where `python -m ml_comm build-tf` puts the TensorFlow op library "
             "(unset: $XDG_CACHE_HOME/ml_comm, else ~/.cache/ml_comm)."),

@@ -1,9 +1,9 @@
 """tf_cnn_benchmarks support: `--variable_update=ps_ml_comm` on the unmodified upstream script.
 
-Installing ml_comm puts a start-up hook in site-packages (startup.py, installed as
-`_ml_comm_tfcnn.py` with `ml_comm-tfcnn.pth`). It looks at module names only; when a
-module named `benchmark_cnn` is imported, importhook.py loads it as usual and then
-patch.py extends it in place:
+`python -m ml_comm.tfcnn path/to/tf_cnn_benchmarks.py [flags...]` (__main__.py) runs the
+script with an import hook (importhook.py) that looks at module names only; when a module
+named `benchmark_cnn` is imported, it loads it as usual and then patch.py extends it in
+place:
 
 - flagspecs.py: `ps_ml_comm` joins the `--variable_update` choices and the
   `--number_ml_comm_threads` / `--ml_comm_*` flags join the parameter table,
@@ -14,8 +14,8 @@ patch.py extends it in place:
   over the ranks and whose variables start as rank 0's;
 - runtime.py: the job (ranks, local rank, ml_comm's teams).
 
-`python -m ml_comm.tfcnn path/to/tf_cnn_benchmarks.py ...` does the same without
-the start-up hook. Nothing here imports TensorFlow until benchmark_cnn is imported.
+Nothing here imports TensorFlow until benchmark_cnn is imported; nothing of ml_comm runs
+in a Python started otherwise.
 """
 
 MODE = "ps_ml_comm"

@@ -1,8 +1,8 @@
 """python -m ml_comm.tfcnn path/to/tf_cnn_benchmarks.py [flags...]
 
 Runs the script as `python path/to/tf_cnn_benchmarks.py [flags...]` would, with
---variable_update=ps_ml_comm available whether or not the start-up hook is
-installed, and TF_USE_LEGACY_KERAS=1 unless the environment sets it.
+--variable_update=ps_ml_comm added to its flags (importhook.py), and
+TF_USE_LEGACY_KERAS=1 unless the environment sets it.
 """
 
 from __future__ import annotations

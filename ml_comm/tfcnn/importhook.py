@@ -68,14 +68,12 @@ def find_spec(fullname, path=None, target=None):
 
 
 class Finder:
-    """sys.meta_path entry for when the start-up hook is not installed."""
+    """The sys.meta_path entry of `python -m ml_comm.tfcnn` (__main__.py)."""
 
     find_spec = staticmethod(find_spec)
 
 
 def install() -> None:
-    """Put the hook first on sys.meta_path (idempotent; the start-up hook counts)."""
-    startup = sys.modules.get("_ml_comm_tfcnn")
-    ours = {Finder, getattr(startup, "TfCnnBenchmarksFinder", None)}
-    if not any(f in ours for f in sys.meta_path):
+    """Put the hook first on sys.meta_path (idempotent)."""
+    if Finder not in sys.meta_path:
         sys.meta_path.insert(0, Finder)

@@ -2,9 +2,9 @@
 
 Needs a checkout of github.com/tensorflow/benchmarks: TF_CNN_BENCHMARKS_DIR names it
 (its root or scripts/tf_cnn_benchmarks); without it every test skips and says so.
-Upstream is not part of ml_comm and is never copied into it. Runs use the start-up
-hook that installing ml_comm puts in site-packages (the plain `python
-tf_cnn_benchmarks.py` command line), except the one that tests the explicit wrapper.
+Upstream is not part of ml_comm and is never copied into it. Runs start it as users do,
+`python -m ml_comm.tfcnn tf_cnn_benchmarks.py ...`, except the one that checks that
+the plain command line leaves upstream as it is.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Run:
         )
 
 
-def run(tmp_path: Path, nranks: int, args: list[str], wrapper: bool = False) -> Run:
+def run(tmp_path: Path, nranks: int, args: list[str], wrapper: bool = True) -> Run:
     launch = [sys.executable, "-m", "ml_comm.tfcnn"] if wrapper else [sys.executable]
     files = ["-outfile-pattern", f"{tmp_path}/out.%r", "-errfile-pattern", f"{tmp_path}/err.%r"]
     cmd = [str(MPIEXEC), *files, "-n", str(nranks), *launch, "tf_cnn_benchmarks.py", *args]
@@ -130,7 +130,7 @@ def step_losses(job: Run, rank: int) -> list[str]:
     return [line.split("\t")[-1] for line in job.lines(rank) if re.match(r"\d+\timages/sec:", line)]
 
 
-def test_trivial_two_ranks_through_the_startup_hook(tmp_path):
+def test_trivial_two_ranks(tmp_path):
     job = run(tmp_path, 2, TRIVIAL)
     check_ps_ml_comm_run(job, 2)
     assert "Batch size:  16 global" in job.lines(0)
@@ -143,7 +143,7 @@ def test_trivial_two_ranks_two_teams(tmp_path):
     check_ps_ml_comm_run(run(tmp_path, 2, [*args, *more]), 2)
 
 
-def test_resnet50_two_ranks_through_the_wrapper(tmp_path):
+def test_resnet50_two_ranks(tmp_path):
     args = [
         "--variable_update=ps_ml_comm",
         "--number_ml_comm_threads=1",
@@ -154,7 +154,7 @@ def test_resnet50_two_ranks_through_the_wrapper(tmp_path):
         "--num_warmup_batches=1",
         "--ml_comm_check_variables",
     ]
-    job = run(tmp_path, 2, args, wrapper=True)
+    job = run(tmp_path, 2, args)
     check_ps_ml_comm_run(job, 2)
     # The ranks trained on different data (seeds offset by rank): the identical variables
     # at the end come from the broadcast and the averaging, not from identical inputs.
@@ -169,6 +169,13 @@ def test_other_modes_are_untouched(tmp_path):
     lines = job.lines(0)
     assert "Variables:   independent" in lines and "Devices:     ['/cpu:0']" in lines
     assert not any(line.startswith("ml_comm:") for line in lines)
+
+
+def test_the_plain_command_line_is_upstream_alone(tmp_path):
+    """Without `python -m ml_comm.tfcnn` nothing of ml_comm runs: upstream refuses the mode."""
+    job = run(tmp_path, 1, [*TRIVIAL, "--num_batches=1"], wrapper=False)
+    assert job.returncode != 0, job.tail()
+    assert "ps_ml_comm" in job.err[0] and not any("ml_comm:" in o for o in job.out), job.tail()
 
 
 def test_bad_input_fails_with_the_reason(tmp_path):

@@ -22,7 +22,6 @@ SETTINGS_FILE = ROOT / "ml_comm" / "core" / "settings.py"
 OWN_READERS = {
     "ml_comm/core/build_ffi.py": {"ML_COMM_CFLAGS"},
     "ml_comm/core/mpi_compiler.py": {"ML_COMM_MPICC"},
-    "ml_comm/tfcnn/startup.py": {"ML_COMM_TFCNN"},
 }
 
 

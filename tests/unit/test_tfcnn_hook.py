@@ -1,12 +1,13 @@
 """ps_ml_comm's pieces that need no tf_cnn_benchmarks checkout: the parameter-table patch
 (upstream's table layout, turned into real absl flags), the split of gradients over
-teams, and the start-up hook's footprint on an unrelated Python process. The runs of
-upstream itself are in tests/tfcnn."""
+teams, the opt-in wrapper (`python -m ml_comm.tfcnn`), and nothing of ml_comm in a
+Python started otherwise. The runs of upstream itself are in tests/tfcnn."""
 
 from __future__ import annotations
 
 import collections
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -166,33 +167,53 @@ def test_team_split_refuses_zero_teams():
         teams.split([1, 2], 0)
 
 
-def test_startup_hook_is_installed_and_costs_an_unrelated_program_nothing():
-    """Every Python of the environment runs the start-up hook (ml_comm-tfcnn.pth, installed
-    by pip install ml_comm, editable or not); it must import nothing of ml_comm's, and an
-    ordinary import must go through it untouched."""
+def test_a_plain_python_runs_nothing_of_ml_comm():
+    """tf_cnn_benchmarks' mode is opt-in (`python -m ml_comm.tfcnn`): a Python started
+    otherwise has no finder of ml_comm's and loads no module of it."""
     code = (
-        "import sys, json; "
-        "names = [getattr(f, '__name__', type(f).__name__) for f in sys.meta_path]; "
-        "heavy = [m for m in ('ml_comm', 'numpy', 'mpi4py', 'tensorflow') if m in sys.modules]; "
-        "import json as j2; "
-        "print(json.dumps([names[0], heavy]))"
+        "import json, sys; "
+        "finders = [getattr(f, '__module__', '') or '' for f in sys.meta_path]; "
+        "print(json.dumps([finders, sorted(sys.modules)]))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     ).stdout
-    first, heavy = __import__("json").loads(out)
-    assert first == "TfCnnBenchmarksFinder", (
-        "the start-up hook is not installed: reinstall ml_comm (pip install -e .)"
+    finders, loaded = __import__("json").loads(out)
+    ours = ("ml_comm", "_ml_comm")  # the package, and the start-up hook it once installed
+    assert [f for f in finders if f.startswith(ours)] == [], finders
+    assert [m for m in loaded if m.startswith(ours)] == [], loaded
+
+
+def test_the_wrapper_runs_the_script_with_the_hook(tmp_path):
+    """`python -m ml_comm.tfcnn SCRIPT ARGS` runs SCRIPT as __main__ with its own argv and
+    folder on sys.path, the import hook first, and legacy Keras asked for."""
+    (tmp_path / "helper_module.py").write_text("VALUE = 7\n")
+    (tmp_path / "script.py").write_text(
+        "import os, sys\n"
+        "import helper_module\n"
+        "from ml_comm.tfcnn.importhook import Finder\n"
+        "assert __name__ == '__main__' and helper_module.VALUE == 7\n"
+        "print(sys.argv[1:], sys.meta_path[0] is Finder, os.environ['TF_USE_LEGACY_KERAS'])\n"
     )
-    assert heavy == []
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ml_comm.tfcnn", str(tmp_path / "script.py"), "--a=1", "b"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "['--a=1', 'b'] True 1", proc.stdout
 
 
 def test_a_foreign_benchmark_cnn_module_is_left_alone(tmp_path):
     """A module that happens to be called benchmark_cnn but is not tf_cnn_benchmarks's
-    loads unchanged, without a warning."""
+    loads unchanged under the hook, without a warning."""
     (tmp_path / "benchmark_cnn.py").write_text("VALUE = 42\n")
     code = (
         "import warnings; warnings.simplefilter('error'); "
+        "from ml_comm.tfcnn import importhook; importhook.install(); "
         "import benchmark_cnn; "
         "assert benchmark_cnn.VALUE == 42; "
         "assert not hasattr(benchmark_cnn, '_ml_comm_patched'); "
