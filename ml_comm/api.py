@@ -165,7 +165,7 @@ def finalize() -> None:
         return
     stop.forget()
     try:
-        ending.departure.leave(ending.teams, ending.barrier)
+        ending.departure.leave(ending.teams, ending.barrier, ending.steps_note)
         ending.summarise()
     finally:
         ending.close()
@@ -247,7 +247,7 @@ def get_nranks() -> int:
 def barrier() -> None:
     """Wait for every rank; a rank that leaves meanwhile ends the job (faults/barrier.py)."""
     s = session()
-    s.barrier.wait(s.teams)
+    s.barrier.wait(s.teams, note=s.steps_note)
 
 
 def version_info() -> dict:

@@ -87,6 +87,11 @@ class Session:
         self.backend: backend.Backend | None = None
         self.departure = None
         self.barrier = None
+        # How far this rank's training got ("rank 1 ran 10 training steps on team 0"), for
+        # the messages of a rank that leaves or waits while a peer waits for it: set by a
+        # front end (the Keras hook); ranks that ran different numbers of steps are the
+        # usual cause.
+        self.steps_note: Callable[[], str] | None = None
         self.ctx = lib.mlc_context_create(self.mpi._addressof(comm), self.err, ERR_LEN)
         if self.ctx == ffi.NULL:
             raise MLCommError(text(self.err))

@@ -41,23 +41,14 @@ _FORWARD_GRACE_SECONDS = 0.3
 
 _installed = False
 _watching = False
-# Says how far this rank's training got ("rank 1 ran 10 training steps on team 0"), for
-# the messages of a rank that leaves or waits while a peer waits for it (a front end
-# registers it with set_steps_note: ranks that ran different numbers of steps are the
-# usual cause).
-_steps_note: Callable[[], str] | None = None
 
 
-def set_steps_note(note: Callable[[], str] | None) -> None:
-    """Register the function that says how far this rank's training got (None: none)."""
-    global _steps_note
-    _steps_note = note
-
-
-def steps_text() -> str:
-    """The registered note, with a leading space, or "" (also when the note fails)."""
+def steps_text(note: Callable[[], str] | None) -> str:
+    """What `note` says of how far this rank's training got ("rank 1 ran 10 training
+    steps on team 0": a session's steps_note, which a front end sets), with a leading
+    space, or "" (no note, or one that fails)."""
     try:
-        text = _steps_note() if _steps_note is not None else ""
+        text = note() if note is not None else ""
     except Exception:  # noqa: BLE001 - a note must never stop an abort
         text = ""
     return f" {text}" if text else ""

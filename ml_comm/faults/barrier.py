@@ -48,15 +48,16 @@ class Barrier:
         # A barrier that raised: (distance, tag, its posted requests) of its round.
         self._open: tuple[int, int, list] | None = None
 
-    def wait(self, teams, context: str = "") -> None:
-        """Return once every rank has entered the barrier (collective)."""
+    def wait(self, teams, context: str = "", note=None) -> None:
+        """Return once every rank has entered the barrier (collective). note: the
+        session's steps_note, for the message of a barrier the ranks cannot complete."""
         if self.comm is None:
             return
         if self._open is None:  # else the barrier that raised last time, resumed
             self._open = (1, 0, self._post(1, 0))
         while self._open is not None:
             distance, tag, requests = self._open
-            self._poll(requests, teams, context)  # raises with the barrier left open
+            self._poll(requests, teams, context, note)  # raises, the barrier left open
             distance, tag = 2 * distance, tag + 1
             self._open = (
                 (distance, tag, self._post(distance, tag)) if distance < self.size else None
@@ -70,7 +71,7 @@ class Barrier:
         send = self.comm.Isend([self._empty, self.mpi.BYTE], dest, tag)
         return [recv, send]
 
-    def _poll(self, requests, teams, context: str) -> None:
+    def _poll(self, requests, teams, context: str, note) -> None:
         pause, stuck_since = 1e-5, None
         while not self.mpi.Request.Testall(requests):
             peer, team = _team_peer_waiting(teams)
@@ -82,7 +83,7 @@ class Barrier:
                 raise MismatchError(
                     f"rank {self.rank} of {self.size} waits in barrier(){context} while rank "
                     f"{peer} waits for it in {waited_request(teams[team], team, self.rank)}: "
-                    f"the ranks did not make the same calls.{steps_text()} This rank's next "
+                    f"the ranks did not make the same calls.{steps_text(note)} This rank's next "
                     "barrier() resumes this one"
                 )
             time.sleep(pause)

@@ -30,9 +30,10 @@ class Departure:
         self.rank = comm.Get_rank()
         self.comm = comm.Dup() if self.size > 1 else None
 
-    def leave(self, teams, barrier=None) -> None:
+    def leave(self, teams, barrier=None, note=None) -> None:
         """Wait for every rank to leave too; abort the job if a peer waits for this
-        rank in a team operation or in a barrier (it would never return)."""
+        rank in a team operation or in a barrier (it would never return). note: the
+        session's steps_note, for the message."""
         if self.comm is None or _world() is None:  # one rank, or MPI already finalized
             return
         request = self.comm.Ibarrier()
@@ -53,7 +54,7 @@ class Departure:
                         f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
                         f"sys.exit() or the end of the script) while rank {peer} waits for it in "
                         f"{waited_request(team, t, self.rank)}: the ranks did not make the same "
-                        f"calls.{steps_text()} Aborting the job (MPI_Abort) instead of leaving "
+                        f"calls.{steps_text(note)} Aborting the job (MPI_Abort) instead of leaving "
                         f"rank {peer} waiting forever."
                     )
             time.sleep(pause)

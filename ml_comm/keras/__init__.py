@@ -46,7 +46,6 @@ import numpy as np
 from .. import api as mc
 from ..core.errors import MLCommError, StateError
 from ..core.patches import Patches
-from ..faults.abort import set_steps_note
 from . import apply, fit, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
 
@@ -90,7 +89,7 @@ def init(
     )
     apply.install(_patches)
     fit.install(_patches, per_batch_metrics)
-    set_steps_note(apply.steps_note)
+    mc.session().steps_note = apply.steps_note
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
 
@@ -100,14 +99,12 @@ def finalize() -> None:
     if not _patches:  # init did not run, or finalize did already
         return
     note = apply.steps_note() if mc.get_nranks() > 1 else ""
-    set_steps_note(lambda: note)  # for finalize's check that nobody waits for us
+    if mc.is_initialized():  # for finalize's check that nobody waits for us
+        mc.session().steps_note = lambda: note
     fit.forget()
     apply.forget()
     _patches.restore()
-    try:
-        mc.finalize()
-    finally:
-        set_steps_note(None)
+    mc.finalize()
 
 
 def set_team(model: keras.Model, team: int | None = 0) -> keras.Model:
