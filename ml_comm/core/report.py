@@ -26,9 +26,9 @@ class TeamReporter:
     def speaks(self, verbosity: int) -> bool:
         return verbosity >= 2 or (verbosity == 1 and self.rank == 0)
 
-    def configure(self, team_handle, config) -> None:
+    def configure(self, handle, config) -> None:
         every = config.perf_freq if self.speaks(config.verbosity) else 0
-        lib.mlc_team_set_report(team_handle, every, lib.mlc_py_report, self._handle)
+        lib.mlc_team_set_report(handle, every, lib.mlc_py_report, self._handle)
 
     def line(self, stats: dict) -> str:
         busy = stats["busy_seconds"]

@@ -263,7 +263,7 @@ def rocm_built() -> bool:
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     raise NotImplementedError(
         "start_timeline: ml_comm writes its timeline from the start when ML_COMM_TIMELINE "
-        "names a file (docs/timeline.md); set it before hvd.init()"
+        'names a file (docs/troubleshooting.md, "Timeline"); set it before hvd.init()'
     )
 
 

@@ -48,7 +48,7 @@ def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
 @raising_typed
 def gradients(
     grads,
-    team_handle: int,
+    team_id: int,
     nranks: int,
     average: bool = True,
     ksteps: int = 0,
@@ -75,11 +75,11 @@ def gradients(
             # The average over one rank is the gradient itself: no op, no cost.
             outs = tensors
         elif pipelined or tf.executing_eagerly() or None in counts:
-            with tf.control_dependencies(_chain(team_handle)):
+            with tf.control_dependencies(_chain(team_id)):
                 if pipelined:
                     outs = ops.ml_comm_pipelined_allreduce_n(
                         tensors,
-                        team_handle=team_handle,
+                        team_id=team_id,
                         ksteps=ksteps,
                         max_steps=max_steps,
                         average=average,
@@ -88,10 +88,10 @@ def gradients(
                     )
                 else:
                     outs = ops.ml_comm_allreduce_n(
-                        tensors, team_handle=team_handle, average=average, part=part, **parts
+                        tensors, team_id=team_id, average=average, part=part, **parts
                     )
             if not tf.executing_eagerly():
-                _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = outs[0].op
+                _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
         else:
             key = next(_group_keys)
             group = {"group_key": key, "counts": counts, "average": average, "nranks": nranks}
@@ -100,13 +100,13 @@ def gradients(
             # submits do not wait for it: an executor may run it after all of backprop
             # (one inter-op thread runs ops depth first), and the core pairs the opener
             # with its step's submits in either order.
-            with tf.control_dependencies(_chain(team_handle)):
+            with tf.control_dependencies(_chain(team_id)):
                 opener = ops.ml_comm_group_open(
-                    T=tensors[0].dtype, team_handle=team_handle, part=part, **group, **parts
+                    T=tensors[0].dtype, team_id=team_id, part=part, **group, **parts
                 )
                 submits = [
                     ops.ml_comm_group_submit(
-                        t, team_handle=team_handle, index=pos, part=part, **group, **parts
+                        t, team_id=team_id, index=pos, part=part, **group, **parts
                     )
                     for pos, t in enumerate(tensors)
                 ]
@@ -116,14 +116,14 @@ def gradients(
             # What makes the request orders the next group: the opener, or for one small
             # tensor, which its submit reduces then and there (ReducedBySubmit), the submit.
             first = opener if len(tensors) > 1 else submits[0][0]
-            _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = first.op
+            _last_anchor[tf.compat.v1.get_default_graph()][team_id] = first.op
         for i, out in zip(layout, outs):
             result[i] = out
     return result
 
 
 @raising_typed
-def broadcast(values, team_handle: int, root: int):
+def broadcast(values, team_id: int, root: int):
     """The ops behind `ml_comm.broadcast` with framework="tensorflow": new tensors holding
     root's values (a list for a list, a tensor for a tensor)."""
     ops = load_ops()
@@ -138,9 +138,7 @@ def broadcast(values, team_handle: int, root: int):
     previous: list = []
     for _dtype, idx in _by_dtype(dense).items():
         with tf.control_dependencies(previous):
-            outs = ops.ml_comm_broadcast_n(
-                [dense[i] for i in idx], team_handle=team_handle, root=root
-            )
+            outs = ops.ml_comm_broadcast_n([dense[i] for i in idx], team_id=team_id, root=root)
         previous = [] if tf.executing_eagerly() else [outs[0].op]
         for i, out in zip(idx, outs):
             result[i] = out
@@ -150,7 +148,7 @@ def broadcast(values, team_handle: int, root: int):
         # may wait for the broadcast: their submits are not ordered by TensorFlow
         # (unordered.py), and a rank that opened a group before the broadcast would
         # meet the others' broadcast with it.
-        _last_anchor.setdefault(graph, {})[team_handle] = previous[0]
+        _last_anchor.setdefault(graph, {})[team_id] = previous[0]
     return result[0] if single else result
 
 

@@ -43,7 +43,7 @@ def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
     team_id, _ = _team(team)
     t = tf.convert_to_tensor(tensor)
     ops = load_ops()
-    return _ordered(team_id, lambda: ops.ml_comm_allreduce_op([t], team_handle=team_id, op=code))[0]
+    return _ordered(team_id, lambda: ops.ml_comm_allreduce_op([t], team_id=team_id, op=code))[0]
 
 
 @raising_typed
@@ -52,7 +52,7 @@ def allgather(tensor, team: int = 0) -> tf.Tensor:
     team_id, _ = _team(team)
     t = tf.convert_to_tensor(tensor)
     ops = load_ops()
-    return _ordered(team_id, lambda: ops.ml_comm_allgather(t, team_handle=team_id))
+    return _ordered(team_id, lambda: ops.ml_comm_allgather(t, team_id=team_id))
 
 
 @raising_typed
@@ -63,7 +63,7 @@ def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
     team_id, _ = _team(team)
     t = tf.convert_to_tensor(tensor)
     ops = load_ops()
-    return _ordered(team_id, lambda: ops.ml_comm_reducescatter(t, team_handle=team_id, op=code))
+    return _ordered(team_id, lambda: ops.ml_comm_reducescatter(t, team_id=team_id, op=code))
 
 
 @raising_typed
@@ -82,15 +82,13 @@ def alltoall(tensor, splits=None, team: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     # that every rank fails with this rank named, as for any other wrong splits.
     splits = tf.cast(splits, tf.int64) if splits.dtype.is_integer else tf.zeros([0, 0], tf.int64)
     ops = load_ops()
-    out = _ordered(
-        team_id, lambda: ops.ml_comm_alltoall(t, splits, team_handle=team_id, evenly=evenly)
-    )
+    out = _ordered(team_id, lambda: ops.ml_comm_alltoall(t, splits, team_id=team_id, evenly=evenly))
     return out[0], out[1]
 
 
 def _team_of(op) -> int:
     """The team number of an op's team id (gradients run the ops on the same team)."""
-    return team_number(op.get_attr("team_handle"))
+    return team_number(op.get_attr("team_id"))
 
 
 @tf.RegisterGradient("MlCommAllreduceOp")

@@ -98,7 +98,7 @@ def team_number(team_id: int) -> int:
     raise StateError("ml_comm: this op belongs to a team that no longer exists")
 
 
-def _chain(team_handle: int):
+def _chain(team_id: int):
     """Control dependencies that keep this team's groups in one order on every rank.
 
     Groups of one team must open in the same order on all ranks; TensorFlow may
@@ -107,5 +107,5 @@ def _chain(team_handle: int):
     """
     graph = tf.compat.v1.get_default_graph()
     anchors = _last_anchor.setdefault(graph, {})
-    previous = anchors.get(team_handle)
+    previous = anchors.get(team_id)
     return [previous] if previous is not None else []

@@ -50,7 +50,7 @@ void *Data(const Tensor &t) { return const_cast<char *>(t.tensor_data().data());
 class RowsKernel : public AsyncOpKernel {
  public:
   explicit RowsKernel(OpKernelConstruction *c, const char *what) : AsyncOpKernel(c), what_(what) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
@@ -60,7 +60,7 @@ class RowsKernel : public AsyncOpKernel {
                                MLC_ERR_ARG),
                       done);
     // Held until the thread is done with it, so that finalize() waits for the call.
-    mlc_team *team = AcquireLive(team_handle_);
+    mlc_team *team = AcquireLive(team_id_);
     OP_REQUIRES_ASYNC(ctx, team != nullptr,
                       Carrying(tensorflow::errors::FailedPrecondition(
                                    "ml_comm: this op's team no longer exists or is being "
@@ -92,7 +92,7 @@ class RowsKernel : public AsyncOpKernel {
 
  private:
   const char *what_;
-  int64_t team_handle_ = 0;
+  int64_t team_id_ = 0;
 };
 
 }  // namespace
@@ -125,7 +125,7 @@ REGISTER_OP("MlCommAllgather")
     .Input("tensor: T")
     .Output("gathered: T")
     .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .Attr("team_id: int")
     .SetIsStateful()
     .SetShapeFn(RowsShape)
     .Doc("Every rank's rows, in rank order; the first dimension may differ by rank.");
@@ -171,7 +171,7 @@ REGISTER_OP("MlCommReducescatter")
     .Input("tensor: T")
     .Output("reduced: T")
     .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .Attr("team_id: int")
     .Attr("op: int")
     .SetIsStateful()
     .SetShapeFn(RowsShape)
@@ -209,7 +209,7 @@ REGISTER_OP("MlCommAlltoall")
     .Output("received: T")
     .Output("received_splits: int64")
     .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .Attr("team_id: int")
     .Attr("evenly: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext *c) {

@@ -103,7 +103,7 @@ class HeldTeam {
 };
 
 // The list ops' registration: N tensors of one dtype in, N out shaped as them, on the
-// team the id team_handle names. Use: REGISTER_OP(name).ML_COMM_LIST_OP("reduced").Attr(...)
+// team the id team_id names. Use: REGISTER_OP(name).ML_COMM_LIST_OP("reduced").Attr(...)
 inline tensorflow::Status ListShapes(tensorflow::shape_inference::InferenceContext *c) {
   for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
   return absl::OkStatus();
@@ -113,20 +113,20 @@ inline tensorflow::Status ListShapes(tensorflow::shape_inference::InferenceConte
       .Output(outputs ": N * T")     \
       .Attr("N: int >= 1")           \
       .Attr(TypeAttr())              \
-      .Attr("team_handle: int")      \
+      .Attr("team_id: int")          \
       .SetIsStateful()               \
       .SetShapeFn(ListShapes)
 
-// An asynchronous kernel on the team its team_handle attribute names, held while Start
+// An asynchronous kernel on the team its team_id attribute names, held while Start
 // runs; when the team is gone the op fails (HeldTeam sets why) without calling Start.
 class TeamKernel : public AsyncOpKernel {
  public:
   explicit TeamKernel(OpKernelConstruction *c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) final {
-    HeldTeam held(ctx, team_handle_);
+    HeldTeam held(ctx, team_id_);
     if (held.get() == nullptr) {
       done();
       return;
@@ -139,7 +139,7 @@ class TeamKernel : public AsyncOpKernel {
   // here when the call ends at once).
   virtual void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) = 0;
 
-  int64_t team_handle_ = 0;
+  int64_t team_id_ = 0;
 };
 
 // The core's code of a TensorFlow dtype, or -1.

@@ -10,8 +10,9 @@
 //   MlCommAllreduceN        a whole list at once (eager mode, where ops run one by one)
 //   MlCommBroadcastN        a list from root to every rank
 // (MlCommPipelinedAllreduceN, for pipelined teams, is in pipelined_allreduce.cc.)
-// A team crosses as its handle (an integer attr); the Python layer registers the
-// live handles, so a graph kept past finalize() fails with a message, not a crash.
+// A team crosses as its id (the attr team_id: the session's id of the team, never
+// reused), which the live-team table below turns into the core's handle, so a graph kept
+// past finalize() fails with a message, not a crash.
 
 #include "common.h"
 #include "result_memory.h"
@@ -207,7 +208,7 @@ bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataTyp
 REGISTER_OP("MlCommGroupOpen")
     .Output("opener: int64")
     .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .Attr("team_id: int")
     .Attr("group_key: int")
     .Attr("counts: list(int)")
     .Attr("average: bool = true")
@@ -230,7 +231,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
  public:
   explicit GroupOpenOp(OpKernelConstruction *c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("T", &dtype_));
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
     OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
     OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
@@ -243,7 +244,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &opener));
     opener->scalar<int64_t>()() = 0;
     if (nranks_ == 1) return;
-    HeldTeam held(ctx, team_handle_);
+    HeldTeam held(ctx, team_id_);
     mlc_team *team = held.get();
     if (team == nullptr || ReducedBySubmit(team, counts_, dtype_)) return;
     int64_t id = 0;
@@ -257,7 +258,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
     if (id == 0) return;  // every gradient of the step came first: nothing left to cancel
     tensorflow::CancellationManager *cm = ctx->cancellation_manager();
     if (cm == nullptr) return;
-    const int64_t team_id = team_handle_;
+    const int64_t team_id = team_id_;
     auto cancel = [team_id, id] {
       if (mlc_team *t = AcquireLive(team_id)) {
         mlc_team_group_cancel_opened(t, id);  // MLC_ERR_STATE: complete, nothing to do
@@ -269,7 +270,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
 
  private:
   DataType dtype_;
-  int64_t team_handle_ = 0, group_key_ = 0;
+  int64_t team_id_ = 0, group_key_ = 0;
   std::vector<int64_t> counts_;
   bool average_ = true;
   int nranks_ = 0;
@@ -283,7 +284,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Output("buffer: T")
     .Output("token: int64")
     .Attr(TypeAttr())
-    .Attr("team_handle: int")
+    .Attr("team_id: int")
     .Attr("group_key: int")
     .Attr("index: int")
     .Attr("counts: list(int)")
@@ -306,7 +307,7 @@ read it only through MlCommGroupWait(buffer, token).
 class GroupSubmitOp : public tensorflow::OpKernel {
  public:
   explicit GroupSubmitOp(OpKernelConstruction *c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_handle", &team_handle_));
+    OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
     OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
     OP_REQUIRES_OK(c, c->GetAttr("index", &index_));
     OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
@@ -325,7 +326,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
                              "ml_comm: gradient ", index_, " has ", input.NumElements(),
                              " elements but the graph was built for ", counts_[index_]),
                          MLC_ERR_ARG));
-    HeldTeam held(ctx, team_handle_);
+    HeldTeam held(ctx, team_id_);
     mlc_team *team = held.get();
     if (team == nullptr) return;
     Tensor *token = nullptr;
@@ -347,7 +348,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     }
     auto completion = std::make_shared<Completion>();
     completion->team = team;
-    completion->team_id = team_handle_;
+    completion->team_id = team_id_;
     completion->key = group_key_;
     completion->index = index_;
     completion->input = input;
@@ -395,7 +396,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
       ctx->SetStatus(CoreError(rc, absl::StrCat("ml_comm allreduce failed: ", err)));
   }
 
-  int64_t team_handle_ = 0, group_key_ = 0;
+  int64_t team_id_ = 0, group_key_ = 0;
   int index_ = 0;
   std::vector<int64_t> counts_;
   bool average_ = true;

@@ -90,7 +90,7 @@ class PipelinedAllreduceNOp : public TeamKernel {
     OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
     std::vector<int64_t> counts;
     for (int i = 0; i < inputs.size(); ++i) counts.push_back(inputs[i].NumElements());
-    auto p = FindPipeline(PipelineKey(team_handle_, CoreDtype(inputs[0].dtype()), counts));
+    auto p = FindPipeline(PipelineKey(team_id_, CoreDtype(inputs[0].dtype()), counts));
     std::unique_lock<std::mutex> lock(p->mutex);
     int phase = mlc_step_phase(p->calls++, ksteps_, max_steps_);
     if (phase == MLC_STEP_SYNC) {
