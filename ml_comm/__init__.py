@@ -49,21 +49,8 @@ from .api import (  # noqa: E402
     version_info,
 )
 from .core.version import VERSION as __version__  # noqa: E402, F401
-from .errors import (  # noqa: E402
-    BadArgumentError,
-    BadArgumentTypeError,
-    MismatchError,
-    MLCommError,
-    MPIError,
-    NonFiniteError,
-    OutOfMemoryError,
-    PeerLostError,
-    SettingsError,
-    StallError,
-    StateError,
-    ThreadLevelError,
-    WireOverflowError,
-)
+from .errors import *  # noqa: E402, F403 (the classes of errors.__all__)
+from .errors import __all__ as _error_classes  # noqa: E402
 from .mpi.init import init_mpi  # noqa: E402
 
 __all__ = [
@@ -71,19 +58,6 @@ __all__ = [
     "ALG_RABENSEIFNER",
     "ALG_RECURSIVE_DOUBLING",
     "ALG_RING",
-    "BadArgumentError",
-    "BadArgumentTypeError",
-    "MLCommError",
-    "MPIError",
-    "MismatchError",
-    "NonFiniteError",
-    "OutOfMemoryError",
-    "PeerLostError",
-    "SettingsError",
-    "StallError",
-    "StateError",
-    "ThreadLevelError",
-    "WireOverflowError",
     "allgather",
     "allreduce",
     "allreduce_sum",
@@ -106,4 +80,5 @@ __all__ = [
     "team_settings",
     "team_stats",
     "version_info",
+    *_error_classes,
 ]
