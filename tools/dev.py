@@ -2,6 +2,9 @@
 """Developer entry point: one command per job, each sets up `.venv` itself.
 
     python3 tools/dev.py train   # 2-rank TensorFlow training through ml_comm (digits data)
+    python3 tools/dev.py check   # the quick tier, after each change (under 5 minutes): ruff,
+                                 # unit tests but the slow ones, loopback at 1-8 ranks, MPI
+                                 # tests at 2 ranks but the slow ones (docs/developer.md)
     python3 tools/dev.py test    # everything: unit, faults, MPI at 1-4 ranks, 2-node test bed
                                  # (as root it installs the test bed's Slurm and munge packages;
                                  # the last line names every suite that skipped, and why)
@@ -241,16 +244,72 @@ def build_docs() -> int:
         return run([PY, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", site])
 
 
-def cmd_test() -> int:
-    ensure_venv()
-    failures: list[str] = []
-    skips: dict[str, SuiteSkips] = {}
+def ruff() -> list[str]:
+    """ruff check and format (the format check covers the documentation's Python blocks too)."""
     lint = ["ml_comm", "tools", "tests", "examples", "benchmarks"]
-    # The format check covers the documentation's Python blocks too.
     if run([PY, "-m", "ruff", "check", *lint]) or run(
         [PY, "-m", "ruff", "format", "--check", *lint, "README.md", "docs"]
     ):
-        failures.append("ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)")
+        return ["ruff (run: .venv/bin/ruff format . && .venv/bin/ruff check --fix .)"]
+    return []
+
+
+# The quick tier (`check`): what it leaves out of the full suite's unit and MPI tests, by
+# node id (pytest --deselect takes a prefix). Slow here, each 35-60 s when measured
+# (docs/developer.md "Two speeds of test"): the examples' trainings and the documentation's
+# scripts (a 2-rank job each), the site build, the sanitized loopback build; with
+# ML_COMM_QUICK_TESTS=1 the plain loopback build runs at 1-8 ranks instead of 1-16.
+QUICK_UNIT_LEFT_OUT = (
+    "tests/unit/test_loopback.py::test_algorithms_and_agreement_on_loopback[asan]",
+    "tests/unit/test_example_gan.py",
+    "tests/unit/test_example_keras.py",
+    "tests/unit/test_examples_tf.py",
+    "tests/unit/test_readme_examples.py::test_python_example_runs_at_two_ranks",
+    "tests/unit/test_docs.py::test_site_builds_in_strict_mode",
+    "tests/unit/test_hvd_surface.py::test_runner_answers_horovod_imports",
+)
+# The MPI tests of the quick tier, at 2 ranks: those of the NumPy API, and the TensorFlow
+# ops' paths (eager, tf.function, v1) and errors. Left out: the Keras hook's and Horovod's
+# trainings, and the ops' tests of other features (pipelining, broadcast, compression,
+# lifecycle, results' memory, team calls, overlap, the op library's build), which
+# train or wait on purpose.
+QUICK_TF_MODULES = ("test_tf_errors", "test_tf_mismatch", "test_tf_gradients", "test_tf_finite",
+                    "test_tf_collectives")  # fmt: skip
+QUICK_RANKS = 2
+
+
+def quick_mpi_tests() -> list[str]:
+    tf = [str(ROOT / "tests" / "mpi" / f"{name}.py") for name in QUICK_TF_MODULES]
+    return [*numpy_mpi_tests(), *tf]
+
+
+def cmd_check() -> int:
+    """The quick tier: ruff, the unit tests (the loopback C tests at 1-8 ranks) but the
+    slow ones, and the quick MPI tests at 2 ranks."""
+    ensure_venv()
+    started = time.monotonic()
+    failures = ruff()
+    skips: dict[str, SuiteSkips] = {}
+    env = {**os.environ, "ML_COMM_QUICK_TESTS": "1"}
+    left_out = [f"--deselect={node}" for node in QUICK_UNIT_LEFT_OUT]
+    if pytest_suite("unit", [*left_out, "tests/unit", "tools/tests"], skips, env=env) != 0:
+        failures.append(suite_failure("unit", "unit (quick)", skips))
+    pytest = [PY, "-m", "pytest", "-q", "--with-mpi", "-p", "no:cacheprovider"]
+    if mpirun(QUICK_RANKS, [*pytest, *quick_mpi_tests()]) != 0:
+        failures.append(f"mpi n={QUICK_RANKS} (quick)")
+    seconds = time.monotonic() - started
+    if failures:
+        print(f"FAILED after {seconds:.0f} s: {', '.join(failures)}", flush=True)
+        return 1
+    print(f"OK after {seconds:.0f} s: ruff, unit and loopback (quick), mpi n={QUICK_RANKS} "
+          "(quick)", flush=True)  # fmt: skip
+    return 0
+
+
+def cmd_test() -> int:
+    ensure_venv()
+    failures: list[str] = ruff()
+    skips: dict[str, SuiteSkips] = {}
     if build_docs() != 0:
         failures.append("docs (mkdocs build --strict)")
     # SimGrid from Debian as root (the scale model, docs/scale.md), before the unit tests,
@@ -357,6 +416,7 @@ def cmd_other_mpis() -> int:
 
 COMMANDS = {
     "train": cmd_train,
+    "check": cmd_check,
     "test": cmd_test,
     "bench": cmd_bench,
     "tsan": cmd_tsan,

@@ -49,8 +49,10 @@ def build(out: Path, *flags: str) -> Path:
 
 # The sanitized build takes 4 times as long at 1-16 ranks as at 1-8 (3 minutes against 45 s
 # here); the plain build covers 9-16 in CI, and ML_COMM_LONG_TESTS=1 runs the sanitized one
-# there too.
+# there too. The quick tier (tools/dev.py check) sets ML_COMM_QUICK_TESTS=1: the plain build
+# at 1-8 ranks (and it leaves the sanitized one out).
 ASAN_MAX_RANKS = 16 if os.environ.get("ML_COMM_LONG_TESTS") == "1" else 8
+PLAIN_MAX_RANKS = 8 if os.environ.get("ML_COMM_QUICK_TESTS") == "1" else 16
 
 
 @pytest.mark.parametrize(
@@ -58,7 +60,7 @@ ASAN_MAX_RANKS = 16 if os.environ.get("ML_COMM_LONG_TESTS") == "1" else 8
     # The sanitized build cuts the rings' blocks into 40-byte pieces, so that the tests'
     # small blocks take the pipelined rings' many pieces too.
     [
-        (("-O2",), 16),
+        (("-O2",), PLAIN_MAX_RANKS),
         (
             ("-O1", "-g", "-fsanitize=address,undefined", "-DMLC_RING_PIECE_BYTES=40"),
             ASAN_MAX_RANKS,
