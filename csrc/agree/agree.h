@@ -24,6 +24,8 @@ _Static_assert(MLC_ROWS_CARRY_BYTES >= MLC_DIRECT_MAX_BYTES, "carried rows fit t
  * disagreement, and a stall's arrival notices (arrivals.c), which a rank that
  * never stalled leaves unreceived. */
 enum { MLC_AGREE_TREE_TAG = 0, MLC_AGREE_TABLE_TAG = 1, MLC_AGREE_NOTICE_TAG = 2 };
+/* The table after a disagreement exchanges with this many peers at a time. */
+#define MLC_TABLE_WINDOW 32
 
 /* What this rank submitted for one request, and how it is to be carried out. */
 typedef struct mlc_sign_input {
@@ -86,7 +88,10 @@ enum {
     MLC_BAD_SPLITS_COUNT = 2,        /* how many splits; how many ranks */
     MLC_BAD_SPLIT_NEGATIVE = 3,      /* which split; its value */
     MLC_BAD_SPLITS_SUM = 4,          /* the splits' sum; the input's rows */
-    MLC_BAD_ROWS_UNEVEN = 5          /* no splits: the input's rows; the ranks */
+    MLC_BAD_ROWS_UNEVEN = 5,         /* no splits: the input's rows; the ranks */
+    MLC_BAD_SPLITS_OVERFLOW = 6,     /* splits whose sum passes 2^63-1: the split where it did; its value */
+    MLC_BAD_SIZE_OVERFLOW = 7,       /* rows times the row's bytes passes 2^63-1: the rows; the row's elements */
+    MLC_BAD_NO_BUFFER = 8            /* no buffer for bytes that must move: 0 input, 1 output; the bytes */
 };
 
 /* Where a request stands in the check (mlc_agreement.state). */
@@ -131,7 +136,7 @@ typedef struct mlc_agree {
     char *mine, *theirs;  /* this rank's record and a partner's, each with direct_bytes after */
     char *joined;         /* carried rows of two records, joined in rank order */
     char *slots;          /* after a disagreement: every rank's signature (signature.c) */
-    mlc_tp_req *reqs;     /* 2 (size - 1) */
+    mlc_tp_req *reqs;     /* 2 MLC_TABLE_WINDOW: the tree's two, the table's window */
     _Atomic int64_t messages, checks; /* sent and received, and requests checked, in all */
     mlc_arrivals arrivals; /* who reached a stalled request (arrivals.c) */
     _Atomic int stop_requested; /* this rank asked to stop: every later signature says so */

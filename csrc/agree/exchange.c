@@ -123,7 +123,7 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->theirs = malloc(rec);
     ag->joined = malloc(MLC_DIRECT_MAX_BYTES);
     ag->slots = calloc(n, mlc_signature_bytes());
-    ag->reqs = calloc(2 * (size_t)n, sizeof *ag->reqs);
+    ag->reqs = calloc(2 * MLC_TABLE_WINDOW, sizeof *ag->reqs);
     if (!ag->mine || !ag->theirs || !ag->joined || !ag->slots || !ag->reqs || mlc_arrivals_open(&ag->arrivals, n))
         return MLC_ERR_NOMEM;
     return MLC_OK;
@@ -432,31 +432,30 @@ static int tree(mlc_agree *ag, mlc_agreement *a) {
     return MLC_OK;
 }
 
-/* Every rank's signature to every rank (after a disagreement or NaN/Inf). */
+/* Every rank's signature to every rank (after a disagreement or NaN/Inf), in windows
+ * of pairwise steps: at step s rank r sends to r+s and receives from r-s, so each
+ * window's messages pair with the peers' same window and at most 2 MLC_TABLE_WINDOW
+ * requests are outstanding at any rank count. */
 static int table(mlc_agree *ag, mlc_agreement *a) {
     mlc_tp *tp = &ag->tp;
-    const int n = tp->size, me = tp->rank, npeers = n - 1;
+    const int n = tp->size, me = tp->rank;
     const int64_t bytes = (int64_t)mlc_signature_bytes();
-    int rc = MLC_OK, nrecv = 0, nsend = 0;
-    for (int k = 0; k < npeers && rc == MLC_OK; k++) {
-        int peer = k < me ? k : k + 1;
-        rc = mlc_tp_irecv(tp, slot(ag, peer), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[k]);
-        nrecv += rc == MLC_OK;
-    }
-    for (int k = 0; k < npeers && rc == MLC_OK; k++) {
-        int peer = k < me ? k : k + 1;
-        rc = mlc_tp_isend(tp, slot(ag, me), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[npeers + k]);
-        nsend += rc == MLC_OK;
-    }
-    a->messages += nrecv + nsend;
-    if (rc != MLC_OK) {
-        mlc_tp_abandon(tp, nrecv, ag->reqs);
-        mlc_tp_abandon(tp, nsend, ag->reqs + npeers);
-        return failed(ag, a, rc);
-    }
-    if ((rc = mlc_tp_waitall(tp, 2 * npeers, ag->reqs)) != MLC_OK) {
-        mlc_tp_abandon(tp, 2 * npeers, ag->reqs);
-        return failed(ag, a, rc);
+    for (int first = 1; first < n; first += MLC_TABLE_WINDOW) {
+        const int last = first + MLC_TABLE_WINDOW < n ? first + MLC_TABLE_WINDOW : n;
+        int rc = MLC_OK, posted = 0;
+        for (int step = first; step < last && rc == MLC_OK; step++) {
+            const int from = mlc_pairwise_recv_peer(me, n, step), to = mlc_pairwise_send_peer(me, n, step);
+            rc = mlc_tp_irecv(tp, slot(ag, from), bytes, from, MLC_AGREE_TABLE_TAG, &ag->reqs[posted]);
+            posted += rc == MLC_OK;
+            if (rc == MLC_OK) rc = mlc_tp_isend(tp, slot(ag, me), bytes, to, MLC_AGREE_TABLE_TAG, &ag->reqs[posted]);
+            posted += rc == MLC_OK;
+        }
+        a->messages += posted;
+        if (rc == MLC_OK) rc = mlc_tp_waitall(tp, posted, ag->reqs);
+        if (rc != MLC_OK) {
+            mlc_tp_abandon(tp, posted, ag->reqs);
+            return failed(ag, a, rc);
+        }
     }
     return MLC_OK;
 }
@@ -472,7 +471,12 @@ static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
     ahead->expected = mlc_signature_ahead(slot(ag, (r + n - 1) % n));
     ahead->right_sent = mlc_signature_ahead(slot(ag, (r + 1) % n));
     a->left_ahead = ahead->expected;
+    /* Watched like every other wait: a neighbour that never completes its side is named. */
+    mlc_stall stall;
+    mlc_stall_begin(&stall, &ag->dog, a->seq, describe_agreement, a, NULL, NULL);
+    mlc_tp_set_progress(&ag->ahead_tp, mlc_stall_transport_progress, &stall);
     mlc_ring_ahead_complete(&ag->ahead_tp, ahead);
+    mlc_tp_set_progress(&ag->ahead_tp, NULL, NULL);
 }
 
 /* The tree, then the table when the record says the ranks differ; the verdict. */
@@ -485,8 +489,11 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
     const record *r = (const record *)ag->mine;
     if (rc == MLC_OK && (r->digest_min != r->digest_max || r->nonfinite_ranks > 0 || r->bad_ranks > 0)) {
         rc = ag->tp.size > 1 ? table(ag, a) : MLC_OK;
-        if (rc == MLC_OK) rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a);
-        if (rc != MLC_OK && ag->tp.size > 1) settle_ahead(ag, a);
+        /* Only a complete table says what the neighbours sent ahead; after a failed one the
+         * team layer cancels what this rank posted (left_ahead stays -1). */
+        if (rc == MLC_OK && (rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a)) &&
+            ag->tp.size > 1)
+            settle_ahead(ag, a);
     }
     mlc_tp_set_progress(&ag->tp, NULL, NULL);
     if (rc != MLC_OK) return rc;

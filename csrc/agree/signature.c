@@ -420,12 +420,21 @@ static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {
 static void append_bad_args(char *buf, size_t len, size_t *off, int code, const int64_t detail[2]) {
     const long long x = (long long)detail[0], y = (long long)detail[1];
     switch (code) {
-    case MLC_BAD_SPLITS_NOT_INTEGERS: mlc_append(buf, len, off, "splits are not a 1-D list of integers"); break;
+    case MLC_BAD_SPLITS_NOT_INTEGERS: mlc_append(buf, len, off, "splits are not a 1-D list of 64-bit integers"); break;
     case MLC_BAD_SPLITS_COUNT: mlc_append(buf, len, off, "%lld splits for %lld ranks (one per rank)", x, y); break;
     case MLC_BAD_SPLIT_NEGATIVE: mlc_append(buf, len, off, "splits[%lld] is %lld, negative", x, y); break;
     case MLC_BAD_SPLITS_SUM: mlc_append(buf, len, off, "splits add up to %lld rows, the input has %lld", x, y); break;
     case MLC_BAD_ROWS_UNEVEN:
         mlc_append(buf, len, off, "no splits, and its %lld rows do not divide by the %lld ranks", x, y);
+        break;
+    case MLC_BAD_SPLITS_OVERFLOW:
+        mlc_append(buf, len, off, "splits add up to more than 2^63-1 rows (at splits[%lld] = %lld)", x, y);
+        break;
+    case MLC_BAD_SIZE_OVERFLOW:
+        mlc_append(buf, len, off, "%lld rows of %lld elements are more than 2^63-1 bytes", x, y);
+        break;
+    case MLC_BAD_NO_BUFFER:
+        mlc_append(buf, len, off, "no %s buffer for its %lld bytes", x ? "output" : "input", y);
         break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }

@@ -87,13 +87,34 @@ static int agreed(mlc_team *team, const mlc_request *req) {
     return 1;
 }
 
+static void describe_request(const void *arg, char *buf, size_t len) {
+    mlc_sign_input in;
+    const mlc_request *req = arg;
+    mlc_sign_input_of(req->team, req, &in);
+    mlc_describe_input(&in, buf, len);
+}
+
+/* The previous check's first round, completed on the caller's transport: watched like
+ * every other wait, so that a neighbour that never sends its side is named. req has no
+ * place in the queue yet: the wait is named after the team's last request. */
+static void complete_watched(mlc_team *team, const mlc_request *req) {
+    mlc_stall stall;
+    pthread_mutex_lock(&team->lock);
+    const int64_t last = (int64_t)team->next_seq;
+    pthread_mutex_unlock(&team->lock);
+    mlc_stall_begin(&stall, &team->agree.dog, last, describe_request, req, NULL, NULL);
+    mlc_tp_set_progress(&team->caller_tp, mlc_stall_transport_progress, &stall);
+    mlc_ring_ahead_complete(&team->caller_tp, &team->ahead);
+    mlc_tp_set_progress(&team->caller_tp, NULL, NULL);
+}
+
 void mlc_ahead_prepare(mlc_team *team, mlc_request *req) {
     if (team->ahead_state == AHEAD_AGREED && req->covered && req->kind == MLC_KIND_ALLGATHER) {
         req->rows.ahead = &team->ahead; /* the allgather's data: its ring completes it */
     } else if (team->ahead_state != AHEAD_NONE) {
         /* The allgather's data request never came (its caller gave up): the first round
          * is completed here, as every rank's next request does. */
-        mlc_ring_ahead_complete(&team->caller_tp, &team->ahead);
+        complete_watched(team, req);
     }
     team->ahead_state = AHEAD_NONE;
 }

@@ -149,23 +149,32 @@ def alltoall(s: Session, array, splits, team: int) -> tuple[np.ndarray, np.ndarr
     )  # fmt: skip
     _check(rc, "alltoall", s)
     received = np.array(list(recv_rows), dtype=np.int64)
-    out = _empty((int(received.sum()), *arr.shape[1:]), arr.dtype)
+    try:
+        out = _empty((int(received.sum()), *arr.shape[1:]), arr.dtype)
+    except MemoryError:
+        # The others are about to exchange with this rank: it still takes part, with no
+        # output, and the core fails the call on every rank, naming this one.
+        out = None
     rc = lib.mlc_team_alltoallv(
-        handle, buffer(arr), send_rows, buffer(out), recv_rows, ndim, shape, code, s.err, ERR_LEN
-    )
+        handle, buffer(arr), send_rows, ffi.NULL if out is None else buffer(out), recv_rows,
+        ndim, shape, code, s.err, ERR_LEN,
+    )  # fmt: skip
     check(rc, "alltoall", s.err)
     return out, received
 
 
 def _splits(splits):
     """The splits as the core takes them: (NULL, 0) for none (evenly), (NULL, -1) for
-    something that is not a 1-D list of integers (the core says so on every rank)."""
+    something that is not a 1-D list of 64-bit integers (the core says so on every rank)."""
     if splits is None:
         return ffi.NULL, 0
     send = np.asarray(splits)
     if send.ndim != 1 or not (np.issubdtype(send.dtype, np.integer) or send.size == 0):
         return ffi.NULL, -1
-    return ffi.new("int64_t[]", [int(x) for x in send]), int(send.shape[0])
+    values = [int(x) for x in send]
+    if any(not -(2**63) <= x < 2**63 for x in values):  # numbers numpy kept as objects
+        return ffi.NULL, -1
+    return ffi.new("int64_t[]", values), len(values)
 
 
 def allreduce(s: Session, array, op: str, team: int) -> np.ndarray:

@@ -481,8 +481,14 @@ def bad_splits(rank: int, last: int, n: int) -> dict[str, tuple]:
         "too few": (n, good[:-1], f"{n - 1} splits for {n} ranks"),
         "negative": (n, [-1] + [1] * (n - 2) + [2], "splits[0] is -1, negative"),
         "sum": (n + 2, good, f"splits add up to {n} rows, the input has {n + 2}"),
-        "floats": (n, [1.0] * n, "splits are not a 1-D list of integers"),
+        "floats": (n, [1.0] * n, "splits are not a 1-D list of 64-bit integers"),
         "uneven": (n + 1, None, f"no splits, and its {n + 1} rows do not divide by the {n} ranks"),
+        # From 3 ranks their int64 sum wraps around to the 6 rows of the input.
+        "overflow": (
+            6,
+            [2**63 - 1, 2**63 - 1, 8] + [0] * (n - 3) if n >= 3 else [2**63 - 1, 1],
+            "splits add up to more than 2^63-1 rows (at splits[1] = ",
+        ),
     }
     return {
         k: (v if rank == last else (n, good if v[1] is not None else None, v[2]))
@@ -490,7 +496,9 @@ def bad_splits(rank: int, last: int, n: int) -> dict[str, tuple]:
     }
 
 
-@pytest.mark.parametrize("case", ["too many", "too few", "negative", "sum", "floats", "uneven"])
+@pytest.mark.parametrize(
+    "case", ["too many", "too few", "negative", "sum", "floats", "uneven", "overflow"]
+)
 def test_alltoall_bad_splits_fail_on_every_rank(pair, case):
     """Splits that are wrong on one rank fail the call on every rank at once (not after
     the stall warning), naming that rank and what was wrong; the team keeps working."""
