@@ -273,12 +273,14 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
-    backend = _active().backend
-    if out is None:
+    s = _active()
+    backend = s.backend
+    if backend.name != "numpy":  # a framework's ops, on its own threads: no call identity
+        if out is not None:
+            raise ValueError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
         return backend.gradients(grads, team)
-    if backend.name != "numpy":
-        raise ValueError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
-    return backend.gradients(grads, team, out)
+    with s.calls.calling(team, s.team(team)):
+        return backend.gradients(grads, team, out)
 
 
 def broadcast(values, root: int = 0, team: int = 0):
@@ -288,17 +290,25 @@ def broadcast(values, root: int = 0, team: int = 0):
     team that carries it (the model's, so that it keeps its place among that team's
     calls when another thread drives another team).
     """
-    return _active().backend.broadcast(values, root, team)
+    s = _active()
+    if s.backend.name != "numpy":
+        return s.backend.broadcast(values, root, team)
+    with s.calls.calling(team, s.team(team)):
+        return s.backend.broadcast(values, root, team)
 
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Average `array` over all ranks, in place; returns it."""
-    return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_AVERAGE, "average")
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return reductions.reduce_in_place(s, array, team, lib.MLC_OP_AVERAGE, "average")
 
 
 def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Sum `array` over all ranks, in place; returns it."""
-    return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_SUM, "allreduce_sum")
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return reductions.reduce_in_place(s, array, team, lib.MLC_OP_SUM, "allreduce_sum")
 
 
 def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
@@ -306,7 +316,9 @@ def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
 
     op: "sum", "average", "min", "max" or "product" (docs/collectives.md).
     """
-    return collectives.allreduce(_active(), array, op, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.allreduce(s, array, op, team)
 
 
 def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
@@ -315,21 +327,40 @@ def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
     The first dimension may differ by rank (0 included); the other dimensions and the
     dtype must agree, else every rank raises MLCommError naming each rank's call.
     """
-    return collectives.allgather(_active(), array, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.allgather(s, array, team)
 
 
 def reducescatter(array: np.ndarray, op: str = "average", team: int = 0) -> np.ndarray:
     """`array` (the same shape on every rank) reduced over the ranks with op ("sum" or
     "average"; also "min", "max", "product"), of which this rank gets its share of rows:
     rows // size, one more on each of the first rows % size ranks, in rank order."""
-    return collectives.reducescatter(_active(), array, op, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.reducescatter(s, array, op, team)
 
 
 def alltoall(array: np.ndarray, splits=None, team: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Send splits[d] rows of `array` (in order) to rank d; returns (the rows received,
     in rank order, and an int64 array of how many came from each rank). splits=None:
     the rows split evenly over the ranks."""
-    return collectives.alltoall(_active(), array, splits, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.alltoall(s, array, splits, team)
+
+
+def step(number: int | None = None):
+    """Mark a training step: `with ml_comm.step(i): ...` around each step's calls.
+
+    Every call inside carries the step's number and its place in the step, and the ranks
+    check them with its layout: a rank that left a step early (an exception it caught) or
+    skipped a call is found at its next call; the ranks behind raise MLCommError naming
+    the ranks ahead and how far, the ranks ahead wait for the others' next call, and the
+    steps after are exact. number: the step's number (>= 1; None: this thread's previous
+    step + 1). Steps do not nest; each thread marks its own.
+    """
+    return _active().calls.step(number)
 
 
 def check_buffers_match(values, flag: int = 1) -> int:
@@ -337,7 +368,9 @@ def check_buffers_match(values, flag: int = 1) -> int:
 
     flag: when nonzero, each rank whose buffers differ prints so.
     """
-    return broadcasts.check_buffers_match(_active(), values, flag)
+    s = _active()
+    with s.calls.calling(0, s.team(0)):
+        return broadcasts.check_buffers_match(s, values, flag)
 
 
 def team_settings(team: int = 0) -> dict:

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "arrivals.h"
+#include "waits.h"
 #include "watchdog.h"
 
 /* Below MPICH's eager limit for shared memory (a message of 8 KiB goes slower),
@@ -27,8 +28,27 @@ enum { MLC_AGREE_TREE_TAG = 0, MLC_AGREE_TABLE_TAG = 1, MLC_AGREE_NOTICE_TAG = 2
 /* The table after a disagreement exchanges with this many peers at a time. */
 #define MLC_TABLE_WINDOW 32
 
+/* Bytes of a calling thread's name that a signature keeps, for messages. */
+#define MLC_ORIGIN_NAME_LEN 24
+
+/* Where a request stands in its caller's program, beyond its layout: ranks whose calls
+ * differ here are at different calls (one skipped a call, left a step early, or is a
+ * step behind), or on different threads. All zero: not said (a framework's op). */
+typedef struct mlc_call_id {
+    int64_t step;  /* the caller's step number; 0: the caller marks no steps */
+    int64_t index; /* the call's place in its step on the team (from 0), or, where steps
+                    * are not marked, among all of the team's calls */
+    uint64_t origin; /* a digest of the calling thread's name (0: not said) */
+    char origin_name[MLC_ORIGIN_NAME_LEN]; /* that name, cut, for messages */
+} mlc_call_id;
+
+/* mlc_judge's verdict for a rank whose call is ahead of some other rank's: its request
+ * is exchanged again, against those ranks' next ones (never seen outside agree/). */
+#define MLC_AGREE_RETRY 100
+
 /* What this rank submitted for one request, and how it is to be carried out. */
 typedef struct mlc_sign_input {
+    mlc_call_id call; /* compared: the rule above (signature.c) */
     int kind, dtype, op, root;
     int ntensors, part, nparts, is_group;
     int call_dtypes; /* bit d: the caller's call has a part of dtype d (0: not said) */
@@ -78,6 +98,7 @@ typedef struct mlc_sign_input {
      * completes both sides before the verdict (mlc_agree.ahead_tp). */
     int64_t ahead_bytes;
     struct mlc_ring_ahead *ahead;
+    const char *ahead_own; /* where those bytes lie: posted again when the check retries */
 } mlc_sign_input;
 
 /* What a rank found wrong with its own arguments (mlc_sign_input.bad_args), and what
@@ -138,7 +159,10 @@ typedef struct mlc_agree {
     char *slots;          /* after a disagreement: every rank's signature (signature.c) */
     mlc_tp_req *reqs;     /* 2 MLC_TABLE_WINDOW: the tree's two, the table's window */
     _Atomic int64_t messages, checks; /* sent and received, and requests checked, in all */
+    int64_t rounds; /* exchanges so far: the same on every rank for the same exchange, where
+                     * request numbers part after a retry; arrival notices carry it */
     mlc_arrivals arrivals; /* who reached a stalled request (arrivals.c) */
+    mlc_waits *waits;      /* the job's long waits, the context's (waits.c); NULL: one rank */
     _Atomic int stop_requested; /* this rank asked to stop: every later signature says so */
     _Atomic int64_t stop_seq;   /* first request whose verdict carried a stop; -1: none yet */
     int drop_left; /* parts of a failed multi-request call to fail without exchanging */
@@ -191,11 +215,13 @@ int mlc_signature_stop(const mlc_signature *s);
 int mlc_signature_bad_args(const mlc_signature *s); /* MLC_BAD_* */
 int64_t mlc_signature_ahead(const mlc_signature *s);  /* mlc_sign_input.ahead_bytes */
 void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
-/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_ARG (a rank's
- * own arguments were bad: naming each such rank and what), MLC_ERR_MISMATCH
- * (naming the shapes, or the settings, that differ and their ranks) or
- * MLC_ERR_NONFINITE with the message. */
-int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a);
+/* The verdict on n signatures at stride slot_bytes, for rank `rank`: MLC_OK,
+ * MLC_AGREE_RETRY (the ranks' calls differ and this rank's is the furthest: it waits for
+ * the others' next ones), MLC_ERR_MISMATCH (this rank's call is behind another's, naming
+ * the ranks ahead and how far; or the shapes or settings differ, naming them and their
+ * ranks), MLC_ERR_ARG (a rank's own arguments were bad: naming each such rank and what)
+ * or MLC_ERR_NONFINITE, with the message. */
+int mlc_judge(const char *slots, size_t slot_bytes, int n, int rank, int team_id, mlc_agreement *a);
 /* "average of 3 float32 tensors, 1000 elements" and the like. */
 void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len);
 /* "splits add up to 5 rows, the input has 6" and the like: an MLC_BAD_* with its details. */

@@ -207,8 +207,10 @@ void mlc_agree_ready(mlc_agree *ag, mlc_agreement *a, const mlc_sign_input *in) 
 typedef struct waiting {
     mlc_agree *ag;
     mlc_agreement *a;
+    int64_t round; /* the exchange's number on every rank (mlc_agree.rounds) */
     mlc_stall stall;
     int announced;
+    mlc_wait wait; /* what the job's deadlock check hears of it (waits.c) */
 } waiting;
 
 static void describe_agreement(const void *arg, char *buf, size_t len) {
@@ -222,7 +224,7 @@ static void describe_inputs(const void *arg, char *buf, size_t len) {
 static void announce(waiting *w) {
     mlc_tp *tp = &w->ag->tp;
     mlc_tp_set_progress(tp, NULL, NULL); /* no stall checks inside the stall's own messages */
-    mlc_arrivals_announce(&w->ag->arrivals, tp, w->a->seq);
+    mlc_arrivals_announce(&w->ag->arrivals, tp, w->round);
     w->announced = 1;
 }
 
@@ -238,7 +240,7 @@ static void describe_missing(const void *arg, char *buf, size_t len) {
         while (mlc_now() < until) sched_yield();
     }
     mlc_tp_set_progress(tp, NULL, NULL);
-    mlc_arrivals_describe(&w->ag->arrivals, tp, w->a->seq, buf, len);
+    mlc_arrivals_describe(&w->ag->arrivals, tp, w->round, buf, len);
     mlc_tp_set_progress(tp, progress, progress_arg);
 }
 
@@ -247,6 +249,7 @@ static void describe_missing(const void *arg, char *buf, size_t len) {
 static void exchange_progress(void *arg, const mlc_tp *tp, int64_t poll) {
     waiting *w = arg;
     mlc_stall_poll(&w->stall);
+    if (w->ag->waits && w->stall.polls % 64 == 1) mlc_waits_poll(w->ag->waits, &w->wait);
     if (w->announced || w->stall.start == 0 || w->stall.polls % 64 != 1) return;
     const mlc_watchdog *d = w->stall.dog;
     double limit = d->warn > 0 ? d->warn : d->abort;
@@ -481,8 +484,14 @@ static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
 
 /* The tree, then the table when the record says the ranks differ; the verdict. */
 static int exchange(mlc_agree *ag, mlc_agreement *a) {
-    waiting w = {ag, a, {0}, 0};
+    waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, mlc_now(), ""}};
     mlc_stall_begin(&w.stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &w);
+    if (ag->waits) {
+        char desc[MLC_WAIT_TEXT];
+        mlc_describe_input(&a->in, desc, sizeof desc);
+        snprintf(w.wait.what, sizeof w.wait.what, "team %d request %lld (%s)", ag->dog.team_id, (long long)a->seq,
+                 desc);
+    }
     mlc_tp_set_progress(&ag->tp, exchange_progress, &w);
     make_record(ag, a);
     int rc = ag->tp.size > 1 ? tree(ag, a) : MLC_OK;
@@ -491,11 +500,12 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
         rc = ag->tp.size > 1 ? table(ag, a) : MLC_OK;
         /* Only a complete table says what the neighbours sent ahead; after a failed one the
          * team layer cancels what this rank posted (left_ahead stays -1). */
-        if (rc == MLC_OK && (rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a)) &&
+        if (rc == MLC_OK && (rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->tp.rank, ag->dog.team_id, a)) &&
             ag->tp.size > 1)
             settle_ahead(ag, a);
     }
     mlc_tp_set_progress(&ag->tp, NULL, NULL);
+    mlc_waits_leave(ag->waits, &w.wait);
     if (rc != MLC_OK) return rc;
     a->stop_asked = r->stop != 0;
     int64_t none = -1;
@@ -529,6 +539,15 @@ static int wait_ready(mlc_agree *ag, mlc_agreement *a) {
     return ready ? MLC_OK : MLC_ERR_STATE;
 }
 
+/* A check retried because this rank's call was ahead of others': the table's round
+ * completed what it had sent ahead (its neighbour dropped it), so it goes ahead again,
+ * as its signature says, for the others' next request. */
+static void send_ahead_again(mlc_agree *ag, mlc_agreement *a) {
+    if (a->left_ahead < 0 || !a->in.ahead || a->in.ahead_bytes <= 0) return;
+    if (mlc_ring_ahead_post(&ag->ahead_tp, a->in.ahead, a->in.ahead_own, a->in.ahead_bytes) != MLC_OK)
+        a->in.ahead_bytes = 0; /* nothing went: its next signature says so */
+}
+
 /* Exchange and judge one request (or fail it as the rest of a failed call), then
  * publish the verdict. Called with the exchange lock held, in queue order. */
 static void check_one(mlc_agree *ag, mlc_agreement *a) {
@@ -550,10 +569,16 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
             a->in.direct = 0; /* the threshold shrank since the plan was made */
             a->in.sizes_count = 0;
         }
-        mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
-        status = exchange(ag, a);
+        for (;;) {
+            mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
+            status = exchange(ag, a);
+            ag->rounds++;
+            atomic_fetch_add(&ag->checks, 1);
+            if (status != MLC_AGREE_RETRY) break;
+            send_ahead_again(ag, a);
+            a->left_ahead = -1;
+        }
         atomic_fetch_add(&ag->messages, a->messages);
-        atomic_fetch_add(&ag->checks, 1);
         if (status != MLC_OK && a->in.nparts > 1 && a->in.part + 1 < a->in.nparts) {
             ag->drop_left = a->in.nparts - a->in.part - 1;
             ag->drop_status = status;

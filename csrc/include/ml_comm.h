@@ -128,6 +128,11 @@ void mlc_context_destroy(mlc_context *ctx);
 int mlc_context_rank(const mlc_context *ctx);
 int mlc_context_size(const mlc_context *ctx);
 int mlc_context_barrier(mlc_context *ctx);
+/* Every rank waiting inside ml_comm this long for requests the others have not made (a
+ * blocked caller, an agreement exchange waiting for peers) ends the job with a message
+ * naming every rank's wait (agree/waits.c); default 120, 0: never. Ranks busy outside
+ * ml_comm keep the stall abort's limit (mlc_team_set_stall_limits). */
+int mlc_context_set_deadlock_limit(mlc_context *ctx, double seconds);
 const char *mlc_mpi_library_version(char *buf, size_t len);
 /* The file of the MPI library the core calls (dladdr of an MPI symbol); "" if unknown. */
 const char *mlc_mpi_library_path(char *buf, size_t len);
@@ -330,6 +335,17 @@ int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks
  * ends its own slice (csrc/base/thread_slice.c; Linux 6.12 and later). 0, the default:
  * the kernel's own. */
 int mlc_team_set_thread_slice(mlc_team *team, int64_t ns);
+/* Where the calling thread's next requests on the team stand in its program, which the
+ * ranks must share beyond the requests' layout (the agreement check compares it): step,
+ * the caller's step number (0: it marks no steps); index, the call's place in that step
+ * on this team, or among all of the team's calls where steps are not marked; origin, a
+ * digest of the calling thread's name (0: not said), and the name for messages. Requests
+ * of other threads (a framework's ops) carry none. Where the ranks' (step, index)
+ * differ, the requests behind the furthest fail, naming the ranks ahead and how far, and
+ * the furthest are checked again against the others' next requests, so the ranks
+ * realign; ranks whose origins differ fail. Until mlc_team_clear_call from that thread. */
+int mlc_team_set_call(mlc_team *team, int64_t step, int64_t index, uint64_t origin, const char *origin_name);
+int mlc_team_clear_call(mlc_team *team);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient

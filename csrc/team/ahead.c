@@ -61,9 +61,10 @@ static int64_t first_block(const mlc_team *team, const mlc_request *req, int r, 
     return req->rows.recv_rows[block] * row_bytes(req);
 }
 
-int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req) {
+int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req, const char **own) {
+    if (own) *own = NULL;
     if (!ring_of_rows(team, req) || !mlc_agree_wants(&team->agree, req->kind, req->dtype)) return 0;
-    return mlc_ring_ahead_bytes(first_block(team, req, team->ctx->rank, NULL));
+    return mlc_ring_ahead_bytes(first_block(team, req, team->ctx->rank, own));
 }
 
 /* What rank q sent ahead, from the sizes the ranks agreed on. */

@@ -93,6 +93,8 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
     req->nparts = 1;
     pthread_mutex_lock(&team->lock); /* the settings the plan reads are written under it */
     mlc_plan_request(team, req, blocking);
+    req->call = team->call.set && pthread_equal(team->call.thread, pthread_self()) ? team->call.id
+                                                                                   : (mlc_call_id){0};
     pthread_mutex_unlock(&team->lock);
 }
 
@@ -134,8 +136,8 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .sizes_in = req->sizes_in, .sizes_out = req->sizes_out,
                            .rows_in = req->rows_in, .rows_bytes = req->rows_bytes,
                            .rows_capacity = req->rows_out ? MLC_ROWS_CARRY_BYTES : 0,
-                           .rows_out = req->rows_out,
-                           .ahead_bytes = mlc_ahead_bytes_of(team, req)};
+                           .rows_out = req->rows_out, .call = req->call};
+    in->ahead_bytes = mlc_ahead_bytes_of(team, req, &in->ahead_own);
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -242,7 +244,9 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
         take_seq(team, req, &in);
         mlc_ahead_post(team, req, in.ahead_bytes);
         pthread_mutex_unlock(&team->lock);
+        mlc_waits_caller(team->ctx->waits, +1); /* this thread is blocked inside ml_comm */
         rc = mlc_execute_inline(team, req);
+        mlc_waits_caller(team->ctx->waits, -1);
         if (rc) set_error(err, errlen, team->caller_message[0] ? team->caller_message : mlc_status_name(rc));
         pthread_mutex_unlock(&team->caller_lock);
         mlc_account(team, req->total * mlc_dtype_size(req->dtype), mlc_now() - t0);
@@ -336,7 +340,11 @@ int mlc_request_wait(mlc_request *req) {
      * microseconds, as much as a whole small reduction. */
     while (!atomic_load(&req->finished) && mlc_now() < until) sched_yield();
     pthread_mutex_lock(&team->lock);
-    while (!req->finished) pthread_cond_wait(&team->done_cv, &team->lock);
+    if (!req->finished) { /* this thread is blocked inside ml_comm (agree/waits.c) */
+        mlc_waits_caller(team->ctx->waits, +1);
+        while (!req->finished) pthread_cond_wait(&team->done_cv, &team->lock);
+        mlc_waits_caller(team->ctx->waits, -1);
+    }
     team->stats.wait_seconds += mlc_now() - t0;
     int status = req->status;
     pthread_mutex_unlock(&team->lock);
@@ -377,4 +385,24 @@ int64_t mlc_team_last_request(mlc_team *team, char *buf, size_t len) {
                                .key = note.key, .row_elements = note.row_elements};
     mlc_describe_input(&in, buf, len);
     return note.seq;
+}
+
+int mlc_team_set_call(mlc_team *team, int64_t step, int64_t index, uint64_t origin, const char *origin_name) {
+    if (!team || step < 0 || index < 0) return MLC_ERR_ARG;
+    mlc_call_id id = {step, index, origin, ""};
+    if (origin_name) snprintf(id.origin_name, sizeof id.origin_name, "%s", origin_name);
+    pthread_mutex_lock(&team->lock);
+    team->call.set = 1;
+    team->call.thread = pthread_self();
+    team->call.id = id;
+    pthread_mutex_unlock(&team->lock);
+    return MLC_OK;
+}
+
+int mlc_team_clear_call(mlc_team *team) {
+    if (!team) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    if (team->call.set && pthread_equal(team->call.thread, pthread_self())) team->call.set = 0;
+    pthread_mutex_unlock(&team->lock);
+    return MLC_OK;
 }

@@ -205,6 +205,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     mlc_agree_init(&team->agree);
     team->agree.dog.abort_job = abort_job;
     team->agree.dog.abort_arg = ctx;
+    team->agree.waits = ctx->waits;
     team->fusion = malloc(team->window_segments * team->chunk_bytes);
     team->ahead.buf = malloc(MLC_RING_PIECE_BYTES);
     team->workers = calloc(nthreads, sizeof *team->workers);

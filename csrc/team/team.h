@@ -23,6 +23,11 @@ struct mlc_context {
     MPI_Comm comm; /* dup of the user's communicator; teams dup it again */
     int rank;
     int size;
+    /* The job's long waits (agree/waits.c), on a dup of its own; NULL at one rank. */
+    MPI_Comm waits_comm;
+    mlc_tp waits_tp;
+    char waits_message[MLC_MSG_LEN];
+    mlc_waits *waits;
 };
 
 typedef struct mlc_group mlc_group;
@@ -70,6 +75,7 @@ struct mlc_request {
     char *rows_out;
     mlc_agreement agreement; /* the agreement check's state (agree/) */
     int covered; /* an allgather's data, checked with its counts request (rows.c) */
+    mlc_call_id call; /* where its caller stands (mlc_team_set_call); signed */
 
     int workers_left;
     _Atomic int finished; /* set last; waiters may poll it without the lock */
@@ -147,6 +153,14 @@ struct mlc_team {
     mlc_ring_ahead ahead;
     int ahead_state;
 
+    /* The call identity one thread set for its next requests (mlc_team_set_call), under
+     * lock: requests from other threads (a framework's ops) carry none. */
+    struct {
+        int set;
+        pthread_t thread;
+        mlc_call_id id;
+    } call;
+
     mlc_team_stats stats;
     int64_t report_every; /* mlc_team_set_report */
     mlc_report_fn report_fn;
@@ -200,12 +214,13 @@ void mlc_seal_lane_done(mlc_request *req);   /* under the team lock */
 int mlc_seal(mlc_request *req, mlc_tp *tp, char *scratch, int64_t scratch_bytes, char *message);
 
 /* ahead.c: a ring's first piece sent ahead of the check, for a blocking request of
- * rows. mlc_ahead_bytes_of is what the request sends (its signature says so). Under
+ * rows. mlc_ahead_bytes_of is what the request sends (its signature says so) and from
+ * where (own). Under
  * caller_lock: prepare before the request takes its place, post right after (under
  * the team's lock too, so no exchange of it starts before), verdict after its
  * verdict, done after its data; close when the team is destroyed (cancel: MPI still
  * works). */
-int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req);
+int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req, const char **own);
 void mlc_ahead_prepare(mlc_team *team, mlc_request *req);
 void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes); /* what it signed */
 void mlc_ahead_verdict(mlc_team *team, mlc_request *req, int verdict);

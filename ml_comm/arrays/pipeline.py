@@ -57,19 +57,25 @@ def step(
     reduce_now: Callable[[list[np.ndarray]], list[np.ndarray]],
     submit: Submit,
     wait: Wait,
+    earlier_failed: Callable[[], None],
 ) -> list[np.ndarray]:
     """Run one call of a pipeline; returns what the caller gets for `inputs`.
 
     reduce_now: synchronous average of a list (new arrays). submit(arrays): starts an
     in-place average of arrays the pipeline owns, returns (request, keep). wait(request)
-    finishes it (raising on failure).
+    finishes it (raising on failure). earlier_failed(): told before this call raises the
+    previous call's failure, having submitted nothing of its own.
     """
     stage.calls += 1
     if phase == lib.MLC_STEP_SYNC:
         return reduce_now(inputs)
     # None: nothing in flight (entering the pipeline, or the previous call raised the
     # failure of the reduction it would have returned: the pipeline starts afresh).
-    previous = _finish(stage, wait)
+    try:
+        previous = _finish(stage, wait)
+    except BaseException:
+        earlier_failed()
+        raise
     if phase == lib.MLC_STEP_DRAIN:
         now = reduce_now(inputs)
         return now if previous is None else [p + c for p, c in zip(previous, now)]

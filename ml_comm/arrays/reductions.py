@@ -76,7 +76,7 @@ def gradients(
         err = None if s.guard.finite else s.team_err(team)
         average_groups(handle, inputs, groups, outputs, err)
     else:
-        _pipelined(handle, config, stages, inputs, groups, outputs)
+        _pipelined(handle, config, stages, inputs, groups, outputs, lambda: s.calls.forget(team))
     stop.note_call(team)  # what this call's waits saw of a stop request (faults/stop.py)
     # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
     return [
@@ -111,8 +111,8 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
     return list(out)
 
 
-def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:
-    for idx in groups.values():
+def _pipelined(handle, config, stages: dict, inputs, groups, outputs, earlier_failed) -> None:
+    for k, idx in enumerate(groups.values()):
         order = fused_order([inputs[i].ndim for i in idx], idx)
         arrays = [inputs[i] for i in order]
         stage = stages.setdefault(pipeline.layout_of(arrays), pipeline.Stage())
@@ -124,6 +124,7 @@ def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:
             lambda a: average_now(handle, a),
             lambda a: submit_average(handle, a, a, in_place=True),
             wait_one,
+            earlier_failed if k == 0 else lambda: None,  # a later dtype: this call submitted
         )
         for i, r in zip(order, results):
             outputs[i] = r

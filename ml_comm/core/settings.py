@@ -72,6 +72,11 @@ SETTINGS = (
     Setting("ML_COMM_STALL_ABORT_SECONDS", "1800", "seconds", False,
             "End the job (MPI_Abort) after a wait this long; 0: never "
             "(docs/fault-tolerance-defaults.md says why 30 minutes)."),
+    Setting("ML_COMM_DEADLOCK_SECONDS", "120", "seconds", False,
+            "End the job when every rank has waited inside ml_comm this long for requests "
+            "the others have not made (teams called in another order on another rank), "
+            "naming each rank's wait; ranks busy outside ml_comm keep the stall abort's "
+            "limit; 0: never."),
     Setting("ML_COMM_ABORT_ON_EXCEPTION", "1", "bool", False,
             "An uncaught exception on one rank of several ends the whole job (MPI_Abort) "
             "instead of leaving the others waiting; 0 turns it off."),
