@@ -487,7 +487,7 @@ static int exchange(mlc_agree *ag, mlc_agreement *a) {
     waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, mlc_now(), ""}};
     mlc_stall_begin(&w.stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &w);
     if (ag->waits) {
-        char desc[MLC_WAIT_TEXT];
+        char desc[MLC_WAIT_TEXT - 56]; /* room for "team T request S (...)" around it */
         mlc_describe_input(&a->in, desc, sizeof desc);
         snprintf(w.wait.what, sizeof w.wait.what, "team %d request %lld (%s)", ag->dog.team_id, (long long)a->seq,
                  desc);
