@@ -112,6 +112,24 @@ int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes) {
     return MLC_OK;
 }
 
+void mlc_agree_set_checks(mlc_agree *ag, int layout, int finite) {
+    ag->layout = layout != 0;
+    ag->finite = finite != 0;
+}
+
+void mlc_agree_set_team_id(mlc_agree *ag, int team_id) { ag->dog.team_id = team_id; }
+
+void mlc_agree_set_stall_limits(mlc_agree *ag, double warn_seconds, double abort_seconds) {
+    ag->dog.warn = warn_seconds;
+    ag->dog.abort = abort_seconds;
+}
+
+void mlc_agree_set_job(mlc_agree *ag, void (*abort_job)(void *, int), void *abort_arg, mlc_waits *waits) {
+    ag->dog.abort_job = abort_job;
+    ag->dog.abort_arg = abort_arg;
+    ag->waits = waits;
+}
+
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->tp = *tp;
     ag->tp.message = ag->tp_message;

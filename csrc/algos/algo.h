@@ -20,7 +20,6 @@ typedef struct mlc_segment {
  * sent ahead (mlc_ring_ahead), below the MPI standard's smallest MPI_TAG_UB (32767). */
 #define MLC_TAG_SPACE 32766
 #define MLC_AHEAD_TAG MLC_TAG_SPACE
-_Static_assert(MLC_AHEAD_TAG <= MLC_TP_TAG_UB, "every tag of the algorithms is one every MPI accepts");
 /* Segments a thread keeps in flight in one call (see allreduce_ring.c). */
 #define MLC_RING_BATCH 2
 

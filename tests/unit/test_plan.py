@@ -7,7 +7,7 @@ without MPI, through the core's cffi module.
 from __future__ import annotations
 
 import pytest
-from ml_comm._core import ffi, lib
+from core_internals import ffi, lib
 
 KIB, MIB = 1024, 1024 * 1024
 TEAM = dict(
