@@ -216,7 +216,7 @@ void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks);
 
 /* signature.c: this rank's signature, its digest, comparison and the messages. */
 typedef struct mlc_signature mlc_signature;
-size_t mlc_signature_bytes(void);
+size_t mlc_signature_bytes(void); /* MLC_SIGNATURE_BYTES */
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
 /* A hash of every compared field: equal digests, equal signatures. */
 uint64_t mlc_signature_digest(const mlc_signature *s);

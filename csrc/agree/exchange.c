@@ -82,6 +82,7 @@ typedef struct record {
 } record;
 
 _Static_assert(sizeof(record) % 8 == 0, "the payload after a record stays aligned");
+_Static_assert(sizeof(record) == MLC_AGREE_RECORD_BYTES, "the record's size as ml_comm_internal.h says");
 
 static char *payload(char *rec) { return rec + sizeof(record); }
 

@@ -158,6 +158,10 @@ int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes);
 /* Blocking calls up to this many bytes run on the caller's thread, skipping the
  * hand-off to the team's threads; larger ones use all threads. */
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes);
+/* A framework's gradient of one tensor up to this many bytes (and inline_bytes) is reduced
+ * by the op that submits it, as a blocking call on its thread, not as a keyed group
+ * (mlc_team_group_by_submit says which, for the plan decides). */
+int mlc_team_set_submit_threshold(mlc_team *team, int64_t bytes);
 /* MLC_COMPRESSION_*: float32 allreduces on the ring carry 16-bit values from the next
  * request on (the plan decides per request); every rank must use the same value
  * (the agreement check compares it). */
@@ -174,6 +178,7 @@ typedef struct mlc_team_settings {
     int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped (65536 at most) */
     int compression;      /* MLC_COMPRESSION_* */
     int64_t rabenseifner_bytes;
+    int64_t submit_bytes; /* mlc_team_set_submit_threshold */
 } mlc_team_settings;
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
@@ -251,6 +256,9 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
 /* mlc_team_group_cancel for the group opened with this id, if it is still open;
  * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */
 int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener);
+/* 1: a keyed group of these tensors is not one: its plan has the tensor's submit reduce it
+ * then and there (mlc_team_allreduce_into), on every rank alike; 0: a keyed group. */
+int mlc_team_group_by_submit(mlc_team *team, int ntensors, const int64_t *counts, int dtype);
 /* Hold a team across a use from a thread that does not own it: MLC_ERR_STATE once
  * it is shutting down. mlc_team_destroy waits until every hold is released. */
 int mlc_team_acquire(mlc_team *team);
@@ -421,3 +429,29 @@ enum mlc_step_phase {
     MLC_STEP_DRAIN = 3           /* return the previous call's average plus this call's */
 };
 int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps);
+/* One pipeline of a pipelined team: the calls of one gradient layout (csrc/pipeline/). The
+ * core decides what each call does (mlc_pipeline_next); the front end moves the data: it
+ * finishes `finish` (the previous call's reduction, by the handle it gave), reduces this
+ * call's gradients now where reduce_now says, starts their reduction on copies where
+ * start says (and hands its handle to mlc_pipeline_started), and returns what result
+ * says. A call whose `finish` failed raises that error and starts nothing. */
+typedef struct mlc_pipeline {
+    int64_t calls, ksteps, max_steps;
+    void *in_flight; /* the front end's handle of the reduction the last call started */
+} mlc_pipeline;
+enum mlc_pipeline_result {
+    MLC_RESULT_NOW = 0,      /* this call's average */
+    MLC_RESULT_ZEROS = 1,    /* zeros: entering the pipeline, or no previous reduction */
+    MLC_RESULT_PREVIOUS = 2, /* the previous call's average */
+    MLC_RESULT_BOTH = 3      /* the previous call's average plus this call's */
+};
+typedef struct mlc_pipeline_turn {
+    int phase;      /* MLC_STEP_* */
+    void *finish;   /* the previous call's reduction, to finish first; NULL: none */
+    int reduce_now; /* reduce this call's gradients before returning */
+    int start;      /* copy this call's gradients and start their reduction */
+    int result;     /* MLC_RESULT_* */
+} mlc_pipeline_turn;
+void mlc_pipeline_init(mlc_pipeline *p, int64_t ksteps, int64_t max_steps);
+mlc_pipeline_turn mlc_pipeline_next(mlc_pipeline *p);
+void mlc_pipeline_started(mlc_pipeline *p, void *reduction);

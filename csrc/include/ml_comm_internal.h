@@ -72,6 +72,7 @@ typedef struct mlc_plan_input {
     int compression;   /* the team's: MLC_COMPRESSION_* */
     int64_t rabenseifner_bytes; /* under MLC_ALG_AUTO: Rabenseifner below, the ring from */
     int op;            /* MLC_OP_*: min, max and product never ride the agreement exchange */
+    int64_t submit_bytes; /* up to: a keyed group of one tensor is reduced by its submit */
 } mlc_plan_input;
 typedef struct mlc_plan {
     int algorithm;     /* row of the algorithm table (never MLC_ALG_AUTO); broadcasts: -1 */
@@ -85,6 +86,8 @@ typedef struct mlc_plan {
     int64_t window;    /* slots segment g cycles through: g mod window */
     int aligned;       /* tensors of a segment or more start on segment boundaries */
     int compression;   /* what its messages carry: MLC_COMPRESSION_* (NONE: its own dtype) */
+    int by_submit;     /* a keyed group of one small tensor: its submit reduces it then and
+                        * there, as a blocking call on the submitting thread */
 } mlc_plan;
 void mlc_plan_make(const mlc_plan_input *in, mlc_plan *out);
 /* The algorithm table (csrc/algos/registry.c): how many rows, and a row's name. */
@@ -93,3 +96,8 @@ const char *mlc_algorithm_name(int algorithm);
 /* Binomial tree broadcast rooted at root. */
 int mlc_binomial_parent(int rank, int root, int size); /* -1 for the root */
 int mlc_binomial_children(int rank, int root, int size, int *children, int max_children);
+
+/* ---- the agreement check's messages (csrc/agree/exchange.c, signature.c) ---- */
+/* What the check's tree combines per message (a direct allreduce's input after it), and
+ * one rank's whole signature: what the table after a disagreement sends to every rank. */
+enum { MLC_AGREE_RECORD_BYTES = 48, MLC_SIGNATURE_BYTES = 296 };

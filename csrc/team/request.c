@@ -36,19 +36,19 @@ static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int n
     return MLC_OK;
 }
 
-/* Under the team's lock (its settings). */
-void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
-    const mlc_tensor *only = req->ntensors == 1 ? &req->tensors[0] : NULL;
-    const mlc_plan_input in = {
-        .kind = req->kind,
-        .dtype = req->dtype,
-        .ntensors = req->ntensors,
-        .total = req->total,
-        .in_place = only && mlc_tensor_input(only) == only->data,
-        .is_group = req->group != NULL,
+/* Under the team's lock: what the plan reads of a request of this shape and of the team. */
+static mlc_plan_input plan_input(const mlc_team *team, int kind, int dtype, int op, int ntensors,
+                                 int64_t total, int in_place, int is_group, int blocking) {
+    return (mlc_plan_input){
+        .kind = kind,
+        .dtype = dtype,
+        .ntensors = ntensors,
+        .total = total,
+        .in_place = in_place,
+        .is_group = is_group,
         .blocking = blocking,
         .nranks = team->ctx->size,
-        .checked = mlc_agree_wants(&team->agree, req->kind, req->dtype),
+        .checked = mlc_agree_wants(&team->agree, kind, dtype),
         .algorithm = team->config.algorithm,
         .nthreads = team->nthreads,
         .chunk_bytes = team->config.chunk_bytes,
@@ -58,8 +58,29 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
         .inline_bytes = team->config.inline_bytes,
         .direct_bytes = team->agree.direct_bytes,
         .compression = team->config.compression,
-        .op = req->op,
+        .op = op,
+        .submit_bytes = team->config.submit_bytes,
     };
+}
+
+int mlc_team_group_by_submit(mlc_team *team, int ntensors, const int64_t *counts, int dtype) {
+    if (!team || ntensors < 1 || !counts || dtype < 0 || dtype >= MLC_NUM_DTYPES) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < ntensors; i++) total += counts[i];
+    mlc_plan plan;
+    pthread_mutex_lock(&team->lock);
+    const mlc_plan_input in = plan_input(team, MLC_KIND_ALLREDUCE, dtype, MLC_OP_AVERAGE, ntensors, total, 0, 1, 0);
+    pthread_mutex_unlock(&team->lock);
+    mlc_plan_make(&in, &plan);
+    return plan.by_submit;
+}
+
+/* Under the team's lock (its settings). */
+void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
+    const mlc_tensor *only = req->ntensors == 1 ? &req->tensors[0] : NULL;
+    const mlc_plan_input in = plan_input(team, req->kind, req->dtype, req->op, req->ntensors, req->total,
+                                         only && mlc_tensor_input(only) == only->data, req->group != NULL,
+                                         blocking);
     req->sched.compression = team->config.compression;
     req->sched.team_algorithm = team->config.algorithm;
     req->sched.ksteps = team->config.ksteps;

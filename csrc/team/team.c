@@ -28,12 +28,6 @@ int MLC_PTHREAD_CREATE(pthread_t *thread, const pthread_attr_t *attr, void *(*st
 /* Idle threads poll this long before sleeping: a request that follows soon after
  * the previous one starts without a wake-up, and idle teams still use no CPU. */
 #define MLC_IDLE_SPIN_SECONDS 50e-6
-/* Defaults of the thresholds; docs/tuning.md and benchmarks/RESULTS.md say why. */
-#define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
-#define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
-/* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB
- * (benchmarks/RESULTS.md, "Rabenseifner"). */
-#define MLC_DEFAULT_RABENSEIFNER_BYTES (8 * 1024 * 1024)
 
 /* The caller's buffers: the latency path packs and receives whole buffers below
  * latency_bytes; the inline ring stages and receives a batch of segments. */
@@ -196,6 +190,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     team->config.latency_bytes = MLC_DEFAULT_LATENCY_BYTES;
     team->config.inline_bytes = MLC_DEFAULT_INLINE_BYTES;
     team->config.rabenseifner_bytes = MLC_DEFAULT_RABENSEIFNER_BYTES;
+    team->config.submit_bytes = MLC_DEFAULT_SUBMIT_BYTES;
     pthread_mutex_init(&team->lock, NULL);
     pthread_mutex_init(&team->caller.lock, NULL);
     pthread_cond_init(&team->work_cv, NULL);
@@ -380,6 +375,12 @@ int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
     return MLC_OK;
 }
 
+int mlc_team_set_submit_threshold(mlc_team *team, int64_t bytes) {
+    if (!team || bytes < 0) return MLC_ERR_ARG;
+    LOCKED_WRITE(team, team->config.submit_bytes = bytes);
+    return MLC_OK;
+}
+
 int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks) {
     if (!team) return MLC_ERR_ARG;
     mlc_agree_counts(&team->agree, messages, checks);
@@ -413,6 +414,7 @@ void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     out->direct_bytes = team->agree.direct_bytes;
     out->compression = team->config.compression;
     out->rabenseifner_bytes = team->config.rabenseifner_bytes;
+    out->submit_bytes = team->config.submit_bytes;
     pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
 }
 

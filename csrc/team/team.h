@@ -132,6 +132,7 @@ typedef struct mlc_team_config {
     int64_t latency_bytes;      /* below: recursive doubling (under MLC_ALG_AUTO) */
     int64_t rabenseifner_bytes; /* below (and from latency_bytes): Rabenseifner, see plan.c */
     int64_t inline_bytes;       /* up to: blocking calls run on the caller's thread */
+    int64_t submit_bytes;       /* up to: a one-tensor group is reduced by its submit */
     int compression;            /* MLC_COMPRESSION_*: 16-bit values on the ring's wire */
     int64_t ksteps, max_steps;  /* config_team's schedule: only signed (ranks must agree) */
     _Atomic int64_t thread_slice_ns; /* the threads ask for it before their next request */
