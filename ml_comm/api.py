@@ -378,6 +378,7 @@ def team_settings(team: int = 0) -> dict:
     latency_bytes (recursive doubling below), inline_bytes (caller's thread up to),
     direct_bytes (up to: one exchange that also checks that the ranks agree),
     rabenseifner_bytes (Rabenseifner below, from latency_bytes, at power-of-two ranks >= 4),
+    submit_bytes (a TensorFlow gradient of one tensor up to: reduced by its own op),
     compression ("none", "bf16" or "fp16": what the ring's float32 messages carry)."""
     s = _active()
     out = ffi.new("mlc_team_settings *")
@@ -385,7 +386,7 @@ def team_settings(team: int = 0) -> dict:
     names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
     settings = {
         name: getattr(out, name)
-        for name in (*names, "inline_bytes", "direct_bytes", "rabenseifner_bytes")
+        for name in (*names, "inline_bytes", "direct_bytes", "rabenseifner_bytes", "submit_bytes")
     }
     settings["compression"] = _compression.name(out.compression)
     return settings

@@ -184,6 +184,15 @@ int mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp);
 void mlc_agree_cancel(mlc_agree *ag);
 void mlc_agree_shutdown(mlc_agree *ag); /* agreements never made ready fail */
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes);
+/* The engine's other settings, set only through these (the team layer holds its own lock
+ * around the checks, which its plans read): what is checked, the team's number in
+ * messages, the stall limits, and how the job ends (abort_job) with the job's long waits
+ * (NULL at one rank). */
+void mlc_agree_set_checks(mlc_agree *ag, int layout, int finite);
+void mlc_agree_set_team_id(mlc_agree *ag, int team_id);
+void mlc_agree_set_stall_limits(mlc_agree *ag, double warn_seconds, double abort_seconds);
+void mlc_agree_set_job(mlc_agree *ag, void (*abort_job)(void *arg, int exit_code), void *abort_arg,
+                       mlc_waits *waits);
 
 /* Stopping together: every later signature of this rank carries a stop flag (one
  * atomic store: safe in a signal handler); the verdict on the first request whose
@@ -207,7 +216,7 @@ void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks);
 
 /* signature.c: this rank's signature, its digest, comparison and the messages. */
 typedef struct mlc_signature mlc_signature;
-size_t mlc_signature_bytes(void);
+size_t mlc_signature_bytes(void); /* MLC_SIGNATURE_BYTES */
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
 /* A hash of every compared field: equal digests, equal signatures. */
 uint64_t mlc_signature_digest(const mlc_signature *s);

@@ -82,6 +82,7 @@ typedef struct record {
 } record;
 
 _Static_assert(sizeof(record) % 8 == 0, "the payload after a record stays aligned");
+_Static_assert(sizeof(record) == MLC_AGREE_RECORD_BYTES, "the record's size as ml_comm_internal.h says");
 
 static char *payload(char *rec) { return rec + sizeof(record); }
 
@@ -110,6 +111,24 @@ int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes) {
     ag->direct_bytes = (bytes < MLC_DIRECT_MAX_BYTES ? bytes : MLC_DIRECT_MAX_BYTES) / 8 * 8;
     pthread_mutex_unlock(&ag->exchange_lock);
     return MLC_OK;
+}
+
+void mlc_agree_set_checks(mlc_agree *ag, int layout, int finite) {
+    ag->layout = layout != 0;
+    ag->finite = finite != 0;
+}
+
+void mlc_agree_set_team_id(mlc_agree *ag, int team_id) { ag->dog.team_id = team_id; }
+
+void mlc_agree_set_stall_limits(mlc_agree *ag, double warn_seconds, double abort_seconds) {
+    ag->dog.warn = warn_seconds;
+    ag->dog.abort = abort_seconds;
+}
+
+void mlc_agree_set_job(mlc_agree *ag, void (*abort_job)(void *, int), void *abort_arg, mlc_waits *waits) {
+    ag->dog.abort_job = abort_job;
+    ag->dog.abort_arg = abort_arg;
+    ag->waits = waits;
 }
 
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {

@@ -70,6 +70,7 @@ struct mlc_signature {
 _Static_assert(sizeof(compared) == 12 * 4 + 4 * 8 + 6 * 4 + 4 * 8 + 3 * 8, "compared has no padding");
 _Static_assert(sizeof(compared) % 8 == 0, "the digest reads compared in 8-byte words");
 _Static_assert(sizeof(struct mlc_signature) % 8 == 0, "signatures stay 8-byte aligned");
+_Static_assert(sizeof(struct mlc_signature) == MLC_SIGNATURE_BYTES, "the size ml_comm_internal.h says");
 
 size_t mlc_signature_bytes(void) { return sizeof(mlc_signature); }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ml_comm.h"
+#include "ml_comm_internal.h"
 
 #define MLC_VERSION "0.1.0"
 /* Room for a message that lists what each group of ranks submitted. */

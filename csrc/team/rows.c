@@ -114,26 +114,26 @@ static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int n
     mlc_fill_request(&req, team, kind, &tensor, 1, dtype, op, 0, 1);
     req.part = part;
     req.nparts = nparts;
-    req.sizes_vary = sizes_vary;
-    req.row_elements = row_elements;
-    req.row_ndim = sign->row_ndim;
-    req.row_shape = sign->row_shape;
-    req.bad_args = sign->bad_args;
-    req.bad_detail[0] = sign->bad_detail[0];
-    req.bad_detail[1] = sign->bad_detail[1];
-    req.rows = *call;
-    req.covered = covered;
+    req.rows.sizes_vary = sizes_vary;
+    req.rows.row_elements = row_elements;
+    req.rows.row_ndim = sign->row_ndim;
+    req.rows.row_shape = sign->row_shape;
+    req.fault.bad_args = sign->bad_args;
+    req.fault.bad_detail[0] = sign->bad_detail[0];
+    req.fault.bad_detail[1] = sign->bad_detail[1];
+    req.rows.call = *call;
+    req.rows.covered = covered;
     if (sizes && mlc_agree_wants(&team->agree, kind, dtype)) {
         pthread_mutex_lock(&team->lock); /* the threshold is a setting */
         req.plan.direct = sizes->count * (int64_t)sizeof(int64_t) <= team->agree.direct_bytes;
         pthread_mutex_unlock(&team->lock);
         if (req.plan.direct) {
-            req.sizes_count = sizes->count;
-            req.sizes_in = sizes->in;
-            req.sizes_out = sizes->out;
-            req.rows_in = sizes->rows_in;
-            req.rows_bytes = sizes->rows_bytes;
-            req.rows_out = sizes->rows_out;
+            req.rows.sizes_count = sizes->count;
+            req.rows.sizes_in = sizes->in;
+            req.rows.sizes_out = sizes->out;
+            req.rows.rows_in = sizes->rows_in;
+            req.rows.rows_bytes = sizes->rows_bytes;
+            req.rows.rows_out = sizes->rows_out;
         }
     }
     int rc = mlc_run_blocking(team, &req, err, errlen);
@@ -197,7 +197,7 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     } else if (rc == MLC_OK && checked) { /* its data request, with these counts, needs no check */
         const uint64_t digest = rows_digest(all_rows, n, dtype, row_elements);
         pthread_mutex_lock(&team->lock);
-        team->rows_agreed = digest;
+        team->caller.rows_agreed = digest;
         pthread_mutex_unlock(&team->lock);
     }
     free(each);
@@ -226,8 +226,8 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
      * check covers this request, once. */
     const uint64_t digest = rows_digest(all_rows, n, dtype, row_elements);
     pthread_mutex_lock(&team->lock);
-    const int covered = digest != 0 && team->rows_agreed == digest;
-    if (covered) team->rows_agreed = 0;
+    const int covered = digest != 0 && team->caller.rows_agreed == digest;
+    if (covered) team->caller.rows_agreed = 0;
     pthread_mutex_unlock(&team->lock);
     return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, 2, elements, 0,
                     row_elements, &sign, &call, NULL, covered, NULL, err, errlen);
@@ -248,7 +248,7 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     if (!shares) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
-                                NULL, shares, 0, &team->rows_staging, NULL};
+                                NULL, shares, 0, &team->caller.rows_staging, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, elements, 0,
                       row_elements, &sign, &call, NULL, 0, NULL, err, errlen);

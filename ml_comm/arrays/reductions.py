@@ -115,11 +115,12 @@ def _pipelined(handle, config, stages: dict, inputs, groups, outputs, earlier_fa
     for k, idx in enumerate(groups.values()):
         order = fused_order([inputs[i].ndim for i in idx], idx)
         arrays = [inputs[i] for i in order]
-        stage = stages.setdefault(pipeline.layout_of(arrays), pipeline.Stage())
-        phase = lib.mlc_step_phase(stage.calls, config.ksteps, config.max_steps)
+        layout = pipeline.layout_of(arrays)
+        stage = stages.get(layout) or stages.setdefault(
+            layout, pipeline.Stage(config.ksteps, config.max_steps)
+        )
         results = pipeline.step(
             stage,
-            phase,
             arrays,
             lambda a: average_now(handle, a),
             lambda a: submit_average(handle, a, a, in_place=True),

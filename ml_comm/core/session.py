@@ -31,6 +31,7 @@ DEADLOCK = "ML_COMM_DEADLOCK_SECONDS"
 THRESHOLD_SETTERS = {
     "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
     "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,
+    "ML_COMM_SUBMIT_BYTES": lib.mlc_team_set_submit_threshold,
     "ML_COMM_DIRECT_BYTES": lib.mlc_team_set_direct_threshold,
     "ML_COMM_RABENSEIFNER_BYTES": lib.mlc_team_set_rabenseifner_threshold,
 }

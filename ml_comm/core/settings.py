@@ -51,6 +51,9 @@ SETTINGS = (
     Setting("ML_COMM_RABENSEIFNER_BYTES", "unset", "bytes", True,
             "Up to this size, at a power-of-two rank count of 4 or more, reductions take "
             "Rabenseifner's algorithm; 0 turns it off (unset: the core's 8388608)."),
+    Setting("ML_COMM_SUBMIT_BYTES", "unset", "bytes", True,
+            "A TensorFlow gradient of one tensor up to this size (and ML_COMM_INLINE_BYTES) "
+            "is reduced by its own op, not as a keyed group (unset: the core's 1048576)."),
     Setting("ML_COMM_INLINE_BYTES", "unset", "bytes", True,
             "Blocking calls up to this size run on the caller's thread instead of the "
             "team's threads (unset: the core's 4194304)."),

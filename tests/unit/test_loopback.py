@@ -86,9 +86,7 @@ def test_agreement_past_33_ranks_on_loopback(tmp_path):
     completed after a mismatch (the table's pairwise windows), MPI's tag limit."""
     exe = build(tmp_path / "loopback_test", "-O2")
     sizes = ["2", "33", "34", "64", "65", "128", "256"]
-    run = subprocess.run(
-        [str(exe), "scale", *sizes], capture_output=True, text=True, timeout=600
-    )
+    run = subprocess.run([str(exe), "scale", *sizes], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "loopback_test scale: 256 ranks done" in run.stdout
     assert "0 failures: ok" in run.stdout

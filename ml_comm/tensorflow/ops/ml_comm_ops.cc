@@ -175,13 +175,6 @@ extern "C" int64_t mlc_tf_pending_tokens() {
 
 namespace {
 
-// A group of one tensor of at most kRunsHereBytes (and the team's inline_bytes)
-// is reduced by its submit, then and there: the hand-off to the team's threads and
-// back costs more than the transfer at these sizes, and with one tensor there is
-// nothing to overlap. Above 1 MiB the team's threads, several lanes at once,
-// measured faster (benchmarks/RESULTS.md). Counts and settings decide, so every
-// rank takes the same path.
-constexpr int64_t kRunsHereBytes = 1 << 20;
 // The step's id, which the step's opener and its submits share, so that the core pairs
 // them in whatever order they run (never 0: the core's "no step").
 int64_t StepOf(OpKernelContext *ctx) {
@@ -189,12 +182,10 @@ int64_t StepOf(OpKernelContext *ctx) {
   return id != 0 ? id : 1;
 }
 
+// Whether the core's plan has this gradient's submit reduce it then and there (a group of
+// one small tensor: mlc_team_group_by_submit), as every rank's plan says alike.
 bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataType dtype) {
-  if (counts.size() != 1) return false;
-  mlc_team_settings settings;
-  mlc_team_get_settings(team, &settings);
-  const int64_t bytes = counts[0] * static_cast<int64_t>(tensorflow::DataTypeSize(dtype));
-  return bytes <= kRunsHereBytes && bytes <= settings.inline_bytes;
+  return mlc_team_group_by_submit(team, static_cast<int>(counts.size()), counts.data(), CoreDtype(dtype));
 }
 
 }  // namespace
