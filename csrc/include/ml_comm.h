@@ -343,17 +343,25 @@ int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks
  * ends its own slice (csrc/base/thread_slice.c; Linux 6.12 and later). 0, the default:
  * the kernel's own. */
 int mlc_team_set_thread_slice(mlc_team *team, int64_t ns);
-/* Where the calling thread's next requests on the team stand in its program, which the
- * ranks must share beyond the requests' layout (the agreement check compares it): step,
- * the caller's step number (0: it marks no steps); index, the call's place in that step
- * on this team, or among all of the team's calls where steps are not marked; origin, a
- * digest of the calling thread's name (0: not said), and the name for messages. Requests
- * of other threads (a framework's ops) carry none. Where the ranks' (step, index)
- * differ, the requests behind the furthest fail, naming the ranks ahead and how far, and
- * the furthest are checked again against the others' next requests, so the ranks
- * realign; ranks whose origins differ fail. Until mlc_team_clear_call from that thread. */
-int mlc_team_set_call(mlc_team *team, int64_t step, int64_t index, uint64_t origin, const char *origin_name);
-int mlc_team_clear_call(mlc_team *team);
+/* A caller-level call (one gradients, average, broadcast...) of the calling thread on the
+ * team begins: its requests carry where it stands, which the ranks must share beyond the
+ * requests' layout (the agreement check compares it): step, the caller's step number (0:
+ * it marks no steps), the call's place in that step on this team or, where steps are not
+ * marked, among the team's calls (counted here, on entry: a call that fails on this rank
+ * before it reaches the others still takes its place), and origin, a digest of the
+ * calling thread's name (0: not said), with the name for messages. Requests of other
+ * threads (a framework's ops) carry none. Where the ranks' places differ, the requests
+ * behind the furthest fail, naming the ranks ahead and how far, and the furthest are
+ * checked again against the others' next requests, so the ranks realign; ranks whose
+ * origins differ fail. MLC_ERR_STATE (err says which thread): another thread is inside a
+ * call on the team (the call is counted all the same); calls of one thread may nest. */
+int mlc_team_begin_call(mlc_team *team, int64_t step, uint64_t origin, const char *origin_name, char *err,
+                        size_t errlen);
+void mlc_team_end_call(mlc_team *team);
+/* The calling thread's call raised an earlier call's failure (a pipelined team's reduction
+ * in flight) before it submitted anything: it takes no place, as on a synchronous rank,
+ * where the same failure ended the earlier call itself. */
+void mlc_team_forget_call(mlc_team *team);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient

@@ -114,8 +114,7 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
     req->nparts = 1;
     pthread_mutex_lock(&team->lock); /* the settings the plan reads are written under it */
     mlc_plan_request(team, req, blocking);
-    req->call = team->call.set && pthread_equal(team->call.thread, pthread_self()) ? team->call.id
-                                                                                   : (mlc_call_id){0};
+    req->call = mlc_call_of(team);
     pthread_mutex_unlock(&team->lock);
 }
 
@@ -408,22 +407,3 @@ int64_t mlc_team_last_request(mlc_team *team, char *buf, size_t len) {
     return note.seq;
 }
 
-int mlc_team_set_call(mlc_team *team, int64_t step, int64_t index, uint64_t origin, const char *origin_name) {
-    if (!team || step < 0 || index < 0) return MLC_ERR_ARG;
-    mlc_call_id id = {step, index, origin, ""};
-    if (origin_name) snprintf(id.origin_name, sizeof id.origin_name, "%s", origin_name);
-    pthread_mutex_lock(&team->lock);
-    team->call.set = 1;
-    team->call.thread = pthread_self();
-    team->call.id = id;
-    pthread_mutex_unlock(&team->lock);
-    return MLC_OK;
-}
-
-int mlc_team_clear_call(mlc_team *team) {
-    if (!team) return MLC_ERR_ARG;
-    pthread_mutex_lock(&team->lock);
-    if (team->call.set && pthread_equal(team->call.thread, pthread_self())) team->call.set = 0;
-    pthread_mutex_unlock(&team->lock);
-    return MLC_OK;
-}

@@ -201,12 +201,14 @@ struct mlc_team {
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
     int users; /* holders of mlc_team_acquire: destroy waits for them to release */
-    /* The call identity one thread set for its next requests (mlc_team_set_call), under
-     * lock: requests from other threads (a framework's ops) carry none. */
+    /* The caller-level call a thread is inside (calls.c), under lock: its requests carry
+     * its identity; requests from other threads (a framework's ops) carry none. */
     struct {
-        int set;
+        int depth; /* calls of `thread` inside one another; 0: none */
         pthread_t thread;
         mlc_call_id id;
+        int64_t count;      /* calls where steps are not marked, so far */
+        int64_t step, next; /* the last marked step, and the next call's place in it */
     } call;
 
     mlc_team_groups groups;
@@ -236,6 +238,9 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
 int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen);
 /* The request's description and (non-group) finished signature input. */
 void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in);
+
+/* calls.c: under the team's lock, the identity of a request the calling thread submits. */
+mlc_call_id mlc_call_of(const mlc_team *team);
 
 /* team.c */
 void mlc_account(mlc_team *team, int64_t bytes, double seconds); /* a request run inline */

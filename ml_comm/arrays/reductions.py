@@ -76,7 +76,7 @@ def gradients(
         err = None if s.guard.finite else s.team_err(team)
         average_groups(handle, inputs, groups, outputs, err)
     else:
-        _pipelined(handle, config, stages, inputs, groups, outputs, lambda: s.calls.forget(team))
+        _pipelined(handle, config, stages, inputs, groups, outputs, lambda: s.calls.forget(handle))
     stop.note_call(team)  # what this call's waits saw of a stop request (faults/stop.py)
     # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
     return [

@@ -1,17 +1,17 @@
-"""Where each team's caller stands: the call identity that the core signs with every request
-a Python call makes (csrc/include/ml_comm.h, mlc_team_set_call).
+"""Where each team's caller stands: the identity that the core signs with every request a
+Python call makes (csrc/team/calls.c, mlc_team_begin_call).
 
-A call of the NumPy-level API on a team carries (step, index, thread):
+A call of the NumPy-level API on a team carries (step, place, thread):
 - with steps marked (`ml_comm.step(n)`): the step's number and the call's place among the
   step's calls on that team; a rank that left a step early (an exception) or skipped a
   call is found at its next call, on every rank, and the ranks realign;
-- without: step 0 and the call's place among all of the team's calls, counted on entry, so
-  that a call that raised on one rank before it reached the others is found at the next;
+- without: step 0 and the call's place among the team's calls, counted on entry, so that a
+  call that raised on one rank before it reached the others is found at the next;
 - the calling thread's name: two threads that drive one team, in another order on another
   rank, fail instead of pairing their calls. One thread at a time drives a team: a second
-  thread that calls while the first is inside a call raises at once.
+  thread that calls while the first is inside a call on it raises at once.
 
-Requests that a framework's ops submit from its own threads carry no identity.
+Requests that a framework's ops submit from their own threads carry no identity.
 """
 
 from __future__ import annotations
@@ -21,18 +21,9 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .._core import lib
+from .._core import ffi, lib
 from .errors import MLCommError
-
-
-class _Marked(threading.local):
-    """The step this thread marked (0: none) and its calls per team so far."""
-
-    step = 0
-    index: dict[int, int]
-
-    def __init__(self) -> None:
-        self.index = {}
+from .status import ERR_LEN, text
 
 
 def _origin(thread: threading.Thread) -> tuple[int, bytes]:
@@ -44,75 +35,75 @@ def _origin(thread: threading.Thread) -> tuple[int, bytes]:
     return zlib.crc32(name) or 1, name
 
 
+class _Thread(threading.local):
+    """Per thread: the step it marked (0: none), the last it marked, and its name as calls
+    carry it (made again only when the thread is renamed)."""
+
+    step = 0
+    last_step = 0
+
+    def __init__(self) -> None:
+        self.thread = threading.current_thread()
+        self.named = None
+        self.origin, self.name = 0, ffi.NULL
+        self.err = ffi.new(f"char[{ERR_LEN}]")
+
+    def identity(self) -> tuple[int, object]:
+        if self.thread.name != self.named:
+            self.named = self.thread.name
+            origin, name = _origin(self.thread)
+            self.origin, self.name = origin, ffi.new("char[]", name)
+        return self.origin, self.name
+
+
 class Calls:
-    def __init__(self, nteams: int) -> None:
-        self._lock = threading.Lock()
-        self._inside: dict[int, threading.Thread] = {}
-        self._counts = [0] * nteams
-        self._marked = _Marked()
-        self.last_step: dict[int, int] = {}  # per thread ident: the last step it marked
+    def __init__(self) -> None:
+        self._thread = _Thread()
 
     @contextmanager
     def step(self, number: int | None) -> Iterator[int]:
         """Mark the calling thread's calls inside the block as step `number` (None: the
         thread's previous step + 1)."""
-        ident = threading.get_ident()
+        mine = self._thread
         if number is None:
-            number = self.last_step.get(ident, 0) + 1
+            number = mine.last_step + 1
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise ValueError(f"step: the step number must be an int >= 1, got {number!r}")
-        if self._marked.step:
-            raise MLCommError(f"step({number}) inside step({self._marked.step}): steps do not nest")
-        self._marked.step, self._marked.index = number, {}
-        self.last_step[ident] = number
+        if mine.step:
+            raise MLCommError(f"step({number}) inside step({mine.step}): steps do not nest")
+        mine.step = mine.last_step = number
         try:
             yield number
         finally:
-            self._marked.step, self._marked.index = 0, {}
+            mine.step = 0
 
-    @contextmanager
-    def calling(self, team: int, handle) -> Iterator[None]:
-        """One call on `team` (its handle): counted, refused while another thread is inside
-        a call on it, and signed with where this thread stands."""
-        thread = threading.current_thread()
-        marked = self._marked
-        with self._lock:
-            # Counted first: a call refused here is one the other ranks may have made. Calls
-            # of marked steps count apart, so that ranks realigned there stay aligned here.
-            if marked.step:
-                index = marked.index.get(team, 0)
-                marked.index[team] = index + 1
-            else:
-                self._counts[team] += 1
-                index = self._counts[team]
-            inside = self._inside.get(team)
-            if inside is not None and inside is not thread:
-                raise MLCommError(
-                    f"team {team} is in use by thread {inside.name!r} on this rank: one thread "
-                    f"at a time drives a team (thread {thread.name!r} needs a team of its own: "
-                    "init(nteams=...))"
-                )
-            nested = inside is thread
-            self._inside[team] = thread
-        if nested:
-            yield
-            return
-        origin, name = _origin(thread)
-        try:
-            lib.mlc_team_set_call(handle, marked.step, index, origin, name)
-            yield
-        finally:
-            lib.mlc_team_clear_call(handle)
-            with self._lock:
-                del self._inside[team]
+    def calling(self, team: int, handle) -> _Call:
+        """One call on `team` (its handle), as a `with` block: counted, refused while another
+        thread is inside a call on it, and signed with where this thread stands."""
+        return _Call(self._thread, team, handle)
 
-    def forget(self, team: int) -> None:
-        """The calling thread's call on `team` raised an earlier call's failure (a pipelined
-        team's reduction in flight) before it submitted anything: it takes no place, as on
-        a synchronous rank, where the same failure ended the earlier call itself."""
-        marked = self._marked
-        with self._lock:
-            if marked.step:
-                marked.index[team] = max(marked.index.get(team, 1) - 1, 0)
-            else:
-                self._counts[team] -= 1
+    @staticmethod
+    def forget(handle) -> None:
+        """The calling thread's call raised an earlier call's failure (a pipelined team's
+        reduction in flight) before it submitted anything: it takes no place."""
+        lib.mlc_team_forget_call(handle)
+
+
+class _Call:
+    """Calls.calling's block: a class with two calls into the core, not a generator, for a
+    call of 8 bytes takes a few microseconds in all."""
+
+    __slots__ = ("mine", "team", "handle")
+
+    def __init__(self, mine: _Thread, team: int, handle) -> None:
+        self.mine, self.team, self.handle = mine, team, handle
+
+    def __enter__(self) -> None:
+        mine = self.mine
+        origin, name = mine.identity()
+        if lib.mlc_team_begin_call(self.handle, mine.step, origin, name, mine.err, ERR_LEN):
+            raise MLCommError(text(mine.err))
+
+    def __exit__(self, *exc) -> bool:
+        lib.mlc_team_end_call(self.handle)
+        return False

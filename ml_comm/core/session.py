@@ -89,7 +89,7 @@ class Session:
         self.size = lib.mlc_context_size(self.ctx)
         check(lib.mlc_context_set_deadlock_limit(self.ctx, settings.get(DEADLOCK)), DEADLOCK)
         self.configs = [TeamConfig() for _ in range(nteams)]
-        self.calls = Calls(nteams)  # where each team's caller stands (core/calls.py)
+        self.calls = Calls()  # where each team's caller stands (core/calls.py)
         try:
             # (departure, barrier): leaving together, and barrier(), on duplicates of comm
             self.departure, self.barrier = open_exits(mpi, comm)

@@ -147,7 +147,8 @@ def test_two_threads_on_one_team_raise_and_never_mix(session):
     x = make_input(session.rank, (3,), np.float32, 7)
     c.equal(mc.average(x), expected_average((3,), np.float32, session.nranks, 7), "after")
     c.true(not wrong, f"mixed results: {wrong[:3]}")
-    c.true(len(raised) >= 1, "no call raised: the threads never overlapped")
+    # One rank's calls end too quickly to overlap reliably (and have nothing to mix).
+    c.true(len(raised) >= 1 or session.nranks == 1, "no call raised: the threads never overlapped")
     c.true(
         all(
             "in use by thread" in m or "called from thread" in m or " at call " in m for m in raised
