@@ -424,6 +424,16 @@ int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor);
 void mlc_request_free(mlc_request *req); /* after wait/test said finished */
 
 /* ---- the rules callers share with the core ---- */
+/* Where the front ends' results come from (NumPy's pool, the TensorFlow op's allocator): a
+ * result of a page-faulting fresh buffer costs more than its reduction from this size, so
+ * results from MLC_RESULT_POOL_BYTES come from memory earlier calls touched; from
+ * MLC_HUGE_FROM_BYTES (NumPy's own threshold for the advice) they are aligned to
+ * MLC_HUGE_PAGE_BYTES and advised to take huge pages. */
+enum {
+    MLC_RESULT_POOL_BYTES = 262144,
+    MLC_HUGE_FROM_BYTES = 4194304,
+    MLC_HUGE_PAGE_BYTES = 2097152
+};
 /* Rows split over the ranks as evenly as can be, the first rows % size ranks one more:
  * rank r's share and the row it starts at. */
 int64_t mlc_rows_share(int64_t rows, int size, int rank);
