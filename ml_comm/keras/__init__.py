@@ -40,6 +40,8 @@ from __future__ import annotations
 import atexit
 import weakref
 
+from . import compile_notice  # noqa: F401  # isort: skip  (before Keras: it says at once)
+
 import keras
 import numpy as np
 

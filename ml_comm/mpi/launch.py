@@ -35,6 +35,9 @@ TASK_COUNT_VARIABLES = (
     ("MPI_LOCALNRANKS", "Hydra's mpiexec (tasks on this node)"),
 )
 
+# A task's rank in the job, as launchers tell it before MPI starts.
+RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
+
 # Variables that choose or tune the network of the common MPIs and fabrics. Narrow on
 # purpose: launchers also set variables of these families that only describe the task
 # (Intel's I_MPI_INFO_*, I_MPI_PIN_*, Open MPI's OMPI_MCA_ess_*, MV2_COMM_WORLD_*).
@@ -72,6 +75,17 @@ def launcher_tasks(env: dict[str, str] | None = None) -> list[tuple[str, int, st
         if value.strip().isdigit():
             found.append(("SLURM_NTASKS", int(value), "srun"))
     return found
+
+
+def launcher_rank(env: dict[str, str] | None = None) -> int:
+    """This task's rank as its launcher set it (0 when no launcher did), without MPI."""
+    env = os.environ if env is None else env
+    names = RANK_VARIABLES + (("SLURM_PROCID",) if "SLURM_STEP_ID" in env else ())
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def network_variables(env: dict[str, str] | None = None) -> dict[str, str]:
