@@ -126,6 +126,7 @@ def init(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
         launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
+        launch.say_if_alone(init_mpi())
         # On the whole job, whatever comm is: a failing rank must end every rank.
         if init_mpi().COMM_WORLD.Get_size() > 1:
             abort.install_excepthook()  # before the teams: a rank failing there ends the job

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from . import compression, settings
 from .errors import MLCommError
+from .job_errors import raised_by_all
 from .output import say
 from .spans import spans
 
@@ -100,12 +101,15 @@ def verify(
     unknown_names(comm, [names for _, names in everyone])
     lines = disagreements([values for values, _ in everyone])
     if lines:
-        raise MLCommError(
-            "init failed: the ranks were started with different settings that change how "
-            "they communicate, and would hang or reduce the wrong data together: "
-            + " | ".join(lines)
-            + ". Give every rank the same init arguments and ML_COMM_* environment "
-            "(mpiexec and srun pass the launching shell's environment on)"
+        raise raised_by_all(
+            MLCommError(
+                "init failed: the ranks were started with different settings that change how "
+                "they communicate, and would hang or reduce the wrong data together: "
+                + " | ".join(lines)
+                + ". Give every rank the same init arguments and ML_COMM_* environment "
+                "(mpiexec and srun pass the launching shell's environment on)"
+            ),
+            comm,
         )
 
 
@@ -129,9 +133,12 @@ def unknown_names(comm, per_rank: list[dict[str, str | None]]) -> None:
         )
     said = f"{settings.unknown_text(closest)}{where}"
     if settings.get(STRICT):
-        raise settings.SettingError(
-            f"init failed: not a setting of ml_comm: {said}; correct the name, or unset "
-            f"{STRICT} to be warned instead"
+        raise raised_by_all(
+            settings.SettingError(
+                f"init failed: not a setting of ml_comm: {said}; correct the name, or unset "
+                f"{STRICT} to be warned instead"
+            ),
+            comm,
         )
     if comm.Get_rank() == 0:
         say(

@@ -239,6 +239,7 @@ def run(mc) -> int:
     """The report, rank 0 printing it; `mc` is the public API (init, average, ...), which
     the command line hands down (it sits above this layer)."""
     MPI = mc.init_mpi()
+    launch.quiet_alone()  # the report gives the rank count
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     mine = rank_facts(MPI)
