@@ -52,6 +52,22 @@ def test_ranks_started_with_other_thread_counts_get_the_message_once(nranks):
     others_say_once(job, nranks, "MLCommError")
 
 
+def test_a_different_keras_model_on_one_rank_says_the_models_differ():
+    job = mpiexec_job(2, "speak_once_job.py", "keras-model", timeout=TIMEOUT_S)
+    assert job.returncode not in (0, None), job.detail()
+    assert job.stderr.count("models differ") == 1, job.detail()
+    assert re.search(
+        r"^ml_comm\S*MLCommError: the ranks' models differ, so rank 0's weights cannot be "
+        r"broadcast to the others: rank 0: 1 layer \(Dense\), 2 weights, 15 parameters; "
+        r"rank 1: 2 layers \(Dense, Dense\), 4 weights, 27 parameters; first difference: "
+        r"weight 2: rank 0 has none, rank 1 \S+/kernel \(3, 3\) float32\. Every rank must",
+        job.stderr,
+        re.M,
+    ), job.detail()
+    assert "submitted" not in job.stderr, job.detail()  # no agreement error after it
+    others_say_once(job, 2, "MLCommError")
+
+
 def test_a_process_without_a_launcher_says_once_that_it_is_alone():
     token = f"mlcfault-{uuid.uuid4().hex[:12]}"
     job = run_job([PY, str(SCRIPTS / "speak_once_job.py"), "alone", token], token, TIMEOUT_S)
