@@ -61,7 +61,17 @@ def test_site_builds_in_strict_mode(tmp_path):
     assert table.count("<td><code>ML_COMM_") == len(rows)  # one row per setting
     assert [s.name for s in rows if f"<td><code>{s.name}</code></td>" not in table] == []
     reference = (tmp_path / "reference" / "index.html").read_text()
-    for name in ("ml_comm.gradients", "ml_comm.keras.init", "ml_comm.data.equal_steps"):
+    for name in (
+        "ml_comm.gradients",
+        "ml_comm.keras.init",
+        "ml_comm.data.equal_steps",
+        "ml_comm.horovod.tensorflow.DistributedOptimizer",
+        "ml_comm.horovod.tensorflow.DistributedGradientTape",
+        "ml_comm.horovod.tensorflow.broadcast_variables",
+        "ml_comm.horovod.tensorflow.keras.DistributedOptimizer",
+        "ml_comm.horovod.tensorflow.keras.callbacks.LearningRateWarmupCallback",
+        "ml_comm.horovod.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback",
+    ):
         assert f'id="{name}"' in reference, name
 
 

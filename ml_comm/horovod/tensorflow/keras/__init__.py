@@ -7,7 +7,30 @@ import numpy as np
 import tensorflow as tf
 
 from ... import keras3, ops
-from ...basics import *  # noqa: F403  (the process queries and build flags)
+from ...basics import (  # the process queries and build flags
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
 from ...compression import Compression
 from ...ops import (
     Average,
@@ -99,5 +122,43 @@ def load_model(
     return model
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np")]
+# Every public name, listed (the API reference reads this statically).
+__all__ = [
+    "Average",
+    "Compression",
+    "DistributedOptimizer",
+    "ProcessSet",
+    "Sum",
+    "add_process_set",
+    "allgather",
+    "allreduce",
+    "broadcast",
+    "broadcast_global_variables",
+    "ccl_built",
+    "cross_rank",
+    "cross_size",
+    "cuda_built",
+    "ddl_built",
+    "global_process_set",
+    "gloo_built",
+    "gloo_enabled",
+    "init",
+    "is_homogeneous",
+    "is_initialized",
+    "load_model",
+    "local_rank",
+    "local_size",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "nccl_built",
+    "rank",
+    "reducescatter",
+    "remove_process_set",
+    "rocm_built",
+    "shutdown",
+    "size",
+    "start_timeline",
+    "stop_timeline",
+]
 del np
