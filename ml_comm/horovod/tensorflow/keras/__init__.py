@@ -1,4 +1,4 @@
-"""`horovod.tensorflow.keras` on ml_comm, for Keras 3 (docs/horovod.md)."""
+"""`horovod.tensorflow.keras` on ml_comm, for Keras 3 ([Coming from Horovod](horovod.md))."""
 
 from __future__ import annotations
 
