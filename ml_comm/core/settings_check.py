@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import compression, settings
+from .arrival import report_arrivals
 from .errors import MLCommError
 from .job_errors import raised_by_all
 from .output import say
@@ -97,6 +98,7 @@ def verify(
         nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
     )
     ours = (mine, settings.unknown())
+    report_arrivals(comm)  # rank 0 names the ranks it waits for, if they are late
     everyone = comm.allgather(ours) if comm.Get_size() > 1 else [ours]
     unknown_names(comm, [names for _, names in everyone])
     lines = disagreements([values for values, _ in everyone])

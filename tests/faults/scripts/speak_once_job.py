@@ -6,6 +6,8 @@ CASE:
   threads      rank 0 starts 2 threads per team, the others 3: init fails on every rank
   keras-model  rank 1 and above build a model with one more layer than rank 0's, and fit
   alone        init, one average and finalize, twice (run without a launcher)
+  late         the last rank calls init 8 s after the others, then one average
+  together     every rank calls init at once, then one average
 
 The errors are left uncaught: ml_comm's exception hook prints them and ends the job.
 TOKEN is only there so that the test can find this job's processes in /proc.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -49,7 +52,29 @@ def alone() -> None:
         mc.finalize()
 
 
-CASES = {"threads": threads, "keras-model": keras_model, "alone": alone}
+def late() -> None:
+    world = mc.init_mpi().COMM_WORLD
+    if world.Get_rank() == world.Get_size() - 1:
+        time.sleep(8)
+    mc.init(1, 1, 1024)
+    value = mc.average(np.full(4, 3.0, np.float32))[0]
+    print(f"rank {mc.get_rank()} averaged to {value}", flush=True)
+    mc.finalize()
+
+
+def together() -> None:
+    mc.init(1, 1, 1024)
+    print(f"rank {mc.get_rank()} averaged to {mc.average(np.ones(4, np.float32))[0]}", flush=True)
+    mc.finalize()
+
+
+CASES = {
+    "threads": threads,
+    "keras-model": keras_model,
+    "alone": alone,
+    "late": late,
+    "together": together,
+}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]]()
