@@ -2,31 +2,8 @@
 
 from __future__ import annotations
 
-from .. import keras3
-from ..basics import (  # the process queries and build flags
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from .. import basics, keras3
+from ..basics import *  # noqa: F403  (the process queries and build flags)
 from ..compression import Compression
 from ..functions import allgather_object, broadcast_object, broadcast_object_fn, broadcast_variables
 from ..ops import (
@@ -77,6 +54,7 @@ keras3.install()
 
 # Every public name, listed (the API reference reads this statically).
 __all__ = [
+    *basics.__all__,
     "Adasum",
     "Average",
     "BroadcastGlobalVariablesHook",
@@ -102,46 +80,24 @@ __all__ = [
     "broadcast_object",
     "broadcast_object_fn",
     "broadcast_variables",
-    "ccl_built",
     "check_extension",
     "check_num_rank_power_of_2",
-    "cross_rank",
-    "cross_size",
-    "cuda_built",
-    "ddl_built",
     "device_compatibility_check",
     "global_process_set",
-    "gloo_built",
-    "gloo_enabled",
     "gpu_available",
     "grouped_allgather",
     "grouped_allreduce",
     "grouped_reducescatter",
     "handle_average_backwards_compatibility",
-    "init",
-    "is_homogeneous",
-    "is_initialized",
     "join",
-    "local_rank",
     "local_rank_op",
-    "local_size",
     "local_size_op",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
     "process_set_included_op",
-    "rank",
     "rank_op",
     "reducescatter",
     "refs_to_vars",
     "remove_process_set",
-    "rocm_built",
-    "shutdown",
-    "size",
     "size_op",
     "split_list",
-    "start_timeline",
-    "stop_timeline",
     "vars_to_refs",
 ]

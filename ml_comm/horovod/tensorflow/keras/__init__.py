@@ -6,31 +6,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ... import keras3, ops
-from ...basics import (  # the process queries and build flags
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    gloo_built,
-    gloo_enabled,
-    init,
-    is_homogeneous,
-    is_initialized,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    rank,
-    rocm_built,
-    shutdown,
-    size,
-    start_timeline,
-    stop_timeline,
-)
+from ... import basics, keras3, ops
+from ...basics import *  # noqa: F403  (the process queries and build flags)
 from ...compression import Compression
 from ...ops import (
     Average,
@@ -124,6 +101,7 @@ def load_model(
 
 # Every public name, listed (the API reference reads this statically).
 __all__ = [
+    *basics.__all__,
     "Average",
     "Compression",
     "DistributedOptimizer",
@@ -134,31 +112,9 @@ __all__ = [
     "allreduce",
     "broadcast",
     "broadcast_global_variables",
-    "ccl_built",
-    "cross_rank",
-    "cross_size",
-    "cuda_built",
-    "ddl_built",
     "global_process_set",
-    "gloo_built",
-    "gloo_enabled",
-    "init",
-    "is_homogeneous",
-    "is_initialized",
     "load_model",
-    "local_rank",
-    "local_size",
-    "mpi_built",
-    "mpi_enabled",
-    "mpi_threads_supported",
-    "nccl_built",
-    "rank",
     "reducescatter",
     "remove_process_set",
-    "rocm_built",
-    "shutdown",
-    "size",
-    "start_timeline",
-    "stop_timeline",
 ]
 del np
