@@ -18,7 +18,7 @@ from .spans import spans
 
 NOTICE_SECONDS = 5.0
 REPEAT_SECONDS = 30.0
-TAG = 0x4D4C43  # "MLC"
+TAG = 0x4D43  # "MC"; within the 32767 that every MPI allows
 _MAX_POLL_SECONDS = 0.05
 
 
