@@ -38,10 +38,11 @@ def tensorflow_check() -> int:
 
 def build_tf(force: bool) -> int:
     from ml_comm.core.errors import MLCommError
+    from ml_comm.core.output import say
     from ml_comm.tensorflow import build
 
     try:
-        path = build.build(force=force, verbose=True)
+        path = build.build(force=force, verbose=True, say=say)
     except MLCommError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -97,11 +97,19 @@ def init(
 ) -> None:
     """Start MPI if needed and create `nteams` teams of `nthread_per_team` threads.
 
-    msglen: element count (float32 elements, typically the model's parameter count)
-    that sizes each team's fusion buffer; larger gradient sets are streamed through it.
-    chunk_bytes: pipelining segment size (default ML_COMM_CHUNK_BYTES or 1 MiB).
-    comm: the mpi4py communicator the job runs on (default COMM_WORLD); ranks, sizes
-    and every operation then refer to it. Collective over comm.
+    Collective over `comm`: every rank passes the same values
+    ([Calls and their rules](api.md#init)).
+
+    Args:
+        nthread_per_team: communication threads per team.
+        nteams: teams, one per model that trains at once (a GAN: 2).
+        msglen: element count (float32 elements, typically the model's parameter count)
+            that sizes each team's fusion buffer; larger gradient sets are streamed
+            through it.
+        framework: None or "numpy" (NumPy arrays), or "tensorflow" (tensors and ops).
+        chunk_bytes: pipelining segment size (default ML_COMM_CHUNK_BYTES or 1 MiB).
+        comm (mpi4py.MPI.Intracomm): the communicator the job runs on (default
+            COMM_WORLD); ranks, sizes and every operation then refer to it.
     """
     global _session
     nthreads = _positive_int("nthread_per_team", nthread_per_team, 256)
@@ -126,6 +134,7 @@ def init(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
         launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
+        launch.say_if_alone(init_mpi())
         # On the whole job, whatever comm is: a failing rank must end every rank.
         if init_mpi().COMM_WORLD.Get_size() > 1:
             abort.install_excepthook()  # before the teams: a rank failing there ends the job
@@ -147,7 +156,8 @@ def finalize() -> None:
     """Stop the teams' threads and free their communicators. Safe to call twice.
 
     Collective: waits for every rank to finalize too, and aborts the job if a rank
-    is waiting for this one in a team operation this one never made (faults/abort.py).
+    is waiting for this one in a team operation this one never made
+    ([Fault tolerance](faults.md#when-a-rank-fails-the-whole-job-ends)).
     """
     global _session
     with _session_lock:
@@ -175,7 +185,8 @@ def config_team(
     *,
     compression: str | None = None,
 ) -> None:
-    """Choose the team's algorithm, pipelining and reporting (docs/api.md, docs/pipelined.md).
+    """Choose the team's algorithm, pipelining and reporting ([Calls and their
+    rules](api.md#config_team), [Pipelined teams](pipelined.md)).
 
     compression: "bf16" or "fp16" sends the team's float32 ring reductions as 16-bit
     values (added in float32), "none" sends float32; None (the default) keeps the
@@ -234,7 +245,8 @@ def get_nranks() -> int:
 
 
 def barrier() -> None:
-    """Wait for every rank; a rank that leaves meanwhile ends the job (faults/barrier.py)."""
+    """Wait for every rank; a rank that leaves meanwhile ends the job
+    ([Fault tolerance](faults.md#when-a-rank-fails-the-whole-job-ends))."""
     s = _active()
     s.barrier.wait(s.teams)
 
@@ -265,11 +277,11 @@ def version_info() -> dict:
 def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> list:
     """Average a list of arrays over all ranks; returns new arrays, inputs untouched.
 
-    Arrays of one dtype are fused into one reduction, laid out as core/layout.py says
-    (weights in reverse list order, then vectors: the gradients that backprop
-    produces first come first, with either framework). On a pipelined
-    team (config_team ksteps < max_steps) a call may return the previous call's
-    average instead; see arrays/pipeline.py. With framework="tensorflow": tensors in and out.
+    Arrays of one dtype are fused into one reduction (weights in reverse list order,
+    then vectors: the gradients that backprop produces first come first, with either
+    framework). On a pipelined team (config_team ksteps < max_steps) a call may return
+    the previous call's average instead ([Pipelined teams](pipelined.md)). With
+    framework="tensorflow": tensors in and out.
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
@@ -314,7 +326,7 @@ def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
 def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
     """A new array holding `array` reduced over all ranks; the input is not written.
 
-    op: "sum", "average", "min", "max" or "product" (docs/collectives.md).
+    op: "sum", "average", "min", "max" or "product" ([Collectives](collectives.md)).
     """
     s = _active()
     with s.calls.calling(team, s.team(team)):

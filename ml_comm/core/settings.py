@@ -6,6 +6,8 @@ them with `get`, which parses the value by the row's type and falls back on its
 default, so the table, the code and the documentation's table (made from SETTINGS by
 tools/mkdocs_hooks.py) cannot disagree. An unset or empty variable takes the default.
 A value that does not parse raises SettingError naming the variable and the value.
+`unknown` finds the ML_COMM_* variables set that are in no row (a misspelt name), each
+with the row whose name is closest; init warns about them (settings_check.py).
 
 The C core reads no environment: `init` reads these and hands the values over.
 Three readers run where ml_comm cannot be imported and read os.environ themselves,
@@ -19,6 +21,7 @@ build loads this file alone).
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping
@@ -103,6 +106,9 @@ SETTINGS = (
     Setting("ML_COMM_TFCNN", "1", "bool", False,
             "0 turns off the start-up hook that adds --variable_update=ps_ml_comm to "
             "tf_cnn_benchmarks (read by that hook, without importing ml_comm)."),
+    Setting("ML_COMM_STRICT_SETTINGS", "0", "bool", False,
+            "1: an ML_COMM_* variable that is not in this table makes init raise instead of "
+            "warn (a misspelt name is otherwise ignored)."),
     Setting("ML_COMM_CACHE_DIR", "unset", "path", False,
             "Where `python -m ml_comm build-tf` puts the TensorFlow op library "
             "(unset: $XDG_CACHE_HOME/ml_comm, else ~/.cache/ml_comm)."),
@@ -116,6 +122,16 @@ SETTINGS = (
 )  # fmt: skip
 
 BY_NAME = {s.name: s for s in SETTINGS}
+PREFIX = "ML_COMM_"
+# Variables of the test suite and the developer tools (tests/, tools/), which the product
+# does not read: never called unknown.
+DEVELOPER_PREFIX = "ML_COMM_TEST"
+DEVELOPER_VARIABLES = (
+    "ML_COMM_LONG_TESTS",
+    "ML_COMM_LONG_TESTBED",
+    "ML_COMM_SKIP_TESTBED",
+    "ML_COMM_TFCNN_TIMEOUT",
+)
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
@@ -200,3 +216,28 @@ def check_all(env: Mapping[str, str] | None = None) -> None:
 def compared() -> tuple[str, ...]:
     """The names that init compares across ranks."""
     return tuple(s.name for s in SETTINGS if s.compared)
+
+
+def unknown(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Each ML_COMM_* variable set in `env` that ml_comm does not read, with the setting
+    whose name is closest (None when none is close): a misspelt name does nothing."""
+    env = os.environ if env is None else env
+    found: dict[str, str | None] = {}
+    for name in sorted(env):
+        if not name.startswith(PREFIX) or name in BY_NAME or name in DEVELOPER_VARIABLES:
+            continue
+        if name.startswith(DEVELOPER_PREFIX):
+            continue
+        # Compared without the prefix, which every name shares.
+        suffixes = {known[len(PREFIX) :]: known for known in BY_NAME}
+        close = difflib.get_close_matches(name[len(PREFIX) :], suffixes, n=1, cutoff=0.6)
+        found[name] = suffixes[close[0]] if close else None
+    return found
+
+
+def unknown_text(found: Mapping[str, str | None]) -> str:
+    """'ML_COMM_COMPRESION (did you mean ML_COMM_COMPRESSION?), ...'."""
+    return ", ".join(
+        f"{name} (did you mean {close}?)" if close else f"{name} (no setting is close)"
+        for name, close in found.items()
+    )

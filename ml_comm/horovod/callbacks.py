@@ -57,7 +57,12 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """lr = initial_lr * multiplier(epoch) for start_epoch <= epoch < end_epoch; with
-    staircase=False the epoch is fractional and the rate changes every batch."""
+    staircase=False the epoch is fractional and the rate changes every batch.
+
+    momentum_correction: Horovod rescales an SGD optimizer's momentum with the rate; Keras
+    3 optimizers fix momentum when a step is traced, so it is left as it is. None (the
+    default, Horovod's True) says nothing; True with an optimizer that has momentum warns
+    once, on rank 0, since the training then differs from Horovod's."""
 
     def __init__(
         self,
@@ -66,7 +71,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         start_epoch=0,
         end_epoch=None,
         staircase=True,
-        momentum_correction=True,
+        momentum_correction=None,
         steps_per_epoch=None,
     ):
         super().__init__()
@@ -77,12 +82,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.staircase = staircase
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
-        if momentum_correction:
-            warnings.warn(
-                "momentum_correction: Keras 3 optimizers fix momentum when a step is traced, "
-                "so ml_comm.horovod does not rescale it with the learning rate",
-                stacklevel=2,
-            )
+        self.momentum_correction = momentum_correction
 
     def _in_range(self, epoch) -> bool:
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
@@ -91,6 +91,15 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
 
     def on_train_begin(self, logs=None):
+        momentum = float(getattr(self.model.optimizer, "momentum", 0.0) or 0.0)
+        if self.momentum_correction and momentum and basics.rank() == 0:
+            warnings.warn(
+                f"momentum_correction=True: the optimizer's momentum ({momentum:g}) is not "
+                "rescaled with the learning rate (Keras 3 optimizers fix it when a step is "
+                "traced), unlike under Horovod",
+                stacklevel=2,
+            )
+            self.momentum_correction = None  # once
         if self.initial_lr is None:
             self.initial_lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
         if self.steps_per_epoch is None:
@@ -121,7 +130,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     batch (the large-batch warmup of Goyal et al.)."""
 
     def __init__(
-        self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0
+        self, initial_lr, warmup_epochs=5, momentum_correction=None, steps_per_epoch=None, verbose=0
     ):
         self.warmup_epochs = warmup_epochs
         self.verbose = verbose

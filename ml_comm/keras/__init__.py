@@ -1,12 +1,14 @@
 """Keras 3 hook: `init()` ... `finalize()` alone make a Keras script data-parallel.
 
-    import ml_comm.keras as mk
+```
+import ml_comm.keras as mk
 
-    mk.init()                                   # before training (threads, teams, msglen)
-    model.compile(optimizer="sgd", loss=...)    # before or after init
-    model.fit(x_shard, y_shard, ...)            # unchanged: gradients averaged on team 0
-    model.evaluate(x_test_shard, y_test_shard)  # metrics of all ranks' shards together
-    mk.finalize()
+mk.init()                                   # before training (threads, teams, msglen)
+model.compile(optimizer="sgd", loss=...)    # before or after init
+model.fit(x_shard, y_shard, ...)            # unchanged: gradients averaged on team 0
+model.evaluate(x_test_shard, y_test_shard)  # metrics of all ranks' shards together
+mk.finalize()
+```
 
 Between `init` and `finalize` every Keras optimizer update on this rank averages its
 gradients over all ranks first (team 0 unless `set_team(model, team)` chose another, or
@@ -20,9 +22,8 @@ Keras 3 has no public gradient-transform hook and no global callback registry, b
 weight update ends in the public `Optimizer.apply`, and every training or evaluation run
 of a model in its public `fit` / `evaluate` / `predict` / `train_on_batch`. `init` wraps
 those methods on the public base classes (`keras.optimizers.Optimizer`,
-`keras.optimizers.LossScaleOptimizer`, `keras.Model`) and `finalize` restores them; the
-optimizer side is in apply.py, the model side (registration, quiet ranks, equal
-steps per epoch) in fit.py, global metrics in metrics.py. Instances,
+`keras.optimizers.LossScaleOptimizer`, `keras.Model`) and `finalize` restores them
+([Keras](keras.md#how-it-hooks-in)). Instances,
 their classes, saved models and checkpoints are untouched: a saved model reloads without
 ml_comm. Custom `tf.function` loops must be traced after `init` (a graph traced before
 holds the plain optimizer's update).
@@ -39,6 +40,8 @@ from __future__ import annotations
 
 import atexit
 import weakref
+
+from . import compile_notice  # noqa: F401  # isort: skip  (before Keras: it says at once)
 
 import keras
 import numpy as np
@@ -256,18 +259,18 @@ def get_team(model: keras.Model) -> int | None:
 
 
 __all__ = [
-    "DEFAULT_MSGLEN",
+    "init",
+    "finalize",
+    "set_team",
+    "get_team",
+    "distributed_optimizer",
+    "broadcast_weights",
+    "scale_learning_rate",
+    "WarmupSchedule",
     "GlobalMetrics",
     "MetricAverage",
-    "ModelCheckpoint",
-    "WarmupSchedule",
     "average_logs",
-    "broadcast_weights",
-    "distributed_optimizer",
-    "finalize",
     "gather",
-    "get_team",
-    "init",
-    "scale_learning_rate",
-    "set_team",
+    "ModelCheckpoint",
+    "DEFAULT_MSGLEN",
 ]

@@ -37,6 +37,7 @@ from . import apply
 from .apply import broadcast_model_weights
 from .callbacks import StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
+from .model_check import check_same_model
 from .teams import forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
@@ -93,6 +94,7 @@ def prepare(model) -> int | None:
         if getattr(model, "compiled", False):
             model.make_train_function(force=True)
     if model.built:
+        check_same_model(model, team)  # before the broadcast: the ranks hold one model
         broadcast_model_weights(model)
     return team
 

@@ -1,12 +1,12 @@
-"""TensorFlow binding: broadcast and gradients as TensorFlow ops (and the collectives of
-collectives.py: allgather, reducescatter, alltoall, allreduce with any op).
+"""TensorFlow ops: `ml_comm.broadcast` and `ml_comm.gradients` after
+`ml_comm.init(..., framework="tensorflow")`, and the collectives below (allgather,
+reducescatter, alltoall, allreduce with any op), which take and return tensors
+([TensorFlow](tensorflow.md), [Collectives](collectives.md#tensorflow)).
 
-`ml_comm.init(..., framework="tensorflow")` makes the session's backend
-(backend.py here: it loads the op library, building it on first use, see
-build.py), which routes `ml_comm.broadcast` and `ml_comm.gradients` here.
-Eager mode runs one fused op per dtype; in graphs (tf.function, tf.compat.v1)
-every gradient gets its own op of a keyed group, so each is reduced as soon as
-backprop produced it.
+Eager mode runs one fused op per dtype; in graphs (tf.function, tf.compat.v1) every
+gradient gets its own op of a keyed group, so each is reduced as soon as backprop
+produced it. The op library is compiled on first use and cached
+([The op library](tensorflow.md#the-op-library)).
 """
 
 from __future__ import annotations

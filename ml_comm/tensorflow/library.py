@@ -26,11 +26,12 @@ _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _live: list[tuple[int, object]] = []
 
 
-def load_ops():
-    """Load (building if needed) the op library; idempotent."""
+def load_ops(say: build.Say | None = None):
+    """Load (building if needed, with notice and progress to `say`) the op library;
+    idempotent."""
     global _ops, _lib
     if _ops is None:
-        path = build.build()
+        path = build.build(say=say)
         unordered.install()  # submits run as their gradients appear (see unordered.py)
         _ops = tf.load_op_library(str(path))
         _lib = ctypes.CDLL(str(path))
