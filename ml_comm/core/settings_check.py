@@ -98,7 +98,7 @@ def verify(
         nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
     )
     ours = (mine, settings.unknown())
-    report_arrivals(comm)  # rank 0 names the ranks it waits for, if they are late
+    report_arrivals(comm)  # rank 0 says that it waits, if the others are late
     everyone = comm.allgather(ours) if comm.Get_size() > 1 else [ours]
     unknown_names(comm, [names for _, names in everyone])
     lines = disagreements([values for values, _ in everyone])
