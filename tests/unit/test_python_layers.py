@@ -27,6 +27,7 @@ RANK = {
     "mpi": 1,
     "arrays": 2,
     "tensorflow": 3,
+    "jax": 3,
     "api": 4,
     "keras": 5,
     "tfcnn": 5,
