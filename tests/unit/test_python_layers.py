@@ -32,6 +32,7 @@ RANK = {
     "keras": 5,
     "tfcnn": 5,
     "horovod": 5,
+    "torch": 5,
     "top": 6,
 }
 TOP_MODULES = {"ml_comm", "ml_comm.__main__", "ml_comm.data", "ml_comm.errors"}
