@@ -108,7 +108,9 @@ ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t tea
       if (k == 0) codes[part] = code;
       if (code != codes[part]) return Failure(MLC_ERR_ARG, "gradients failed: a part of mixed dtypes");
       tensors[at].data = (*out)->untyped_data();
-      tensors[at].source = in->untyped_data();
+      // XLA hands the input's own buffer as the result where it may (the call aliases
+      // each result to its operand): then the average is made in place.
+      tensors[at].source = in->untyped_data() == tensors[at].data ? nullptr : in->untyped_data();
       tensors[at].count = static_cast<int64_t>(in->element_count());
     }
     call_dtypes |= 1 << codes[part];
