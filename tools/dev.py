@@ -275,7 +275,11 @@ def test_keras_backends(skips: dict[str, SuiteSkips]) -> list[str]:
             cmd += [str(folder / f) for f in files]
             if run(cmd, timeout=MPI_RUN_TIMEOUT_S, env=env, cwd=b.venv) != 0:
                 failures.append(f"keras {b.name} n={n}")
-        same = [*pytest, str(folder / "test_same_weights.py")]
+        same = [
+            *pytest,
+            str(folder / "test_same_weights.py"),
+            str(folder / "test_torch_example.py"),
+        ]
         if run(same, timeout=MPI_RUN_TIMEOUT_S, env=env, cwd=b.venv) != 0:
             failures.append(f"keras {b.name}: the same script at 2 ranks and at 1")
         jobs = [BACKUP_JOBS] if os.environ.get("ML_COMM_LONG_TESTS") else list(b.jobs)
