@@ -53,6 +53,27 @@ def core_module() -> Path:
     return Path(_core.__file__).resolve()
 
 
+def shared_library_command(
+    output: Path, sources: Iterable[Path], include_dirs: Iterable[str], flags: Iterable[str] = ()
+) -> list[str]:
+    """The C++ compiler's command that builds a binding: C++17, the framework's
+    `include_dirs` and `flags` (compile and link), ml_comm.h, linked to the core module."""
+    return [
+        compiler(),
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-std=c++17",
+        *(f"-I{d}" for d in include_dirs),
+        f"-I{header_dir()}",
+        *(str(source) for source in sources),
+        "-o",
+        str(output),
+        *flags,
+        *core_link_flags(),
+    ]
+
+
 def core_link_flags() -> list[str]:
     """Link to the core module Python has already loaded (its C functions), by file name."""
     core = core_module()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import native_build
-from ..core.native_build import cache_dir, compiler, header_dir
+from ..core.native_build import cache_dir
 
 FFI_DIR = Path(__file__).resolve().parent / "ffi"
 RETRY = "python -m ml_comm build-jax"
@@ -20,19 +20,7 @@ def sources() -> list[Path]:
 def build_command(output: Path) -> list[str]:
     import jax
 
-    return [
-        compiler(),
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-std=c++17",
-        f"-I{jax.ffi.include_dir()}",
-        f"-I{header_dir()}",
-        *(str(source) for source in sources()),
-        "-o",
-        str(output),
-        *native_build.core_link_flags(),
-    ]
+    return native_build.shared_library_command(output, sources(), [jax.ffi.include_dir()])
 
 
 def library_path() -> Path:

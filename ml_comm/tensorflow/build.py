@@ -25,22 +25,12 @@ def op_sources() -> list[Path]:
 def build_command(output: Path) -> list[str]:
     import tensorflow as tf
 
-    return [
-        compiler(),
-        "-shared",
-        "-fPIC",
-        "-O2",
-        "-std=c++17",
+    flags = [
         "-Wno-deprecated-declarations",
         *tf.sysconfig.get_compile_flags(),
-        f"-I{header_dir()}",
-        *(str(source) for source in op_sources()),
-        "-o",
-        str(output),
         *tf.sysconfig.get_link_flags(),
-        # The core's C functions come from the module Python has already loaded.
-        *native_build.core_link_flags(),
     ]
+    return native_build.shared_library_command(output, op_sources(), [], flags)
 
 
 def cache_key() -> str:

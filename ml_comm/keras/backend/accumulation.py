@@ -10,9 +10,9 @@ from collections.abc import Callable
 import keras
 
 
-def accumulate_then_average(
-    average: Callable[[list, int], list], optimizer, team, steps: int, grads: list, variables
-) -> list:
+def inputs(optimizer, grads: list, variables) -> tuple[list[int], list, list]:
+    """(the indices of the gradients present, those gradients as tensors, Keras's
+    accumulator of each), building the optimizer first if it is not yet (every backend)."""
     if variables is None:
         variables = list(optimizer._trainable_variables)
     elif not optimizer.built:
@@ -24,6 +24,13 @@ def accumulate_then_average(
         optimizer._accumulated_gradients[optimizer._get_variable_index(variables[i])]
         for i in present
     ]
+    return present, local, accumulators
+
+
+def accumulate_then_average(
+    average: Callable[[list, int], list], optimizer, team, steps: int, grads: list, variables
+) -> list:
+    present, local, accumulators = inputs(optimizer, grads, variables)
     is_update = keras.ops.equal((optimizer._iterations + 1) % steps, 0)
     sums = [keras.ops.convert_to_tensor(a) for a in accumulators]
     totals = [g + s for g, s in zip(local, sums)]

@@ -5,11 +5,11 @@ batches. XLA cannot compile ml_comm's ops: a model's jit_compile is turned off."
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from .... import api as mc
+from .. import accumulation
 from . import sparse
 
 FRAMEWORK = "tensorflow"
@@ -35,7 +35,7 @@ def average(grads: list, team: int) -> list:
 def accumulate_then_average(optimizer, team, steps: int, grads: list, variables) -> list:
     """Keras's accumulation (apply.py says how) with TensorFlow's control dependencies:
     the accumulators are zeroed after the reduction read them."""
-    present, local, accumulators = _accumulation_inputs(optimizer, grads, variables)
+    present, local, accumulators = accumulation.inputs(optimizer, grads, variables)
 
     def update():
         totals = [g + tf.convert_to_tensor(a) for g, a in zip(local, accumulators)]
@@ -57,21 +57,6 @@ def accumulate_then_average(optimizer, team, steps: int, grads: list, variables)
     for i, g in zip(present, out):
         result[i] = g
     return result
-
-
-def _accumulation_inputs(optimizer, grads, variables):
-    if variables is None:
-        variables = list(optimizer._trainable_variables)
-    elif not optimizer.built:
-        with keras.name_scope(optimizer.name, caller=optimizer):
-            optimizer.build(variables)
-    present = [i for i, g in enumerate(grads) if g is not None]
-    local = [tf.convert_to_tensor(grads[i]) for i in present]
-    accumulators = [
-        optimizer._accumulated_gradients[optimizer._get_variable_index(variables[i])]
-        for i in present
-    ]
-    return present, local, accumulators
 
 
 def is_eager(grads) -> bool:
