@@ -281,7 +281,8 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     then vectors: the gradients that backprop produces first come first, with either
     framework). On a pipelined team (config_team ksteps < max_steps) a call may return
     the previous call's average instead ([Pipelined teams](pipelined.md)). With
-    framework="tensorflow": tensors in and out.
+    framework="tensorflow": tensors in and out; with framework="jax": JAX arrays in and
+    out, eagerly or inside jax.jit.
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
@@ -298,9 +299,9 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
 def broadcast(values, root: int = 0, team: int = 0):
     """Overwrite each array in `values` with root's, in place; returns `values`.
 
-    With framework="tensorflow": returns new tensors holding root's values. `team`: the
-    team that carries it (the model's, so that it keeps its place among that team's
-    calls when another thread drives another team).
+    With framework="tensorflow" (or "jax"): returns new tensors (JAX arrays) holding
+    root's values. `team`: the team that carries it (the model's, so that it keeps its
+    place among that team's calls when another thread drives another team).
     """
     s = _active()
     if s.backend.name != "numpy":

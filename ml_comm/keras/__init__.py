@@ -28,6 +28,10 @@ their classes, saved models and checkpoints are untouched: a saved model reloads
 ml_comm. Custom `tf.function` loops must be traced after `init` (a graph traced before
 holds the plain optimizer's update).
 
+Backends: Keras' TensorFlow, JAX and torch backends (KERAS_BACKEND, as Keras reads it);
+what differs between them is in backend/<name>/, and TensorFlow is imported only on its
+own backend.
+
 msglen: omitted, each team's fusion buffer holds `DEFAULT_MSGLEN` (4 Mi) float32 elements
 (16 MiB per team). Larger gradient sets stream through it in windows.
 
@@ -49,7 +53,7 @@ import numpy as np
 from .. import api as mc
 from ..core.errors import MLCommError
 from ..faults.abort import set_steps_note
-from . import apply, fit, teams
+from . import apply, backend, fit, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
 
 DEFAULT_MSGLEN = 1 << 22
@@ -76,18 +80,13 @@ def init(
     small allreduce per step); False (default) makes them global at each epoch's end.
     """
     global _owns_session
-    if keras.backend.backend() != "tensorflow":
-        raise MLCommError(
-            f"ml_comm.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
-            f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow"
-        )
     if int(keras.__version__.split(".")[0]) < 3:
         raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")
     mc.init(
         nthread_per_team,
         nteams,
         DEFAULT_MSGLEN if msglen is None else msglen,
-        "tensorflow",
+        backend.current().FRAMEWORK,  # the backend KERAS_BACKEND names (TensorFlow, JAX, torch)
         chunk_bytes=chunk_bytes,
     )
     _owns_session = True
@@ -180,11 +179,14 @@ def gather(values, root: int = 0):
 
 
 def _check_team(team) -> None:
-    """Raises before init(), without framework="tensorflow", or for a bad team id."""
-    if mc._active().backend.name != "tensorflow":
+    """Raises before init(), with another framework than the Keras backend's, or for a
+    bad team id."""
+    framework = backend.current().FRAMEWORK
+    if mc._active().backend.name != framework:
         raise MLCommError(
-            "ml_comm was initialised without framework='tensorflow'; start it with "
-            "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"
+            f"ml_comm was initialised without framework={framework!r}, which Keras' "
+            f"{backend.name()} backend needs; start it with ml_comm.keras.init(...) "
+            f"(or ml_comm.init(..., framework={framework!r}))"
         )
     mc.team_settings(team)
 

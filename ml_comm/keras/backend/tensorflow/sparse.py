@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from .. import tensorflow as tf_binding
+from .... import tensorflow as tf_binding
 
 
 def is_sparse(grad) -> bool:
