@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import op_cache
 from .errors import MLCommError
-from .op_cache import cache_dir, compiler
+from .op_cache import compiler
 from .version import VERSION
 
 

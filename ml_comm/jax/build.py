@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import native_build
-from ..core.native_build import cache_dir
+from ..core.op_cache import cache_dir
 
 FFI_DIR = Path(__file__).resolve().parent / "ffi"
 RETRY = "python -m ml_comm build-jax"
