@@ -112,11 +112,20 @@ def gradients(
                 ]
             # The waits are async (they block no thread) and keep program order;
             # the submits do not (unordered.py): each runs once its gradient exists.
-            outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
+            graph = tf.compat.v1.get_default_graph()
+            # A tf.compat.v1 Session runs only what a fetch needs, and may fetch part of
+            # the outputs: there each wait needs every submit of its group (else the
+            # group waits forever for the submits of outputs not fetched), and the next
+            # group waits for this one to end (else a fetch of the next one would open
+            # this one again without its submits). Within tf.function every op runs.
+            whole = not graph.building_function
+            with tf.control_dependencies([token for _, token in submits] if whole else []):
+                outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
             # What makes the request orders the next group: the opener, or for one small
             # tensor, which its submit reduces then and there (ReducedBySubmit), the submit.
             first = opener if len(tensors) > 1 else submits[0][0]
-            _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = first.op
+            anchor = [o.op for o in outs] if whole else first.op
+            _last_anchor[graph][team_handle] = anchor
         for i, out in zip(layout, outs):
             result[i] = out
     return result
