@@ -135,9 +135,31 @@ def _reduction_op(op, average, process_set):
 
 def _summed(tensors: list, average: bool = False) -> list:
     """The element-wise sums (or sums / size) over all ranks of a list of dense tensors,
-    one fused call."""
+    one fused call; the gradient is the same reduction of the upstream gradients
+    (Horovod's)."""
+    tensors = list(tensors)
+    if not all(t.dtype.is_floating for t in tensors):
+        return _summed_once(tensors, average)
+
+    @tf.custom_gradient
+    def reduced(*inputs):
+        def grad(*upstream):
+            return _summed_once([_zero_if_none(g, t) for g, t in zip(upstream, inputs)], average)
+
+        return _summed_once(list(inputs), average), grad
+
+    return list(reduced(*tensors))
+
+
+def _summed_once(tensors: list, average: bool) -> list:
     session = basics.session()
-    return binding.gradients(list(tensors), _team_id(), session.size, average=average)
+    return binding.gradients(tensors, _team_id(), session.size, average=average)
+
+
+def _zero_if_none(grad, like):
+    """An unconnected output's upstream gradient as zeros, so every rank reduces the same
+    list."""
+    return tf.zeros_like(like) if grad is None else tf.convert_to_tensor(grad)
 
 
 def grouped_allreduce(
@@ -319,11 +341,24 @@ def _carrier(t):
 
 
 def _broadcast_list(tensors, root_rank):
-    """root_rank's values of the tensors."""
+    """root_rank's values of the tensors. The gradient (Horovod's): the average over the
+    ranks of the upstream gradients on root_rank, zeros elsewhere."""
     dense = [tf.convert_to_tensor(t) for t in tensors]
     if not dense:
         return []
-    return _broadcast_once(dense, basics.session().check_root(root_rank))
+    root = basics.session().check_root(root_rank)
+    if not all(t.dtype.is_floating for t in dense):
+        return _broadcast_once(dense, root)
+
+    @tf.custom_gradient
+    def broadcast_values(*inputs):
+        def grad(*upstream):
+            averaged = _summed_once([_zero_if_none(g, t) for g, t in zip(upstream, inputs)], True)
+            return averaged if basics.rank() == root else [a * 0 for a in averaged]
+
+        return _broadcast_once(list(inputs), root), grad
+
+    return list(broadcast_values(*dense))
 
 
 def _broadcast_once(dense: list, root: int) -> list:

@@ -28,3 +28,16 @@ def test_runs_of_part_of_what_was_built(hvd_session):  # noqa: F811
         c.equal(sess.run(second[0]), np.array([n * (n - 1) // 2], np.int32), "the other output")
     c.finish()
 
+
+def test_gradients_of_one_output_at_a_time(hvd_session):  # noqa: F811
+    """Horovod's test idiom: tf.gradients of each output of a grouped allreduce, each
+    fetched on its own (the upstream gradients of the other outputs are zeros)."""
+    rank, n = hvd_session
+    c = Checks()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        tensors = [tf.constant(np.full(4, rank + k, np.float32)) for k in range(3)]
+        summed = hvd.grouped_allreduce(tensors, op=hvd.Sum)
+        for k, (s, t) in enumerate(zip(summed, tensors)):
+            grad = tf.gradients(s, t, tf.ones([4]))[0]
+            c.equal(sess.run(grad), np.full(4, n, np.float32), f"gradient of output {k}")
+    c.finish()
