@@ -113,7 +113,7 @@ def test_bool_is_moved_never_reduced(tf_session, mode):
     for reduce in (lambda t: mtf.allreduce(t, op="max"), lambda t: mtf.reducescatter(t, op="sum")):
         # Made eagerly the op fails with InvalidArgumentError, traced with TypeError.
         with pytest.raises((TypeError, tf.errors.InvalidArgumentError), match="bool"):
-            run_in_mode(mode, lambda ts: [reduce(ts[0])], [[even]])
+            run_in_mode(mode, lambda ts, reduce=reduce: [reduce(ts[0])], [[even]])
     with pytest.raises(TypeError, match="cannot reduce dtype bool"):
         ml_comm.gradients([tf.constant(even)])
     c.finish()
