@@ -292,20 +292,12 @@ def PartialDistributedOptimizer(
 ):
     """DistributedOptimizer whose local_layers' variables keep their own gradients (not
     reduced; divided by the number of ranks unless scale_local_gradients=False)."""
+    # Every other parameter is DistributedOptimizer's, passed on by name.
+    settings = dict(locals())
     if op not in (Average, Sum):
         raise ValueError("PartialDistributedOptimizer: op must be hvd.Average or hvd.Sum")
-    local = _local_variables(local_layers)
-    optimizer = DistributedOptimizer(
-        optimizer,
-        name=name,
-        compression=compression,
-        sparse_as_dense=sparse_as_dense,
-        gradient_predivide_factor=gradient_predivide_factor,
-        op=op,
-        groups=groups,
-        process_set=process_set,
-        scale_local_gradients=scale_local_gradients,
-    )
+    local = _local_variables(settings.pop("local_layers"))
+    optimizer = DistributedOptimizer(**settings)
     optimizer._hvd_reducer.local += local
     return optimizer
 
