@@ -131,12 +131,16 @@ class Expected:
     skip: dict[str, tuple[str, str]] = field(default_factory=dict)  # pattern -> (skip text, why)
 
     @classmethod
-    def load(cls, path: Path = EXPECTED) -> Expected:
+    def load(cls, ranks: int, path: Path = EXPECTED) -> Expected:
+        """The entries for a run at `ranks` ranks (a section with `ranks = 3 4` holds at
+        those rank counts only)."""
         parser = configparser.ConfigParser(interpolation=None)
         parser.read_string(path.read_text())
         out = cls()
         for kind in parser.sections():
             entry = parser[kind]
+            if "ranks" in entry and str(ranks) not in entry["ranks"].split():
+                continue
             why = f"{kind}: {entry['reason']}"
             patterns = entry["tests"].split()
             if entry["outcome"] == "fail":
@@ -313,13 +317,12 @@ def run(runs: list[tuple[str, int]], timeout: float, full: bool) -> int:
     if problem:
         print(f"horovod suite skipped: {problem}", flush=True)
         return SKIPPED_EXIT
-    expected = Expected.load()
     logs = Path(tempfile.mkdtemp(prefix="ml_comm-hvd-suite-logs-"))
     passed = failed = skipped = failed_as_listed = 0
     for name, n in runs:
         started = time.monotonic()
         log = logs / f"{name.removesuffix('.py')}-n{n}.log"
-        verdicts = run_file(name, n, timeout, expected, log, full)
+        verdicts = run_file(name, n, timeout, Expected.load(n), log, full)
         print_table(
             f"{name} at {n} ranks ({time.monotonic() - started:.0f} s, log {log})", verdicts
         )
