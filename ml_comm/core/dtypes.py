@@ -45,9 +45,16 @@ def _codes() -> dict[np.dtype, int]:
     return _codes_made
 
 
+_reduced_made: dict[np.dtype, int] | None = None
+
+
 def _reduced_codes() -> dict[np.dtype, int]:
-    """The dtypes that allreduce and reducescatter take (not bool, which is only moved)."""
-    return {d: c for d, c in _codes().items() if lib.mlc_dtype_is_reducible(c)}
+    """The dtypes that allreduce and reducescatter take (not bool, which is only moved);
+    made once."""
+    global _reduced_made
+    if _reduced_made is None:
+        _reduced_made = {d: c for d, c in _codes().items() if lib.mlc_dtype_is_reducible(c)}
+    return _reduced_made
 
 
 def __getattr__(attribute: str):
