@@ -2,8 +2,8 @@
 PartialDistributedOptimizer."""
 
 from ..tensorflow.keras import *  # noqa: F403
+from ..tensorflow.keras import K, callbacks, elastic  # noqa: F401
 from ..tensorflow.keras import __all__ as _tensorflow_keras_names
-from ..tensorflow.keras import callbacks, elastic  # noqa: F401
 from ..training import PartialDistributedOptimizer
 
 __all__ = [*_tensorflow_keras_names, "PartialDistributedOptimizer"]
