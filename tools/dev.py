@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from horovod_suite import source_problem as horovod_source_problem
 from simgrid_packages import ensure_simgrid
 from suite_summary import SuiteSkips, failed_tests, matrix_failure, skips_from_junit, summary_line
 from testbed_packages import ensure_testbed_packages
@@ -420,6 +421,15 @@ def cmd_test() -> int:
         failures.append(
             suite_failure("tfcnn", "tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)", skips)
         )
+    # Horovod's own TensorFlow tests on ml_comm.horovod (a sample of them at 2 and 3 ranks;
+    # tools/horovod_suite.py run --full for all), from the cache that `horovod_suite.py
+    # extract` fills: Horovod's PyPI sdist does not ship its tests.
+    why_not_horovod = horovod_source_problem()
+    if why_not_horovod:
+        print(f"horovod: {why_not_horovod}; its suite will skip", flush=True)
+        skips["horovod"] = SuiteSkips(total=1, skipped=1, reasons=[why_not_horovod])
+    elif run([sys.executable, "tools/horovod_suite.py", "run"], timeout=3 * MPI_RUN_TIMEOUT_S):
+        failures.append("horovod (Horovod's TensorFlow tests on ml_comm.horovod)")
     # The scale model's validation at three sizes against the 3- and 4-node test-bed sweeps.
     if why_not_simgrid:
         print(f"simgrid: {why_not_simgrid}; the scale model's validation will skip", flush=True)
@@ -438,6 +448,7 @@ def cmd_test() -> int:
         "keras " + ", ".join(b.name for b in KERAS_BACKENDS),
         "testbed",
         "tfcnn",
+        "horovod",
         "project",
     ]
     print(summary_line(ran, failures, skips), flush=True)

@@ -16,7 +16,12 @@ enum mlc_dtype {
     MLC_BFLOAT16 = 3,
     MLC_INT32 = 4,
     MLC_INT64 = 5,
-    MLC_NUM_DTYPES = 6
+    MLC_UINT8 = 6,
+    MLC_INT8 = 7,
+    MLC_UINT16 = 8,
+    MLC_INT16 = 9,
+    MLC_BOOL = 10,      /* moved (broadcast, allgather, alltoall), never reduced */
+    MLC_NUM_DTYPES = 11 /* the count: a call's dtypes are the bits 1 << dtype of an int */
 };
 
 enum mlc_reduce_op {
@@ -114,11 +119,13 @@ typedef void (*mlc_report_fn)(void *user_data, const mlc_team_stats *stats);
 const char *mlc_version(void);
 const char *mlc_status_name(int status);
 /* The dtype table (csrc/base/dtype.c), the one list of element types: bytes per
- * element, name ("float32", "bfloat16", ...; "unknown" outside the table) and
- * whether it is a floating-point type. */
+ * element, name ("float32", "bfloat16", ...; "unknown" outside the table), whether it
+ * is a floating-point type, and whether the reductions (allreduce, reducescatter)
+ * take it (every dtype but bool). */
 int mlc_dtype_size(int dtype);
 const char *mlc_dtype_name(int dtype);
 int mlc_dtype_is_float(int dtype);
+int mlc_dtype_is_reducible(int dtype);
 
 /* ---- context ---- */
 /* comm_handle_address: address of an MPI_Comm (mpi4py: MPI._addressof(comm)).

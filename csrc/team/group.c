@@ -235,6 +235,7 @@ static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *coun
     else if (ntensors < 1 || !counts) what = "a group needs at least one tensor";
     else if (index < 0 || index >= ntensors) what = "the index is outside the group";
     else if (dtype < 0 || dtype >= MLC_NUM_DTYPES) what = "unknown dtype";
+    else if (!mlc_dtype_is_reducible(dtype)) what = "a dtype that is never reduced (bool)";
     else if (op != MLC_OP_SUM && op != MLC_OP_AVERAGE) what = "unknown reduction op";
     for (int i = 0; !what && i < ntensors; i++)
         if (counts[i] < 0) what = "a tensor count is negative";

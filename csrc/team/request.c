@@ -29,7 +29,8 @@ static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int n
                       int op, int root) {
     if (!team || ntensors < 0 || (ntensors > 0 && !tensors) || dtype < 0 || dtype >= MLC_NUM_DTYPES)
         return MLC_ERR_ARG;
-    if (kind == MLC_KIND_ALLREDUCE && (op < 0 || op >= MLC_NUM_OPS)) return MLC_ERR_ARG;
+    if (kind == MLC_KIND_ALLREDUCE && (op < 0 || op >= MLC_NUM_OPS || !mlc_dtype_is_reducible(dtype)))
+        return MLC_ERR_ARG;
     if (kind == MLC_KIND_BROADCAST && (root < 0 || root >= team->ctx->size)) return MLC_ERR_ARG;
     for (int i = 0; i < ntensors; i++)
         if (tensors[i].count < 0 || (tensors[i].count > 0 && !tensors[i].data)) return MLC_ERR_ARG;

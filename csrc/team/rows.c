@@ -238,6 +238,7 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || op < 0 || op >= MLC_NUM_OPS)
         return fail(err, errlen, "invalid reducescatter arguments (rows, row shape, dtype or op)");
+    if (!mlc_dtype_is_reducible(dtype)) return fail(err, errlen, "reducescatter cannot reduce bool");
     const int n = team->ctx->size;
     int64_t elements, bytes;
     if (rows_size(rows, row_elements, dtype, &elements, &bytes))

@@ -48,11 +48,11 @@ def op_code(op: str, what: str, allowed: Sequence[str] = tuple(OPS)) -> int:
     return OPS[op]
 
 
-def _input(array, what: str, rows: bool) -> tuple[np.ndarray, int]:
+def _input(array, what: str, rows: bool, reduces: bool = False) -> tuple[np.ndarray, int]:
     """A C-contiguous array of a supported dtype (copied only when it is not one) and
-    its dtype's code; rows: it must have a first dimension."""
+    its dtype's code; rows: it must have a first dimension; reduces: a reduction's input."""
     arr = np.asarray(as_array(array, what), order="C")  # 0-d stays 0-d
-    code = _dtypes.code_of(arr.dtype)
+    code = _dtypes.code_of(arr.dtype, reduces)
     if rows and arr.ndim == 0:
         raise ValueError(f"{what} takes an array with a first dimension (rows); got a 0-d array")
     return arr, code
@@ -122,7 +122,7 @@ def reducescatter(s: Session, array, op: str, team: int) -> np.ndarray:
     """The rows reduced over the ranks, this rank's share of them: rows // size, one more
     on the first rows % size ranks (Horovod's split), consecutive in rank order."""
     code_op = op_code(op, "reducescatter")
-    arr, code = _input(array, "reducescatter", rows=True)
+    arr, code = _input(array, "reducescatter", rows=True, reduces=True)
     handle, (ndim, shape) = s.team(team), _row_shape(arr)
     share = lib.mlc_rows_share(arr.shape[0], s.size, s.rank)
     out = _empty((share, *arr.shape[1:]), arr.dtype)
@@ -180,7 +180,7 @@ def _splits(splits):
 def allreduce(s: Session, array, op: str, team: int) -> np.ndarray:
     """A new array: `array` reduced with op over the ranks (the input is not written)."""
     code_op = op_code(op, "allreduce")
-    arr, code = _input(array, "allreduce", rows=False)
+    arr, code = _input(array, "allreduce", rows=False, reduces=True)
     out = _empty(arr.shape, arr.dtype)
     rc = lib.mlc_team_allreduce_into(
         s.team(team), buffer(arr), buffer(out), arr.size, code, code_op, 0, s.err, ERR_LEN

@@ -24,10 +24,10 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     flags = arr.flags if type(arr) is np.ndarray else None
     # The common call (a writeable C-contiguous array of a reducible dtype) skips the checks
     # that would only name what is wrong: at 8 bytes the whole reduction takes microseconds.
-    code = _dtypes.CODES.get(arr.dtype) if flags is not None else None
+    code = _dtypes.REDUCED_CODES.get(arr.dtype) if flags is not None else None
     if code is None or not (flags.writeable and flags.c_contiguous):
         arr = in_place_array(arr, what)
-        code = _dtypes.CODES[arr.dtype]
+        code = _dtypes.code_of(arr.dtype, reduces=True)
     err = s.team_err(team)
     rc = lib.mlc_team_allreduce_buffer(handle, buffer(arr), arr.size, code, op, err, ERR_LEN)
     if rc:
@@ -64,7 +64,7 @@ def gradients(
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
     inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
-    groups = group_by_dtype(inputs)
+    groups = group_by_dtype(inputs, reduces=True)
     if out is not None:
         outputs = _checked_out(out, inputs, pipelined)
     elif pipelined:
@@ -87,7 +87,7 @@ def gradients(
 
 def _one_plain_dtype(grads) -> bool:
     """Every gradient a C-contiguous ndarray of one dtype that the core reduces."""
-    if not grads or type(grads[0]) is not np.ndarray or grads[0].dtype not in _dtypes.CODES:
+    if not grads or type(grads[0]) is not np.ndarray or grads[0].dtype not in _dtypes.REDUCED_CODES:
         return False
     dtype = grads[0].dtype
     return all(type(g) is np.ndarray and g.dtype == dtype and g.flags.c_contiguous for g in grads)

@@ -45,21 +45,47 @@ def _codes() -> dict[np.dtype, int]:
     return _codes_made
 
 
+_reduced_made: dict[np.dtype, int] | None = None
+
+
+def _reduced_codes() -> dict[np.dtype, int]:
+    """The dtypes that allreduce and reducescatter take (not bool, which is only moved);
+    made once."""
+    global _reduced_made
+    if _reduced_made is None:
+        _reduced_made = {d: c for d, c in _codes().items() if lib.mlc_dtype_is_reducible(c)}
+    return _reduced_made
+
+
 def __getattr__(attribute: str):
-    """CODES (NumPy dtype -> core code) and SUPPORTED (their names), made on first use."""
+    """CODES (NumPy dtype -> core code), SUPPORTED (their names), REDUCED_CODES and
+    REDUCED (the reductions' dtypes), made on first use."""
     if attribute == "CODES":
         return _codes()
     if attribute == "SUPPORTED":
         return ", ".join(str(d) for d in _codes())
+    if attribute == "REDUCED_CODES":
+        return _reduced_codes()
+    if attribute == "REDUCED":
+        return ", ".join(str(d) for d in _reduced_codes())
     raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
-def code_of(dtype: np.dtype) -> int:
+def code_of(dtype: np.dtype, reduces: bool = False) -> int:
+    """The core's code of dtype; TypeError naming the supported ones when it has none, or
+    when the call reduces and the core never reduces it (bool)."""
     try:
-        return _codes()[dtype]
+        code = _codes()[dtype]
     except KeyError:
         supported = ", ".join(str(d) for d in _codes())
         raise TypeError(f"ml_comm cannot reduce dtype {dtype}; supported: {supported}") from None
+    reduced = _reduced_codes()
+    if reduces and dtype not in reduced:
+        raise TypeError(
+            f"ml_comm cannot reduce dtype {dtype} (broadcast, allgather and alltoall move it); "
+            f"reductions take {', '.join(str(d) for d in reduced)}"
+        )
+    return code
 
 
 def bits(dtypes) -> int:

@@ -16,19 +16,30 @@ from .ops import Average, grouped_allreduce
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcast root_rank's model (and optimizer) variables before training and again
-    after the first batch, when the optimizer's variables exist."""
+    after the first batch, when the optimizer's variables exist; local_variables (a
+    variable or a list of them) keep each rank's own values."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif isinstance(local_variables, (tf.Variable, keras.Variable)):
+            local_variables = [local_variables]
+        local_variables = list(local_variables)
+        for v in local_variables:
+            if not isinstance(v, (tf.Variable, keras.Variable)):
+                raise ValueError(f"local_variables must be variables, got a {type(v).__name__}")
+        self.local_variables = local_variables
 
     def _broadcast(self):
         variables = list(self.model.variables)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.built:
             variables += list(optimizer.variables)
-        broadcast_variables(variables, self.root_rank)
+        shared = [v for v in variables if not any(v is local for local in self.local_variables)]
+        broadcast_variables(shared, self.root_rank)
 
     def on_train_begin(self, logs=None):
         self._broadcast()

@@ -84,9 +84,12 @@ def _chain(team_handle: int):
 
     Groups of one team must open in the same order on all ranks; TensorFlow may
     run independent ops in any order, so each new group waits for the first
-    member of the previous one in the same graph.
+    member of the previous one in the same graph (in a tf.compat.v1 graph, for all
+    of it: a list of ops).
     """
     graph = tf.compat.v1.get_default_graph()
     anchors = _last_anchor.setdefault(graph, {})
     previous = anchors.get(team_handle)
-    return [previous] if previous is not None else []
+    if previous is None:
+        return []
+    return list(previous) if isinstance(previous, list) else [previous]

@@ -49,6 +49,7 @@ from ..surface import (
 )
 from ..training import DistributedGradientTape, DistributedOptimizer, PartialDistributedGradientTape
 from . import elastic  # noqa: E402  (after the names it uses)
+from .util import _executing_eagerly  # noqa: F401  (Horovod's tests call hvd._executing_eagerly)
 
 keras3.install()
 

@@ -192,7 +192,7 @@ bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataTyp
 
 REGISTER_OP("MlCommGroupOpen")
     .Output("opener: int64")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .Attr("team_handle: int")
     .Attr("group_key: int")
     .Attr("counts: list(int)")
@@ -268,7 +268,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Input("tensor: T")
     .Output("buffer: T")
     .Output("token: int64")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .Attr("team_handle: int")
     .Attr("group_key: int")
     .Attr("index: int")
@@ -393,7 +393,7 @@ REGISTER_OP("MlCommGroupWait")
     .Input("buffer: T")
     .Input("token: int64")
     .Output("reduced: T")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc("The result of an MlCommGroupSubmit, once the reduction has filled its buffer.");
@@ -466,7 +466,9 @@ void AddInto(Tensor *out, const Tensor &in) {
 
 void Add(Tensor *out, const Tensor &in) {
   ForEachDtype([&](auto row) {  // the ops' type constraint admits no other dtype
-    if (out->dtype() == row.tf) AddInto<typename decltype(row)::type>(out, in);
+    using Element = typename decltype(row)::type;
+    if constexpr (!std::is_same_v<Element, bool>)  // never reduced
+      if (out->dtype() == row.tf) AddInto<Element>(out, in);
   });
 }
 
@@ -501,7 +503,7 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
 }
 
 REGISTER_OP("MlCommAllreduceN")
-    .ML_COMM_LIST_OP("reduced")
+    .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
     .Attr("average: bool = true")
     .ML_COMM_CALL_PART_ATTRS
     .Doc("Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.");
@@ -525,7 +527,7 @@ class AllreduceNOp : public TeamKernel {
 REGISTER_KERNEL_BUILDER(Name("MlCommAllreduceN").Device(tensorflow::DEVICE_CPU), AllreduceNOp);
 
 REGISTER_OP("MlCommBroadcastN")
-    .ML_COMM_LIST_OP("broadcast")
+    .ML_COMM_LIST_OP("broadcast", TypeAttr())
     .Attr("root: int")
     .Doc("Every rank receives root's values of the tensors.");
 

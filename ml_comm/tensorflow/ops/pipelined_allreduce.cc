@@ -59,7 +59,7 @@ void StagingDone(void *user, int status) {
 }  // namespace
 
 REGISTER_OP("MlCommPipelinedAllreduceN")
-    .ML_COMM_LIST_OP("reduced")
+    .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
     .Attr("ksteps: int")
     .Attr("max_steps: int")
     .Attr("average: bool = true")
