@@ -1,4 +1,5 @@
-"""The exceptions ml_comm raises (defined in core/errors.py, which every layer uses).
+"""The exceptions ml_comm raises: one class per kind of failure, each an MLCommError
+([Troubleshooting](troubleshooting.md) lists their messages).
 
 Every class is an MLCommError (a RuntimeError) with `status`, the core's code of its kind::
 
@@ -7,7 +8,7 @@ Every class is an MLCommError (a RuntimeError) with `status`, the core's code of
     except mc.MismatchError as e:  # the ranks submitted different requests
         print(e.status, e)
 
-With TensorFlow ops the error TensorFlow raises carries the kind too (docs/api.md, "Errors").
+With TensorFlow ops the error TensorFlow raises carries the kind too ([Errors](api.md#errors)).
 """
 
 from .core.errors import (
@@ -27,9 +28,9 @@ from .core.errors import (
 )
 
 __all__ = [
+    "MLCommError",
     "BadArgumentError",
     "BadArgumentTypeError",
-    "MLCommError",
     "MPIError",
     "MismatchError",
     "NonFiniteError",

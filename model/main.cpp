@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,7 +74,11 @@ void train_rank(int rank, Team &team) {
     std::mt19937_64 rng(1000003ULL * rank + 17);
     std::normal_distribution<double> spread(1.0, run.jitter);
     std::uniform_int_distribution<size_t> pick(0, std::max<size_t>(1, run.jitter_samples.size()) - 1);
-    std::shared_ptr<Request> previous;
+    // The core's pipelined step decides what each step waits for (csrc/pipeline): its
+    // handles are the requests in flight, kept alive here.
+    mlc_pipeline pipeline;
+    mlc_pipeline_init(&pipeline, run.pipelined ? 0 : run.steps, run.steps);
+    std::map<void *, std::shared_ptr<Request>> in_flight;
     for (int s = 0; s < run.steps; s++) {
         // Each node's compute in each step: a measured step time drawn at random, or a
         // normal draw; independent across nodes, so every step waits for its slowest.
@@ -95,17 +100,21 @@ void train_rank(int rank, Team &team) {
             for (auto c : run.counts) total += c;
             req = team.submit({total}, false, true);
         }
-        if (run.pipelined) {
-            if (previous) team.wait(*previous);
-            previous = req;
-        } else {
-            team.wait(*req);
+        const mlc_pipeline_turn turn = mlc_pipeline_next(&pipeline);
+        if (turn.finish) {
+            team.wait(*in_flight[turn.finish]);
+            in_flight.erase(turn.finish);
+        }
+        if (turn.reduce_now) team.wait(*req);
+        if (turn.start) {
+            in_flight[req.get()] = req;
+            mlc_pipeline_started(&pipeline, req.get());
         }
         comm_starts[rank][s] = req->t_start;
         if (rank == 0) last_requests.push_back(req);
         step_ends[rank][s] = sg4::Engine::get_clock();
     }
-    if (previous) team.wait(*previous);
+    for (auto &[handle, req] : in_flight) team.wait(*req);
 }
 
 // As benchmarks/train_scaling.py: the share of rank 0's batch time that falls inside

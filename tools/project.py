@@ -64,6 +64,7 @@ CORE_SOURCES = [
     "csrc/base/dtype.c",
     "csrc/base/tensors.c",
     "csrc/transport/post.c",
+    "csrc/pipeline/pipeline.c",  # the pipelined step, as the front ends run it
 ]
 MODEL_SOURCES = ["transport_simgrid.cpp", "kernels_timed.cpp", "team_mirror.cpp", "main.cpp"]
 # maxmin/precision: SimGrid 3.32's default (1e-5) aborts a 1,024-node Rabenseifner

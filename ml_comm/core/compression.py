@@ -46,7 +46,8 @@ def name(compression: int) -> str:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> int:
-    """The code ML_COMM_COMPRESSION asks for (unset: none); SettingsError names a bad value."""
+    """The code ML_COMM_COMPRESSION asks for (unset: none); SettingsError (a ValueError
+    too, as every malformed variable's) names a bad value."""
     try:
         return code(settings.get(VARIABLE, env), f"environment variable {VARIABLE}")
     except BadArgumentError as exc:

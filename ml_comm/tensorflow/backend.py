@@ -4,6 +4,7 @@ TensorFlow ops that take and return tensors (see backend.py for the interface)."
 from __future__ import annotations
 
 from .. import tensorflow as binding
+from ..core.output import say
 from ..core.session import Session
 
 
@@ -14,7 +15,8 @@ class TensorFlowBackend:
 
     def __init__(self, session: Session):
         binding.check_version()
-        binding.load_ops()
+        # Rank 0 says when the ops are compiled (minutes, once) and how far it got.
+        binding.load_ops(say if session.rank == 0 else None)
         self.session = session
         binding.set_live(session)  # its teams' ops may run
 
