@@ -210,7 +210,7 @@ def test_models_that_differ_fail_on_every_rank_naming_them(session):
     x, y = int_data(B)
     y = np.ones((B, 2 + rank), np.float32)
     checks.raises(
-        mc.MLCommError,
+        mc.MismatchError,
         model.fit,
         x,
         y,

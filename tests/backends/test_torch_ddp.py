@@ -74,6 +74,6 @@ def test_buckets_that_differ_fail_on_every_rank(session):
     checks = Checks()
     averager = mt.BucketAverager(0)
     future = averager.submit(torch.ones(3 + rank))
-    checks.raises(mc.MLCommError, future.wait, words=("rank 1 submitted 1 tensor, 4 float32",))
+    checks.raises(mc.MismatchError, future.wait, words=("rank 1 submitted 1 tensor, 4 float32",))
     averager.close()
     checks.finish()

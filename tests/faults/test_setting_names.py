@@ -41,4 +41,5 @@ def test_strict_settings_make_init_fail_on_every_rank():
     for rank in (0, 1):
         found = re.search(rf"rank {rank} raised after [\d.]+ s: (.*)", job.stdout)
         assert found and want in found.group(1), job.detail()
+        assert f"rank {rank} raised SettingsError" in job.stdout, job.detail()
     assert "averaged" not in job.stdout, job.detail()

@@ -60,6 +60,7 @@ def assert_both_fail(job, name: str, value0: str, value1: str):
         assert found, job.detail()
         assert float(found.group(1)) < 10, job.detail()
         assert want in found.group(2), f"{want!r} not in\n{job.detail()}"
+        assert f"rank {rank} raised MismatchError" in job.stdout, job.detail()
 
 
 @pytest.mark.parametrize("name", sorted(ENV_CASES))

@@ -38,7 +38,7 @@ def test_ranks_started_with_other_thread_counts_get_the_message_once(nranks):
     assert job.stderr.count(THREADS_MESSAGE) == 1, job.detail()
     # rank 0's banner and the exception's line, each whole on a line of its own
     assert re.search(
-        rf"^ml_comm: rank 0 of {nranks}: uncaught MLCommError; aborting the job \(MPI_Abort\) "
+        rf"^ml_comm: rank 0 of {nranks}: uncaught MismatchError; aborting the job \(MPI_Abort\) "
         r"so that .*\(ML_COMM_ABORT_ON_EXCEPTION=0 turns this off\)$",
         job.stderr,
         re.M,
@@ -46,12 +46,12 @@ def test_ranks_started_with_other_thread_counts_get_the_message_once(nranks):
     held = "; ".join(f"rank {r}: 3" for r in range(1, nranks))
     held = f"rank 0: 2; {held}" if nranks == 2 else "rank 0: 2; ranks 1-2: 3"
     assert re.search(
-        rf"^ml_comm\S*MLCommError: {THREADS_MESSAGE}.*nthread_per_team: {held}\. "
+        rf"^ml_comm\S*MismatchError: {THREADS_MESSAGE}.*nthread_per_team: {held}\. "
         r"Give every rank .*\(mpiexec and srun pass the launching shell's environment on\)$",
         job.stderr,
         re.M,
     ), job.detail()
-    others_say_once(job, nranks, "MLCommError")
+    others_say_once(job, nranks, "MismatchError")
 
 
 def test_a_different_keras_model_on_one_rank_says_the_models_differ():
@@ -59,7 +59,7 @@ def test_a_different_keras_model_on_one_rank_says_the_models_differ():
     assert job.returncode not in (0, None), job.detail()
     assert job.stderr.count("models differ") == 1, job.detail()
     assert re.search(
-        r"^ml_comm\S*MLCommError: the ranks' models differ, so rank 0's weights cannot be "
+        r"^ml_comm\S*MismatchError: the ranks' models differ, so rank 0's weights cannot be "
         r"broadcast to the others: rank 0: 1 layer \(Dense\), 2 weights, 15 parameters; "
         r"rank 1: 2 layers \(Dense, Dense\), 4 weights, 27 parameters; first difference: "
         r"weight 2: rank 0 has none, rank 1 \S+/kernel \(3, 3\) float32\. Every rank must",
@@ -67,7 +67,7 @@ def test_a_different_keras_model_on_one_rank_says_the_models_differ():
         re.M,
     ), job.detail()
     assert "submitted" not in job.stderr, job.detail()  # no agreement error after it
-    others_say_once(job, 2, "MLCommError")
+    others_say_once(job, 2, "MismatchError")
 
 
 def test_a_process_without_a_launcher_says_once_that_it_is_alone():

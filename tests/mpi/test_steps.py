@@ -161,8 +161,8 @@ def test_two_threads_on_one_team_raise_and_never_mix(session):
 def test_steps_do_not_nest_and_take_positive_numbers(session):
     c = Checks()
     with mc.step(5):
-        c.raises(mc.MLCommError, lambda: mc.step(6).__enter__(), words=("do not nest",))
-    c.raises(ValueError, lambda: mc.step(0).__enter__(), words=(">= 1",))
+        c.raises(mc.StateError, lambda: mc.step(6).__enter__(), words=("do not nest",))
+    c.raises(mc.BadArgumentError, lambda: mc.step(0).__enter__(), words=(">= 1",))
     with mc.step() as number:  # the previous + 1
         c.true(number == 6, f"step() after step(5) is {number}")
     c.finish()

@@ -26,6 +26,7 @@ def main() -> int:
         mc.init(nthreads, nteams, msglen, chunk_bytes=chunk or None)
     except mc.MLCommError as e:
         print(f"rank {rank} raised after {time.monotonic() - start:.3f} s: {e}", flush=True)
+        print(f"rank {rank} raised {type(e).__name__}", flush=True)
         return 0
     a = np.full(1000, float(rank), np.float32)
     mc.average(a)
