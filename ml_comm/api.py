@@ -305,8 +305,7 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
                 "gradients(out=...) takes NumPy arrays (framework=None or 'numpy')"
             )
         return backend.gradients(grads, team)
-    with s.calls.calling(team, s.team(team)):
-        return backend.gradients(grads, team, out)
+    return backend.gradients(grads, team, out)  # signed with the caller's identity there
 
 
 def broadcast(values, root: int = 0, team: int = 0):

@@ -263,6 +263,15 @@ static void describe_missing(const void *arg, char *buf, size_t len) {
     mlc_tp_set_progress(tp, progress, progress_arg);
 }
 
+/* "team 0 request 3 (average of ...)": a long wait, as the job's deadlock check names it
+ * (written only then: every request's exchange would pay for the text). */
+static void describe_long_wait(const void *arg, char *buf, size_t len) {
+    const waiting *w = arg;
+    char desc[MLC_WAIT_TEXT - 56]; /* room for "team T request S (...)" around it */
+    mlc_describe_input(&w->a->in, desc, sizeof desc);
+    snprintf(buf, len, "team %d request %lld (%s)", w->ag->dog.team_id, (long long)w->a->seq, desc);
+}
+
 /* Every poll of the exchange's waits: the stall watchdog, and the arrival notice
  * once the wait has lasted half the warning (or abort) limit. */
 static void exchange_progress(void *arg, const mlc_tp *tp, int64_t poll) {
@@ -503,14 +512,9 @@ static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
 
 /* The tree, then the table when the record says the ranks differ; the verdict. */
 static int exchange(mlc_agree *ag, mlc_agreement *a) {
-    waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, mlc_now(), ""}};
+    waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, mlc_now(), describe_long_wait, NULL, ""}};
+    w.wait.arg = &w;
     mlc_stall_begin(&w.stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &w);
-    if (ag->waits) {
-        char desc[MLC_WAIT_TEXT - 56]; /* room for "team T request S (...)" around it */
-        mlc_describe_input(&a->in, desc, sizeof desc);
-        snprintf(w.wait.what, sizeof w.wait.what, "team %d request %lld (%s)", ag->dog.team_id, (long long)a->seq,
-                 desc);
-    }
     mlc_tp_set_progress(&ag->tp, exchange_progress, &w);
     make_record(ag, a);
     int rc = ag->tp.size > 1 ? tree(ag, a) : MLC_OK;

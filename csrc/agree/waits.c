@@ -208,6 +208,7 @@ void mlc_waits_poll(mlc_waits *b, mlc_wait *w) {
     if (limit <= 0 || b->tp.size < 2 || mlc_now() - w->since < limit / 4) return;
     if (pthread_mutex_trylock(&b->lock)) return; /* another thread is at it */
     if (!w->registered) {
+        w->describe(w->arg, w->what, sizeof w->what);
         mlc_wait **tail = &b->waits;
         while (*tail) tail = &(*tail)->next;
         *tail = w;

@@ -14,11 +14,14 @@
 /* What a wait says of itself to the other ranks: "team 0 request 3 (average of ...)". */
 #define MLC_WAIT_TEXT 128
 
-/* One agreement exchange of this rank that waits for peers to reach it. */
+/* One agreement exchange of this rank that waits for peers to reach it. What it is
+ * ("team 0 request 3 (average of ...)") is written only once it is long, by describe. */
 typedef struct mlc_wait {
     struct mlc_wait *next; /* the board's list, while registered */
     int registered;
-    double since;              /* the exchange began (mlc_now) */
+    double since; /* the exchange began (mlc_now) */
+    void (*describe)(const void *arg, char *buf, size_t len);
+    const void *arg;
     char what[MLC_WAIT_TEXT];
 } mlc_wait;
 

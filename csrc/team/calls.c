@@ -9,6 +9,7 @@
  * aligned in the other. One thread at a time is inside a call on a team; its own calls
  * may nest (they carry the outer call's identity). */
 #include <stdio.h>
+#include <string.h>
 
 #include "team.h"
 
@@ -35,7 +36,9 @@ int mlc_team_begin_call(mlc_team *team, int64_t step, uint64_t origin, const cha
     if (team->call.depth++ == 0) {
         team->call.thread = me;
         team->call.id = (mlc_call_id){step, index, origin, ""};
-        if (origin_name) snprintf(team->call.id.origin_name, sizeof team->call.id.origin_name, "%s", origin_name);
+        /* Copied, cut, without snprintf: this runs on every call (a few microseconds in all at 8 bytes). */
+        if (origin_name)
+            memcpy(team->call.id.origin_name, origin_name, strnlen(origin_name, sizeof team->call.id.origin_name - 1));
     }
     pthread_mutex_unlock(&team->lock);
     return MLC_OK;

@@ -18,12 +18,15 @@
  *   pages fault now and never again). The block goes back to the pool when the array and
  *   every view of it are gone; at most `keep` free blocks are kept (the oldest are freed).
  *   free_blocks(pool) -> how many are free.
- * bind(allreduce_into, team, err, err_len, pool, pool_from_bytes, dtypes) -> a binding of
- *   one team. average(binding, grad) -> the average over the ranks as a new array (from
- *   the pool from pool_from_bytes, else fresh); None when grad is not a plain, aligned,
- *   C-contiguous, native-order ndarray of a dtype in the table (the caller then takes its
- *   general path); the core's status (an int) when the core failed, its text in the
- *   error buffer. The Python caller drops the binding before the team or the error
+ * bind(allreduce_into, begin_call, end_call, team, err, err_len, pool, pool_from_bytes,
+ *   dtypes) -> a binding of one team. average(binding, grad, step, origin, name) -> the
+ *   average over the ranks as a new array (from the pool from pool_from_bytes, else
+ *   fresh), made inside one call of the caller's identity (step, origin, name: its thread,
+ *   core/calls.py; begun and ended here, holding the GIL, as two cffi calls would release
+ *   and take it again); None when grad is not a plain, aligned, C-contiguous,
+ *   native-order ndarray of a dtype in the table (the caller then takes its general path,
+ *   and no call was begun); the core's status (an int) when the core failed, its text in
+ *   the error buffer. The Python caller drops the binding before the team or the error
  *   buffer go away. Every function runs holding the GIL, which guards the pools, except
  *   the core's call itself.
  */
@@ -39,6 +42,8 @@
 #include "ml_comm.h"
 
 typedef __typeof__(&mlc_team_allreduce_into) allreduce_into_fn;
+typedef __typeof__(&mlc_team_begin_call) begin_call_fn;
+typedef __typeof__(&mlc_team_end_call) end_call_fn;
 
 enum { MAX_KEEP = 64, MAX_DTYPES = 32, BLOCK_ALIGN = 4096 };
 static const char POOL_NAME[] = "ml_comm.arrays._numpy_glue.pool";
@@ -200,6 +205,8 @@ static PyObject *free_blocks(PyObject *module, PyObject *capsule) {
 
 typedef struct {
     allreduce_into_fn allreduce_into;
+    begin_call_fn begin_call;
+    end_call_fn end_call;
     mlc_team *team;
     char *err;
     size_t err_len;
@@ -237,21 +244,23 @@ static int read_dtype_table(PyObject *pairs, binding *b) {
 }
 
 static PyObject *bind(PyObject *module, PyObject *args) {
-    unsigned long long allreduce_into, team, err;
+    unsigned long long allreduce_into, begin_call, end_call, team, err;
     Py_ssize_t err_len, pool_from_bytes;
     PyObject *pool_capsule, *dtypes;
-    if (!PyArg_ParseTuple(args, "KKKnOnO:bind", &allreduce_into, &team, &err, &err_len, &pool_capsule,
-                          &pool_from_bytes, &dtypes))
+    if (!PyArg_ParseTuple(args, "KKKKKnOnO:bind", &allreduce_into, &begin_call, &end_call, &team, &err,
+                          &err_len, &pool_capsule, &pool_from_bytes, &dtypes))
         return NULL;
     results_pool *p = PyCapsule_GetPointer(pool_capsule, POOL_NAME);
     if (!p) return NULL;
-    if (!allreduce_into || !team || !err || err_len <= 0) {
+    if (!allreduce_into || !begin_call || !end_call || !team || !err || err_len <= 0) {
         PyErr_SetString(PyExc_ValueError, "bind needs the core's function, a team and an error buffer");
         return NULL;
     }
     binding *b = PyMem_Calloc(1, sizeof *b);
     if (!b) return PyErr_NoMemory();
     b->allreduce_into = (allreduce_into_fn)(uintptr_t)allreduce_into;
+    b->begin_call = (begin_call_fn)(uintptr_t)begin_call;
+    b->end_call = (end_call_fn)(uintptr_t)end_call;
     b->team = (mlc_team *)(uintptr_t)team;
     b->err = (char *)(uintptr_t)err;
     b->err_len = (size_t)err_len;
@@ -278,12 +287,15 @@ static int core_code(const binding *b, const PyArrayObject *grad) {
 }
 
 static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "average(binding, grad)");
+    if (nargs != 5 || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "average(binding, grad, step, origin, name: bytes)");
         return NULL;
     }
     const binding *b = PyCapsule_GetPointer(args[0], BINDING_NAME);
     if (!b) return NULL;
+    const long long step = PyLong_AsLongLong(args[2]);
+    const unsigned long long origin = PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
     if (!PyArray_CheckExact(args[1])) Py_RETURN_NONE;
     PyArrayObject *grad = (PyArrayObject *)args[1];
     /* Byte-swapped arrays share the native type number; the general path refuses them. */
@@ -291,6 +303,8 @@ static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_NONE;
     const int code = core_code(b, grad);
     if (code < 0) Py_RETURN_NONE;
+    int rc = b->begin_call(b->team, step, origin, PyBytes_AS_STRING(args[4]), b->err, b->err_len);
+    if (rc) return PyLong_FromLong(rc);
     const Py_ssize_t nbytes = PyArray_NBYTES(grad);
     PyObject *result;
     if (nbytes < b->pool_from_bytes) {
@@ -300,16 +314,19 @@ static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nar
         Py_INCREF(descr); /* pool_array steals it */
         result = pool_array(b->pool, descr, PyArray_NDIM(grad), PyArray_DIMS(grad), (size_t)nbytes);
     }
-    if (!result) return NULL;
+    if (!result) {
+        b->end_call(b->team);
+        return NULL;
+    }
     const void *source = PyArray_DATA(grad);
     void *data = PyArray_DATA((PyArrayObject *)result);
     const int64_t count = PyArray_SIZE(grad);
-    int rc;
     /* The call waits for the other ranks: other Python threads run meanwhile. The caller's
      * list keeps grad alive; result is ours. */
     Py_BEGIN_ALLOW_THREADS
     rc = b->allreduce_into(b->team, source, data, count, code, MLC_OP_AVERAGE, 1 << code, b->err, b->err_len);
     Py_END_ALLOW_THREADS
+    b->end_call(b->team);
     if (rc) {
         Py_DECREF(result);
         return PyLong_FromLong(rc);
@@ -322,9 +339,11 @@ static PyMethodDef methods[] = {
     {"take", take, METH_VARARGS, "take(pool, nbytes) -> uint8 array over a pool block"},
     {"free_blocks", free_blocks, METH_O, "free_blocks(pool) -> number of free blocks"},
     {"bind", bind, METH_VARARGS,
-     "bind(allreduce_into, team, err, err_len, pool, pool_from_bytes, dtypes) -> binding"},
+     "bind(allreduce_into, begin_call, end_call, team, err, err_len, pool, pool_from_bytes, dtypes) -> "
+     "binding"},
     {"average", (PyCFunction)(void (*)(void))average, METH_FASTCALL,
-     "average(binding, grad) -> new array | None (not handled here) | int (core status)"},
+     "average(binding, grad, step, origin, name) -> new array | None (not handled here) | int (core "
+     "status)"},
     {NULL, NULL, 0, NULL},
 };
 

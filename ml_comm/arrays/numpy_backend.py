@@ -30,19 +30,26 @@ class NumpyBackend:
         plain = self.plain.get(team)
         if plain is not None and out is None and type(grads) is list and len(grads) == 1:
             # With the signature of the general path's one-dtype request: ranks may take
-            # either path. At 8 bytes the whole reduction takes a few microseconds.
-            result = _numpy_glue.average(plain, grads[0])
+            # either path. At 8 bytes the whole reduction takes a few microseconds; the
+            # call's identity is begun and ended in the same C call.
+            step, origin, name = self.session.calls.identity()
+            result = _numpy_glue.average(plain, grads[0], step, origin, name)
             if type(result) is int:  # the core's status
                 check(result, "gradients", self.session.team_err(team))
             if result is not None:
                 return [result]
         s = self.session
         handle = s.team(team)  # a bad team id fails before the pipelines are touched
+        with s.calls.calling(team, handle):
+            return self._gradients(handle, grads, team, out)
+
+    def _gradients(self, handle, grads, team: int, out) -> list:
+        s = self.session
         stages = self.pipelines.setdefault(team, {})
         pool = self.pools.setdefault(team, OutputPool())
         config = s.configs[team]
         pipelined = is_pipelined(config.ksteps, config.max_steps)
-        if plain is None and not s.guard.finite and not pipelined:  # once, until a restart
+        if team not in self.plain and not s.guard.finite and not pipelined:  # until a restart
             self.plain[team] = bind_team(handle, pool, s.team_err(team))
         return reductions.gradients(s, stages, pool, grads, team, out)
 
@@ -66,6 +73,8 @@ def bind_team(handle, pool: OutputPool, err):
     (fresh arrays below), for every dtype the core reduces."""
     return _numpy_glue.bind(
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_allreduce_into"))),
+        int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_begin_call"))),
+        int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_end_call"))),
         int(ffi.cast("uintptr_t", handle)),
         int(ffi.cast("uintptr_t", err)),
         ERR_LEN,

@@ -45,14 +45,14 @@ class _Thread(threading.local):
     def __init__(self) -> None:
         self.thread = threading.current_thread()
         self.named = None
-        self.origin, self.name = 0, ffi.NULL
+        self.origin, self.name, self.name_bytes = 0, ffi.NULL, b""
         self.err = ffi.new(f"char[{ERR_LEN}]")
 
     def identity(self) -> tuple[int, object]:
         if self.thread.name != self.named:
             self.named = self.thread.name
             origin, name = _origin(self.thread)
-            self.origin, self.name = origin, ffi.new("char[]", name)
+            self.origin, self.name, self.name_bytes = origin, ffi.new("char[]", name), name
         return self.origin, self.name
 
 
@@ -76,6 +76,13 @@ class Calls:
             yield number
         finally:
             mine.step = 0
+
+    def identity(self) -> tuple[int, int, bytes]:
+        """The calling thread's (step, origin, name) for a call that C code begins itself
+        (mlc_team_begin_call's arguments; the name NUL-free)."""
+        mine = self._thread
+        origin, _ = mine.identity()
+        return mine.step, origin, mine.name_bytes
 
     def calling(self, team: int, handle) -> _Call:
         """One call on `team` (its handle), as a `with` block: counted, refused while another

@@ -116,9 +116,11 @@ SETTINGS = (
 BY_NAME = {s.name: s for s in SETTINGS}
 PREFIX = "ML_COMM_"
 # Variables of the test suite and the developer tools (tests/, tools/), which the product
-# does not read: never called unknown.
-DEVELOPER_PREFIX = "ML_COMM_TEST"
+# does not read: never called unknown. The Horovod suite's runner hands its plugin
+# ML_COMM_HVD_SUITE_* variables.
+DEVELOPER_PREFIXES = ("ML_COMM_TEST", "ML_COMM_HVD_SUITE_")
 DEVELOPER_VARIABLES = (
+    "ML_COMM_HOROVOD_TESTS",
     "ML_COMM_LONG_TESTS",
     "ML_COMM_LONG_TESTBED",
     "ML_COMM_SKIP_TESTBED",
@@ -220,7 +222,7 @@ def unknown(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
     for name in sorted(env):
         if not name.startswith(PREFIX) or name in BY_NAME or name in DEVELOPER_VARIABLES:
             continue
-        if name.startswith(DEVELOPER_PREFIX):
+        if name.startswith(DEVELOPER_PREFIXES):
             continue
         # Compared without the prefix, which every name shares.
         suffixes = {known[len(PREFIX) :]: known for known in BY_NAME}

@@ -1,18 +1,20 @@
 """JAX binding: `ml_comm.gradients` on JAX arrays, eagerly and inside `jax.jit`.
 
-`ml_comm.init(..., framework="jax")` makes the session's backend (backend.py here). A
-call averages its gradients in one XLA custom call (the FFI handler of ffi/average.cc,
-built on first use against the installed jaxlib, see build.py and handler.py): XLA's
-host buffers go straight to the core, which writes the averages into the call's result
-buffers, so a jitted train step keeps its compiled form and nothing is copied through
-Python. Where the handler cannot be built, the same call goes through an ordered
-`jax.experimental.io_callback` into the NumPy path (copies in and out; the reason is
-printed once).
+`ml_comm.init(..., framework="jax")` makes the session's backend. A call averages its
+gradients in one XLA custom call (an FFI handler built on first use against the
+installed jaxlib): XLA's host buffers go straight to the core, which writes the averages
+into the call's result buffers, so a jitted train step keeps its compiled form and
+nothing is copied through Python. Where the handler cannot be built, the same call goes
+through an ordered `jax.experimental.io_callback` into the NumPy path (copies in and
+out; the reason is printed once).
 
 The gradients are grouped by dtype, one request of the core per dtype (each part in the
-core's fused layout order, core/layout.py), as the NumPy and TensorFlow paths do, so
-ranks may mix front ends on one team.
+core's fused layout order), as the NumPy and TensorFlow paths do, so ranks may mix
+front ends on one team.
 """
+
+# Where it lives: backend.py (the session backend), ffi/average.cc with build.py and
+# handler.py (the custom call), core/layout.py (the fused order).
 
 from __future__ import annotations
 

@@ -10,11 +10,11 @@
     ...                                         # the training loop, unchanged
     mt.destroy_process_group(); mc.finalize()
 
-`init_process_group` (process_group.py) starts torch.distributed's gloo group with the
+`init_process_group` starts torch.distributed's gloo group with the
 MPI launch's ranks and a rendezvous address that rank 0 chooses and hands to the others
 over MPI: no MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE to set. DDP uses it for what
 it does besides gradients (the broadcast of rank 0's parameters and buffers when it is
-built). `register_ddp_hook` (ddp.py) makes ml_comm average DDP's gradient buckets:
+built). `register_ddp_hook` makes ml_comm average DDP's gradient buckets:
 each is submitted to the core as soon as DDP hands it over, so backprop keeps running
 while it is reduced, in DDP's bucket order on every rank.
 """

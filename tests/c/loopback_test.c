@@ -99,14 +99,32 @@ typedef struct {
     char *results[MAX_RANKS]; /* each rank's output, compared bit for bit */
 } allreduce_case;
 
+/* v held by an integer dtype: narrower ones wrap (modulo 2^bits), as the kernels' sums do. */
+static double as_dtype(int dtype, long long v) {
+    switch (dtype) {
+    case MLC_UINT8: return (uint8_t)v;
+    case MLC_INT8: return (int8_t)v;
+    case MLC_UINT16: return (uint16_t)v;
+    case MLC_INT16: return (int16_t)v;
+    case MLC_INT32: return (int32_t)v;
+    default: return (double)v;
+    }
+}
+
+static int is_integer(int dtype) { return !mlc_dtype_is_float(dtype); }
+
 static void fill(void *buf, int dtype, int64_t count, int rank, int op) {
     for (int64_t i = 0; i < count; i++) {
-        double v = input_value(op, rank, i);
+        const int v = input_value(op, rank, i);
         switch (dtype) {
         case MLC_FLOAT32: ((float *)buf)[i] = (float)v; break;
         case MLC_FLOAT64: ((double *)buf)[i] = v; break;
         case MLC_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
         case MLC_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+        case MLC_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+        case MLC_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+        case MLC_UINT16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
+        case MLC_INT16: ((int16_t *)buf)[i] = (int16_t)v; break;
         case MLC_FLOAT16: ((_Float16 *)buf)[i] = (_Float16)v; break;
         case MLC_BFLOAT16: { /* small integers are exact in bfloat16: the top half of a float */
             float f = (float)v;
@@ -125,6 +143,10 @@ static double element(const void *buf, int dtype, int64_t i) {
     case MLC_FLOAT64: return ((const double *)buf)[i];
     case MLC_INT32: return ((const int32_t *)buf)[i];
     case MLC_INT64: return (double)((const int64_t *)buf)[i];
+    case MLC_UINT8: return ((const uint8_t *)buf)[i];
+    case MLC_INT8: return ((const int8_t *)buf)[i];
+    case MLC_UINT16: return ((const uint16_t *)buf)[i];
+    case MLC_INT16: return ((const int16_t *)buf)[i];
     case MLC_FLOAT16: return (double)((const _Float16 *)buf)[i];
     default: {
         uint32_t bits = (uint32_t)((const uint16_t *)buf)[i] << 16;
@@ -134,6 +156,9 @@ static double element(const void *buf, int dtype, int64_t i) {
     }
     }
 }
+
+/* A rank's input as its dtype holds it. */
+static double input_element(int dtype, int op, int r, int64_t i) { return as_dtype(dtype, input_value(op, r, i)); }
 
 /* x rounded to 16 bits (nearest, ties to even), computed apart from csrc/base/wire.c:
  * bf16 keeps 8 significant bits, fp16 11 (subnormals and range do not arise here). */
@@ -147,18 +172,23 @@ static float round16(float x, int compression) {
 static float noise(int r, int64_t i) { return (float)value(r, i) * 0.1037f + (float)i * 1e-3f; }
 
 static double expected(int dtype, int op, int n, int64_t i) {
-    if (op == MLC_OP_MIN || op == MLC_OP_MAX || op == MLC_OP_PRODUCT) {
-        long long acc = input_value(op, 0, i);
+    if (op == MLC_OP_MIN || op == MLC_OP_MAX) { /* compared as the dtype holds them: unsigned wrap */
+        double acc = input_element(dtype, op, 0, i);
         for (int r = 1; r < n; r++) {
-            long long v = input_value(op, r, i);
-            acc = op == MLC_OP_MIN ? (v < acc ? v : acc) : op == MLC_OP_MAX ? (v > acc ? v : acc) : acc * v;
+            double v = input_element(dtype, op, r, i);
+            acc = op == MLC_OP_MIN ? (v < acc ? v : acc) : (v > acc ? v : acc);
         }
-        return (double)acc;
+        return acc;
+    }
+    if (op == MLC_OP_PRODUCT) {
+        long long acc = 1;
+        for (int r = 0; r < n; r++) acc *= input_value(op, r, i);
+        return as_dtype(dtype, acc);
     }
     long long sum = 0;
     for (int r = 0; r < n; r++) sum += value(r, i);
-    if (op == MLC_OP_SUM || n == 1) return (double)sum;
-    if (dtype == MLC_INT32 || dtype == MLC_INT64) return (double)(sum / n); /* C division */
+    if (op == MLC_OP_SUM || n == 1) return as_dtype(dtype, sum);
+    if (is_integer(dtype)) return (double)((long long)as_dtype(dtype, sum) / n); /* C division */
     if (dtype == MLC_FLOAT32) return (float)sum / (float)n;
     return (double)sum / n; /* float64; halves are tested with sums only */
 }
@@ -208,8 +238,8 @@ static void allreduce_rank(job *j, int rank, mlc_tp *tp) {
         }
     }
     for (int64_t i = 0; input && !c->noise && c->scale == 0 && i < c->count; i++)
-        if (element(input, c->dtype, i) != input_value(c->op, rank, i)) {
-            fail("input changed", j->n, rank, i, element(input, c->dtype, i), input_value(c->op, rank, i));
+        if (element(input, c->dtype, i) != input_element(c->dtype, c->op, rank, i)) {
+            fail("input changed", j->n, rank, i, element(input, c->dtype, i), input_element(c->dtype, c->op, rank, i));
             break;
         }
     c->results[rank] = buf;
@@ -235,7 +265,7 @@ static void allreduce_cases(int n) {
     if (nalg != nrows) fail("an algorithm of the table is not tested", n, -1, -1, nalg, nrows);
     for (int a = 0; a < nalg; a++)
         for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
-            for (int op = MLC_OP_SUM; op < MLC_NUM_OPS; op++)
+            for (int op = MLC_OP_SUM; op < MLC_NUM_OPS && mlc_dtype_is_reducible(dtype); op++)
                 for (unsigned k = 0; k < sizeof counts / sizeof *counts; k++)
                     for (int variant = 0; variant < 4; variant++) {
                         int nseg = 1 + variant % 2, out_of_place = variant / 2;
@@ -1009,7 +1039,7 @@ static void reduce_scatterv_rank(job *j, int rank, mlc_tp *tp) {
         }
     }
     for (int64_t i = 0; i < count; i++)
-        if (element(in, c->dtype, i) != input_value(c->op, rank, i)) {
+        if (element(in, c->dtype, i) != input_element(c->dtype, c->op, rank, i)) {
             fail("reduce_scatterv input changed", n, rank, i, element(in, c->dtype, i), 0);
             break;
         }
@@ -1199,7 +1229,7 @@ static void rows_cases(int n) {
     run_job(n, alltoallv_rank, NULL);
     const int64_t rows[] = {0, 1, n - 1, 2 * n + 1, 37};
     for (int dtype = 0; dtype < MLC_NUM_DTYPES; dtype++)
-        for (int op = MLC_OP_SUM; op < MLC_NUM_OPS; op++)
+        for (int op = MLC_OP_SUM; op < MLC_NUM_OPS && mlc_dtype_is_reducible(dtype); op++)
             for (unsigned k = 0; k < sizeof rows / sizeof *rows; k++) {
                 if (op == MLC_OP_AVERAGE && (dtype == MLC_FLOAT16 || dtype == MLC_BFLOAT16)) continue;
                 scatter_case c = {dtype, op, rows[k]};

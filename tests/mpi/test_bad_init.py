@@ -29,7 +29,7 @@ NOT_INITIALISED = (
     r"^ml_comm is not initialised: call ml_comm\.init\(nthread_per_team, nteams, msglen\) "
     r"first \(it is also needed again after finalize\(\)\)$"
 )
-FRAMEWORKS = r"\(None, 'numpy', 'tensorflow'\)"
+FRAMEWORKS = r"\(None, 'numpy', 'tensorflow', 'jax'\)"
 
 
 @dataclass(frozen=True)

@@ -333,11 +333,12 @@ def test_c_path_takes_only_what_it_can_read(session):
     mc.gradients([np.zeros(3, np.float32)])  # binds the team's short path
     backend = api.session().backend
     binding, pool = backend.plain[0], backend.pools[0]
+    me = api._active().calls.identity()  # the caller's (step, origin, name), as gradients signs
     g = make_input(session.rank, (7,), np.float32, 1)
-    out = _numpy_glue.average(binding, g)
+    out = _numpy_glue.average(binding, g, *me)
     c.equal(out, expected_average((7,), np.float32, session.nranks, 1), "plain float32")
     big = make_input(session.rank, (_pool.MIN_BYTES,), np.float32, 2)
-    out = _numpy_glue.average(binding, big)
+    out = _numpy_glue.average(binding, big, *me)
     c.equal(out, expected_average(big.shape, np.float32, session.nranks, 2), "from the pool")
     free = pool.free_blocks()
     view = out[10:20]
@@ -354,5 +355,5 @@ def test_c_path_takes_only_what_it_can_read(session):
         "list": [1.0, 2.0],
     }
     for what, value in declined.items():
-        c.true(_numpy_glue.average(binding, value) is None, f"{what} was not declined")
+        c.true(_numpy_glue.average(binding, value, *me) is None, f"{what} was not declined")
     c.finish()

@@ -144,10 +144,11 @@ def test_serial_script_equals_global_batch(keras_session, case):
                 f"{case}: epoch {key} {got} but one process over all data has {want}",
             )
         updates = STEPS * EPOCHS // (accumulate or 1)
-        # The first fit: 1 broadcast of the weights; every fit: 1 allreduce of the step
-        # counts, then per epoch 1 of the metric states; per update 1 reduction. One rank:
-        # the broadcast only (the sums and averages over one rank are their inputs).
-        want = 1 + 1 + EPOCHS + updates if n > 1 else 1
+        # The first fit: 1 allgather checking the ranks hold one model, 1 broadcast of the
+        # weights; every fit: 1 allreduce of the step counts, then per epoch 1 of the
+        # metric states; per update 1 reduction. One rank: the broadcast only (the sums
+        # and averages over one rank are their inputs).
+        want = 1 + 1 + 1 + EPOCHS + updates if n > 1 else 1
         c.true(
             calls == want,
             f"{case}: team 0 made {calls} collectives in fit, want {want} "
