@@ -333,7 +333,7 @@ def test_c_path_takes_only_what_it_can_read(session):
     mc.gradients([np.zeros(3, np.float32)])  # binds the team's short path
     backend = api.session().backend
     binding, pool = backend.plain[0], backend.pools[0]
-    me = api._active().calls.identity()  # the caller's (step, origin, name), as gradients signs
+    me = api.session().calls.identity()  # the caller's (step, origin, name), as gradients signs
     g = make_input(session.rank, (7,), np.float32, 1)
     out = _numpy_glue.average(binding, g, *me)
     c.equal(out, expected_average((7,), np.float32, session.nranks, 1), "plain float32")
