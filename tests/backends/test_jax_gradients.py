@@ -53,26 +53,28 @@ def check_all(checks: Checks, got: list, want: list, what: str) -> None:
 
 def test_eager_jit_and_fallback_agree_exactly(session):
     from ml_comm import jax as binding
-    from ml_comm.api import session
+    from ml_comm.api import session as running_session
 
     rank, nranks = session
     checks = Checks()
     want = expected(nranks)
     check_all(checks, mc.gradients(inputs(rank)), want, "eager")
     check_all(checks, jax.jit(lambda g: mc.gradients(g))(inputs(rank)), want, "jit")
-    host = session().backend.host
+    host = running_session().backend.host
     fallback = jax.jit(lambda g: binding.average(g, None, lambda a: host.gradients(a, 0)))
     check_all(checks, fallback(inputs(rank)), want, "io_callback")
     checks.finish()
 
 
 def test_the_handler_is_the_one_in_use(session):
-    from ml_comm.api import session
+    from ml_comm.api import session as running_session
     from ml_comm.jax import handler
 
     checks = Checks()
     checks.true(handler.load(), f"the FFI handler did not load: {handler._unavailable}")
-    checks.true(session().backend.team_ids is not None, "the backend runs without the handler")
+    checks.true(
+        running_session().backend.team_ids is not None, "the backend runs without the handler"
+    )
     checks.finish()
 
 
