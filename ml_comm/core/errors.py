@@ -55,7 +55,8 @@ class BadArgumentTypeError(BadArgumentError, TypeError):
 
 class SettingsError(BadArgumentError):
     """An ML_COMM_* environment variable holds a value that does not parse or is not
-    one of its choices (docs/environment.md); raised by init before anything starts."""
+    one of its choices ([Environment variables](environment.md)); raised by init before
+    anything starts."""
 
 
 class OutOfMemoryError(MLCommError, MemoryError):
