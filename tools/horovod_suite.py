@@ -57,8 +57,8 @@ DEFAULT_RUNS = (
 )
 # The test command runs these tests of test_tensorflow.py (a few minutes in all; the whole
 # file takes about ten at 2 ranks): every dtype through sums and averages, 16-bit
-# scaling, each collective's gradient, in-place broadcast, alltoall's return, and a
-# disagreement between ranks. `run --full` runs every test.
+# scaling, each collective's gradient, in-place broadcast, alltoall's return, and ranks
+# that disagree on a dtype (FailedPreconditionError). `run --full` runs every test.
 SAMPLE = {
     "test_tensorflow.py": [
         f"TensorFlowTests::test_horovod_{name}"
@@ -74,7 +74,7 @@ SAMPLE = {
             "alltoall_equal_split_grad_cpu",
             "alltoall_empty_cpu",
             "broadcast_inplace_multiple_cpu",
-            "allreduce_error",
+            "allreduce_type_error",
         )
     ]
 }
