@@ -26,6 +26,7 @@ from pathlib import Path
 import project_noise as noise_mod
 import project_platforms as platforms
 import project_profile as profiles
+import project_reproduce as reproduce
 import project_runs as runs
 import project_targets as targets
 from project_sim import (  # noqa: F401 (build, mlcsim and node_args are this module's too)
@@ -725,6 +726,13 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--horovod", action="store_true", help="add Horovod's scheme (fusion, cycle, ring)"
     )
+    p.add_argument(
+        "--reproduce",
+        action="store_true",
+        help="run the published targets (project_targets.py); exit 1 when one is missed",
+    )
+    p.add_argument("--ablate", action="store_true", help="with --reproduce: each term off in turn")
+    p.add_argument("--targets", help="with --reproduce: T1,T2 (default all)")
     p.add_argument("--workers", type=int, default=1, help="simulations run at a time")
     p.add_argument(
         "--pipelined", action="store_true", help="ml_comm's pipelined mode (one step late)"
@@ -749,6 +757,12 @@ def main(argv: list[str]) -> int:
         return 0
     if args.validate:
         return validate(args.small)
+    if args.reproduce:
+        chosen = args.targets.split(",") if args.targets else None
+        out = Path(args.json) if args.json else None
+        return reproduce.reproduce(
+            args.replicates, args.ablate, chosen, args.profile, out, args.workers
+        )
     args.nodes = [int(x) for x in args.nodes.split(",")]
     args.algorithms = args.algorithms.split(",")
     if args.check_sampling:
