@@ -196,7 +196,9 @@ def mpich_algorithm(nbytes: int, nodes: int) -> str:
     return "rab_rdb" if nbytes > MPICH_SHORT_MSG_BYTES and nbytes // 4 >= pof2 else "rdb"
 
 
-def smpi_allreduce(platform: Path, nodes: int, sizes: list[int], node: dict, tmp: Path) -> dict:
+def smpi_allreduce(
+    platform: Path, nodes: int, sizes: list[int], node: dict, tmp: Path, kind: str = "testbed"
+) -> dict:
     """MPI_Allreduce of float32 sums as MPICH runs it, replayed by SMPI from
     time-independent traces (SMPI then shares MPICH's temporaries, so thousands of ranks
     fit in memory). Each rank's sums, (n-1)/n of the vector, cost the calibrated reduction
@@ -220,7 +222,8 @@ def smpi_allreduce(platform: Path, nodes: int, sizes: list[int], node: dict, tmp
             f"--cfg=smpi/allreduce:{mpich_algorithm(size, nodes)}",
             f"--cfg=smpi/os:0:{node['send_overhead_s']}:0",
             f"--cfg=smpi/or:0:{node['recv_overhead_s']}:0",
-            *SIM_CFG, "--log=smpi_replay.thres:info", "-replay", str(listing),
+            *SIM_CFG, *platforms.simgrid_cfg(kind), "--log=smpi_replay.thres:info",
+            "-replay", str(listing),
         ]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         found = re.findall(r"Simulation time ([0-9.e+-]+)", out.stderr)
@@ -554,7 +557,7 @@ def project(args: argparse.Namespace) -> int:
             node = runs.node(case, cal)
             plat = runs.platform_file(case, tmp)
             total_bytes = profiles.gradient_bytes(case.model)
-            t_mpi = smpi_allreduce(plat, n, [total_bytes], node, tmp)[total_bytes]
+            t_mpi = smpi_allreduce(plat, n, [total_bytes], node, tmp, args.platform)[total_bytes]
             results.append({
                 "nodes": n, "algorithm": "MPI_Allreduce after backprop (SMPI, MPICH; ideal node)",
                 "step_s": case.step_s + t_mpi, "exposed_s": t_mpi,
@@ -563,7 +566,8 @@ def project(args: argparse.Namespace) -> int:
             one = {"nodes": n, "bytes": total_bytes, "mpich_smpi_s": t_mpi}
             for key, extra in (("ml_comm_s", []), ("ml_comm_bf16_s", ["--bf16"])):
                 sweep = mlcsim(plat, n, [
-                    *node_args(node), "--threads", str(args.threads), "--agree", args.agree,
+                    *platforms.simgrid_cfg(args.platform), *node_args(node),
+                    "--threads", str(args.threads), "--agree", args.agree,
                     "--sample", str(args.sample), *extra, "sweep", str(total_bytes),
                 ])  # fmt: skip
                 one[key] = sweep["rows"][0]["time_s"]
@@ -641,7 +645,8 @@ def check_sampling(args: argparse.Namespace) -> int:
             times = []
             for k in (0, max(1, args.sample)):
                 t0 = time.time()
-                common = [*node_args(node), "--threads", str(args.threads), "--sample", str(k)]
+                common = [*platforms.simgrid_cfg(args.platform), *node_args(node)]
+                common += ["--threads", str(args.threads), "--sample", str(k)]
                 sim = mlcsim(plat, n, [*common, "sweep", str(total)])
                 times.append((sim["rows"][0]["time_s"], time.time() - t0))
             err = times[1][0] / times[0][0] - 1
@@ -750,6 +755,11 @@ def main(argv: list[str]) -> int:
         help="run the published targets (project_targets.py); exit 1 when one is missed",
     )
     p.add_argument("--ablate", action="store_true", help="with --reproduce: each term off in turn")
+    p.add_argument(
+        "--ablate-replicates",
+        type=int,
+        help="with --ablate: replicates of each case with a term off",
+    )
     p.add_argument("--targets", help="with --reproduce: T1,T2 (default all)")
     p.add_argument("--workers", type=int, default=1, help="simulations run at a time")
     p.add_argument(
@@ -779,8 +789,9 @@ def main(argv: list[str]) -> int:
         chosen = args.targets.split(",") if args.targets else None
         out = Path(args.json) if args.json else None
         return reproduce.reproduce(
-            args.replicates, args.ablate, chosen, args.profile, out, args.workers
-        )
+            args.replicates, args.ablate, chosen, args.profile, out, args.workers,
+            args.ablate_replicates,
+        )  # fmt: skip
     args.nodes = [int(x) for x in args.nodes.split(",")]
     args.algorithms = args.algorithms.split(",")
     if args.check_sampling:

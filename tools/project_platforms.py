@@ -86,6 +86,15 @@ def fattree_params(nodes: int) -> tuple[str, int]:
     return "3;16,16,16;1,16,16;1,1,1", 4096
 
 
+def simgrid_cfg(kind: str) -> list[str]:
+    """SimGrid options a platform needs besides the model's own. The target networks move
+    bytes by RDMA (Aries, InfiniBand, RoCE): no TCP acknowledgements flow back, so no
+    cross-traffic (SimGrid adds a share of each flow in the reverse direction, for TCP);
+    leaving it out also spares the solver a third of a large run's time. The test bed's
+    links are TCP and keep it."""
+    return [] if kind == "testbed" else ["--cfg=network/crosstraffic:0"]
+
+
 def platform_xml(kind: str, nodes: int, net: Network | None = None, cores: int = 1) -> str:
     """The platform file's text for `nodes` hosts (a topology may hold more)."""
     speed = "1Gf"

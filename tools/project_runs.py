@@ -23,7 +23,7 @@ import project_profile as profiles
 from project_sim import mlcsim, node_args, write_platform
 
 # Steps after the warm-up one that each replicate averages.
-MEASURED_STEPS = 4
+MEASURED_STEPS = 3
 # The ring's time is a fixed part (its start and end) and a cost per step: every step of
 # a ring is alike (each rank sends one block to the next; a ring of k servers has the same
 # share of hops between servers as one of 128). Both are measured at these block sizes on
@@ -143,7 +143,14 @@ def horovod_table(case: Case, cal: dict, tmp: Path) -> list[tuple[float, float]]
         small = replace(case, nodes=servers)
         nbytes = block * small.ranks
         plat = platform_file(small, tmp)
-        sim = mlcsim(plat, small.ranks, [*args, "--chunk", str(nbytes), "sweep", str(nbytes)])
+        sweep = [
+            *platforms.simgrid_cfg(case.platform),
+            "--chunk",
+            str(nbytes),
+            "sweep",
+            str(nbytes),
+        ]
+        sim = mlcsim(plat, small.ranks, [*args, *sweep])
         return 2 * (small.ranks - 1), sim["rows"][0]["time_s"]
 
     k1, k2 = HOROVOD_FIT_SERVERS
@@ -206,7 +213,8 @@ def run(
     tfile = sched.write(tmp / "tensors.txt")
     plat = platform_file(case, tmp)
     steps = 1 + MEASURED_STEPS
-    common = [*node_args(node(case, cal)), "--sample", str(case.sample)]
+    common = [*platforms.simgrid_cfg(case.platform), *node_args(node(case, cal))]
+    common += ["--sample", str(case.sample)]
     common += ["--ranks-per-node", str(case.ranks_per_node)]
     common += [*scheme_args(case, cal, tmp, cache), "--forward", str(sched.forward_s)]
     common += ["--steps", str(steps)]
