@@ -314,8 +314,20 @@ def cmd_test() -> int:
     if why_not_simgrid:
         print(f"simgrid: {why_not_simgrid}; the scale model's validation will skip", flush=True)
         skips["project"] = SuiteSkips(total=1, skipped=1, reasons=[why_not_simgrid])
-    elif run([PY, "tools/project.py", "--validate", "--small"], timeout=MPI_RUN_TIMEOUT_S) != 0:
-        failures.append("project --validate --small (the scale model against the test bed)")
+    else:
+        if run([PY, "tools/project.py", "--validate", "--small"], timeout=MPI_RUN_TIMEOUT_S) != 0:
+            failures.append("project --validate --small (the scale model against the test bed)")
+        # The reproduction's smoke run: Horovod's published benchmark (T2, the cheap target:
+        # its cycle needs no network simulation) at 3 replicates; the full run with T1 and
+        # the ablation takes hours (docs/scale.md).
+        with tempfile.TemporaryDirectory(prefix="ml_comm-reproduce-") as tmp:
+            smoke = ["--reproduce", "--replicates", "3", "--targets", "T2"]
+            smoke += ["--json", str(Path(tmp) / "t2.json")]
+            if run([PY, "tools/project.py", *smoke], timeout=MPI_RUN_TIMEOUT_S) != 0:
+                failures.append(
+                    "project --reproduce --replicates 3 --targets T2 (the scale model against "
+                    "Horovod's published benchmark)"
+                )
     ran = [
         "ruff",
         "docs",
