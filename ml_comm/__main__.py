@@ -1,4 +1,4 @@
-"""Command line: `python -m ml_comm --check` and `python -m ml_comm build-tf`."""
+"""Command line: `python -m ml_comm --check`, `python -m ml_comm build-tf` and `build-jax`."""
 
 from __future__ import annotations
 
@@ -36,16 +36,20 @@ def tensorflow_check() -> int:
     return 0
 
 
-def build_tf(force: bool) -> int:
-    from ml_comm.core.errors import MLCommError
-    from ml_comm.tensorflow import build
+def build_binding(framework: str, force: bool) -> int:
+    """Compile the TensorFlow op library or the JAX FFI handler into the cache."""
+    import importlib
 
+    from ml_comm.core.errors import MLCommError
+    from ml_comm.core.output import say
+
+    build = importlib.import_module(f"ml_comm.{framework}.build")
     try:
-        path = build.build(force=force, verbose=True)
+        path = build.build(force=force, verbose=True, say=say)
     except MLCommError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"op library: {path}")
+    print(f"{framework} library: {path}")
     return 0
 
 
@@ -53,11 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ml_comm", description=__doc__)
     parser.add_argument("--check", action="store_true", help="print the set-up ml_comm sees")
     sub = parser.add_subparsers(dest="command")
-    b = sub.add_parser("build-tf", help="compile the TensorFlow op library into the cache")
-    b.add_argument("--force", action="store_true", help="rebuild even if cached")
+    for name, what in (
+        ("build-tf", "the TensorFlow op library"),
+        ("build-jax", "the JAX FFI handler"),
+    ):
+        b = sub.add_parser(name, help=f"compile {what} into the cache")
+        b.add_argument("--force", action="store_true", help="rebuild even if cached")
     args = parser.parse_args(argv)
-    if args.command == "build-tf":
-        return build_tf(args.force)
+    if args.command in ("build-tf", "build-jax"):
+        return build_binding(
+            {"build-tf": "tensorflow", "build-jax": "jax"}[args.command], args.force
+        )
     if args.check or args.command is None:
         return check()
     return 0

@@ -97,11 +97,19 @@ def init(
 ) -> None:
     """Start MPI if needed and create `nteams` teams of `nthread_per_team` threads.
 
-    msglen: element count (float32 elements, typically the model's parameter count)
-    that sizes each team's fusion buffer; larger gradient sets are streamed through it.
-    chunk_bytes: pipelining segment size (default ML_COMM_CHUNK_BYTES or 1 MiB).
-    comm: the mpi4py communicator the job runs on (default COMM_WORLD); ranks, sizes
-    and every operation then refer to it. Collective over comm.
+    Collective over `comm`: every rank passes the same values
+    ([Calls and their rules](api.md#init)).
+
+    Args:
+        nthread_per_team: communication threads per team.
+        nteams: teams, one per model that trains at once (a GAN: 2).
+        msglen: element count (float32 elements, typically the model's parameter count)
+            that sizes each team's fusion buffer; larger gradient sets are streamed
+            through it.
+        framework: None or "numpy" (NumPy arrays), or "tensorflow" (tensors and ops).
+        chunk_bytes: pipelining segment size (default ML_COMM_CHUNK_BYTES or 1 MiB).
+        comm (mpi4py.MPI.Intracomm): the communicator the job runs on (default
+            COMM_WORLD); ranks, sizes and every operation then refer to it.
     """
     global _session
     nthreads = _positive_int("nthread_per_team", nthread_per_team, 256)
@@ -126,6 +134,7 @@ def init(
                 "ml_comm is already initialised; call ml_comm.finalize() before init() again"
             )
         launch.check_launch(init_mpi())  # one MPI library; as many ranks as tasks launched
+        launch.say_if_alone(init_mpi())
         # On the whole job, whatever comm is: a failing rank must end every rank.
         if init_mpi().COMM_WORLD.Get_size() > 1:
             abort.install_excepthook()  # before the teams: a rank failing there ends the job
@@ -147,7 +156,8 @@ def finalize() -> None:
     """Stop the teams' threads and free their communicators. Safe to call twice.
 
     Collective: waits for every rank to finalize too, and aborts the job if a rank
-    is waiting for this one in a team operation this one never made (faults/abort.py).
+    is waiting for this one in a team operation this one never made
+    ([Fault tolerance](faults.md#when-a-rank-fails-the-whole-job-ends)).
     """
     global _session
     with _session_lock:
@@ -175,7 +185,8 @@ def config_team(
     *,
     compression: str | None = None,
 ) -> None:
-    """Choose the team's algorithm, pipelining and reporting (docs/api.md, docs/pipelined.md).
+    """Choose the team's algorithm, pipelining and reporting ([Calls and their
+    rules](api.md#config_team), [Pipelined teams](pipelined.md)).
 
     compression: "bf16" or "fp16" sends the team's float32 ring reductions as 16-bit
     values (added in float32), "none" sends float32; None (the default) keeps the
@@ -234,7 +245,8 @@ def get_nranks() -> int:
 
 
 def barrier() -> None:
-    """Wait for every rank; a rank that leaves meanwhile ends the job (faults/barrier.py)."""
+    """Wait for every rank; a rank that leaves meanwhile ends the job
+    ([Fault tolerance](faults.md#when-a-rank-fails-the-whole-job-ends))."""
     s = _active()
     s.barrier.wait(s.teams)
 
@@ -265,48 +277,61 @@ def version_info() -> dict:
 def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> list:
     """Average a list of arrays over all ranks; returns new arrays, inputs untouched.
 
-    Arrays of one dtype are fused into one reduction, laid out as core/layout.py says
-    (weights in reverse list order, then vectors: the gradients that backprop
-    produces first come first, with either framework). On a pipelined
-    team (config_team ksteps < max_steps) a call may return the previous call's
-    average instead; see arrays/pipeline.py. With framework="tensorflow": tensors in and out.
+    Arrays of one dtype are fused into one reduction (weights in reverse list order,
+    then vectors: the gradients that backprop produces first come first, with either
+    framework). On a pipelined team (config_team ksteps < max_steps) a call may return
+    the previous call's average instead ([Pipelined teams](pipelined.md)). With
+    framework="tensorflow": tensors in and out; with framework="jax": JAX arrays in and
+    out, eagerly or inside jax.jit.
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
-    backend = _active().backend
-    if out is None:
+    s = _active()
+    backend = s.backend
+    if backend.name != "numpy":  # a framework's ops, on its own threads: no call identity
+        if out is not None:
+            raise ValueError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
         return backend.gradients(grads, team)
-    if backend.name != "numpy":
-        raise ValueError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
-    return backend.gradients(grads, team, out)
+    with s.calls.calling(team, s.team(team)):
+        return backend.gradients(grads, team, out)
 
 
 def broadcast(values, root: int = 0, team: int = 0):
     """Overwrite each array in `values` with root's, in place; returns `values`.
 
-    With framework="tensorflow": returns new tensors holding root's values. `team`: the
-    team that carries it (the model's, so that it keeps its place among that team's
-    calls when another thread drives another team).
+    With framework="tensorflow" (or "jax"): returns new tensors (JAX arrays) holding
+    root's values. `team`: the team that carries it (the model's, so that it keeps its
+    place among that team's calls when another thread drives another team).
     """
-    return _active().backend.broadcast(values, root, team)
+    s = _active()
+    if s.backend.name != "numpy":
+        return s.backend.broadcast(values, root, team)
+    with s.calls.calling(team, s.team(team)):
+        return s.backend.broadcast(values, root, team)
 
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Average `array` over all ranks, in place; returns it."""
-    return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_AVERAGE, "average")
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return reductions.reduce_in_place(s, array, team, lib.MLC_OP_AVERAGE, "average")
 
 
 def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Sum `array` over all ranks, in place; returns it."""
-    return reductions.reduce_in_place(_active(), array, team, lib.MLC_OP_SUM, "allreduce_sum")
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return reductions.reduce_in_place(s, array, team, lib.MLC_OP_SUM, "allreduce_sum")
 
 
 def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
     """A new array holding `array` reduced over all ranks; the input is not written.
 
-    op: "sum", "average", "min", "max" or "product" (docs/collectives.md).
+    op: "sum", "average", "min", "max" or "product" ([Collectives](collectives.md)).
     """
-    return collectives.allreduce(_active(), array, op, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.allreduce(s, array, op, team)
 
 
 def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
@@ -315,21 +340,40 @@ def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
     The first dimension may differ by rank (0 included); the other dimensions and the
     dtype must agree, else every rank raises MLCommError naming each rank's call.
     """
-    return collectives.allgather(_active(), array, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.allgather(s, array, team)
 
 
 def reducescatter(array: np.ndarray, op: str = "average", team: int = 0) -> np.ndarray:
     """`array` (the same shape on every rank) reduced over the ranks with op ("sum" or
     "average"; also "min", "max", "product"), of which this rank gets its share of rows:
     rows // size, one more on each of the first rows % size ranks, in rank order."""
-    return collectives.reducescatter(_active(), array, op, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.reducescatter(s, array, op, team)
 
 
 def alltoall(array: np.ndarray, splits=None, team: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Send splits[d] rows of `array` (in order) to rank d; returns (the rows received,
     in rank order, and an int64 array of how many came from each rank). splits=None:
     the rows split evenly over the ranks."""
-    return collectives.alltoall(_active(), array, splits, team)
+    s = _active()
+    with s.calls.calling(team, s.team(team)):
+        return collectives.alltoall(s, array, splits, team)
+
+
+def step(number: int | None = None):
+    """Mark a training step: `with ml_comm.step(i): ...` around each step's calls.
+
+    Every call inside carries the step's number and its place in the step, and the ranks
+    check them with its layout: a rank that left a step early (an exception it caught) or
+    skipped a call is found at its next call; the ranks behind raise MLCommError naming
+    the ranks ahead and how far, the ranks ahead wait for the others' next call, and the
+    steps after are exact. number: the step's number (>= 1; None: this thread's previous
+    step + 1). Steps do not nest; each thread marks its own.
+    """
+    return _active().calls.step(number)
 
 
 def check_buffers_match(values, flag: int = 1) -> int:
@@ -337,7 +381,9 @@ def check_buffers_match(values, flag: int = 1) -> int:
 
     flag: when nonzero, each rank whose buffers differ prints so.
     """
-    return broadcasts.check_buffers_match(_active(), values, flag)
+    s = _active()
+    with s.calls.calling(0, s.team(0)):
+        return broadcasts.check_buffers_match(s, values, flag)
 
 
 def team_settings(team: int = 0) -> dict:
@@ -345,6 +391,7 @@ def team_settings(team: int = 0) -> dict:
     latency_bytes (recursive doubling below), inline_bytes (caller's thread up to),
     direct_bytes (up to: one exchange that also checks that the ranks agree),
     rabenseifner_bytes (Rabenseifner below, from latency_bytes, at power-of-two ranks >= 4),
+    submit_bytes (a TensorFlow gradient of one tensor up to: reduced by its own op),
     compression ("none", "bf16" or "fp16": what the ring's float32 messages carry)."""
     s = _active()
     out = ffi.new("mlc_team_settings *")
@@ -352,7 +399,7 @@ def team_settings(team: int = 0) -> dict:
     names = ("nthreads", "algorithm", "chunk_bytes", "fusion_bytes", "latency_bytes")
     settings = {
         name: getattr(out, name)
-        for name in (*names, "inline_bytes", "direct_bytes", "rabenseifner_bytes")
+        for name in (*names, "inline_bytes", "direct_bytes", "rabenseifner_bytes", "submit_bytes")
     }
     settings["compression"] = _compression.name(out.compression)
     return settings

@@ -1,4 +1,4 @@
-"""The exception ml_comm raises (defined in core/errors.py, which every layer uses)."""
+"""The exception ml_comm raises ([Troubleshooting](troubleshooting.md) lists its messages)."""
 
 from .core.errors import MLCommError
 

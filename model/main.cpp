@@ -20,8 +20,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -90,7 +91,11 @@ double compute_factor(int rank, int step) {
 
 void train_rank(int rank, Team &team) {
     DeviceCopies copies(team, run.pcie_bytes_per_s);
-    std::shared_ptr<Request> previous;
+    // The core's pipelined step decides what each step waits for (csrc/pipeline): its
+    // handles are the requests in flight, kept alive here.
+    mlc_pipeline pipeline;
+    mlc_pipeline_init(&pipeline, run.pipelined ? 0 : run.steps, run.steps);
+    std::map<void *, std::shared_ptr<Request>> in_flight;
     for (int s = 0; s < run.steps; s++) {
         // This node's compute in this step: the node terms' factor (its speed, the step's
         // detours, the run's), so every synchronous step waits for its slowest node.
@@ -117,21 +122,27 @@ void train_rank(int rank, Team &team) {
             for (auto c : run.counts) total += c;
             req = team.submit({total}, false, true);
         }
-        if (run.pipelined) {
-            if (previous) {
-                team.wait(*previous);
-                copies.copy_back(*previous, stats[rank]);
-            }
-            previous = req;
-        } else {
+        // The reduced gradients go back to the device once their request is done.
+        const mlc_pipeline_turn turn = mlc_pipeline_next(&pipeline);
+        if (turn.finish) {
+            const std::shared_ptr<Request> done = in_flight[turn.finish];
+            in_flight.erase(turn.finish);
+            team.wait(*done);
+            copies.copy_back(*done, stats[rank]);
+        }
+        if (turn.reduce_now) {
             team.wait(*req);
             copies.copy_back(*req, stats[rank]);
+        }
+        if (turn.start) {
+            in_flight[req.get()] = req;
+            mlc_pipeline_started(&pipeline, req.get());
         }
         comm_starts[rank][s] = req->t_start;
         if (rank == 0) last_requests.push_back(req);
         step_ends[rank][s] = sg4::Engine::get_clock();
     }
-    if (previous) team.wait(*previous);
+    for (auto &[handle, req] : in_flight) team.wait(*req);
     copies.shutdown();
 }
 

@@ -35,7 +35,6 @@ char *arena(int which) {
     return regions[which];
 }
 
-constexpr int SIGNATURE_BYTES = 96;
 constexpr int COMM_CALLER = 0, COMM_AGREE = 1, COMM_LANE0 = 2;
 constexpr int SEAL_TAG = MLC_TAG_SPACE - 1; // csrc/team/seal.c's
 
@@ -182,7 +181,9 @@ void Team::lane_main(int lane) {
 void Team::exchange(Request &req) {
     const int n = cfg_.nranks;
     if (n == 1 || cfg_.agree == Agree::off) return;
-    const int64_t payload = SIGNATURE_BYTES + (req.plan.direct ? req.span * 4 : 0);
+    // What the core sends: the tree's record, or every rank's signature (the old all-to-all).
+    const int64_t header = cfg_.agree == Agree::tree ? MLC_AGREE_RECORD_BYTES : MLC_SIGNATURE_BYTES;
+    const int64_t payload = header + (req.plan.direct ? req.span * 4 : 0);
     if (cfg_.agree == Agree::alltoall) {
         std::vector<sg4::CommPtr> comms;
         std::vector<void *> got(n);

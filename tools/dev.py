@@ -8,6 +8,7 @@
     python3 tools/dev.py bench   # allreduce sweep against MPI_Allreduce (benchmarks/allreduce.py)
     python3 tools/dev.py tsan    # the core's threaded C test under ThreadSanitizer (part of `test`)
     python3 tools/dev.py other-mpis  # NumPy-API MPI tests on Intel MPI, Open MPI (part of `test`)
+    python3 tools/dev.py keras-backends  # Keras on JAX and torch, venvs without TensorFlow (`test`)
     python3 tools/dev.py project # the SimGrid scale model: --calibrate, --validate, projections
                                  # (docs/scale.md; as root it installs SimGrid from Debian)
 
@@ -25,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from horovod_suite import source_problem as horovod_source_problem
 from simgrid_packages import ensure_simgrid
 from suite_summary import SuiteSkips, failed_tests, matrix_failure, skips_from_junit, summary_line
 from testbed_packages import ensure_testbed_packages
@@ -183,6 +185,113 @@ def ensure_other_mpi_venv(m: OtherMpi) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class KerasBackend:
+    """A Keras backend's environment, made as a user makes it (`pip install ".[NAME,mpich]"`)
+    in a venv of its own, where TensorFlow is not installed; tests/backends runs in it with
+    KERAS_BACKEND=NAME: each run (ranks, test files) under mpiexec, then the same-weights
+    script against one process; with ML_COMM_LONG_TESTS=1 also the jobs that launch their
+    own mpiexec (BackupAndRestore and a SIGTERM: 1.5-3 minutes per backend here)."""
+
+    name: str
+    venv: Path
+    framework: str  # what the extra installs, pinned to what is tested
+    runs: tuple[tuple[int, tuple[str, ...]], ...]
+
+
+BACKUP_JOBS = "tests/faults/test_keras_backup_job.py"
+
+
+# Keras as TensorFlow 2.21 brings it, on every backend.
+KERAS = "keras==3.15.1"
+# torch: the CPU build (192 MB), from the wheel folder pip is pointed at (PIP_FIND_LINKS);
+# PyPI's torch pulls 2.7 GB of CUDA wheels (docs/developer.md). Without it the suite skips.
+KERAS_BACKENDS = (
+    KerasBackend(
+        "jax",
+        ROOT / ".venv-jax",
+        "jax[cpu]==0.10.2",
+        ((3, ("test_keras_guarantees.py", "test_jax_gradients.py")),),
+    ),
+    KerasBackend(
+        "torch",
+        ROOT / ".venv-torch",
+        "torch==2.13.0+cpu",
+        ((2, ("test_keras_guarantees.py", "test_torch_ddp.py")), (3, ("test_torch_ddp.py",))),
+    ),
+)
+
+
+def ensure_backend_venv(b: KerasBackend) -> str | None:
+    """None when b's venv is ready, else why it could not be made."""
+    py = b.venv / "bin" / "python"
+    stamp = b.venv / ".ml_comm-installed"
+    python_files = sorted((ROOT / "ml_comm").rglob("*.py")) + sorted(
+        (ROOT / "ml_comm").rglob("*.cc")
+    )
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in python_files)).hexdigest()
+    want = f"{source_fingerprint()} {digest} {b.framework} {KERAS}"
+    if stamp.exists() and stamp.read_text() == want and py.exists():
+        return None
+    if not py.exists() and run([sys.executable, "-m", "venv", b.venv]) != 0:
+        return f"could not create {b.venv.name}"
+    pip = [py, "-m", "pip", "install", "-q"]
+    if run([*pip, "--upgrade", "pip", b.framework, KERAS]) != 0:
+        return f"pip install {b.framework} {KERAS} failed (no such wheel reachable here?)"
+    # As a user would: the extra (its framework already there, pinned) and the mpich wheel.
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "mpicc").exists()]
+    env = {**os.environ, "PATH": os.pathsep.join(path)}
+    if run([*pip, f".[{b.name},mpich,test]"], env=env) != 0:
+        return f"pip install .[{b.name},mpich,test] failed"
+    if subprocess.run([py, "-P", "-c", "import tensorflow"], capture_output=True).returncode == 0:
+        return f"TensorFlow is importable in {b.venv.name}: the extra brought it"
+    stamp.write_text(want)
+    return None
+
+
+def test_keras_backends(skips: dict[str, SuiteSkips]) -> list[str]:
+    """tests/backends on each Keras backend in its own venv (no TensorFlow there)."""
+    failures = []
+    folder = ROOT / "tests" / "backends"
+    for b in KERAS_BACKENDS:
+        started = time.monotonic()
+        why_not = ensure_backend_venv(b)
+        if why_not:
+            print(f"keras {b.name}: {why_not}; its tests skip", flush=True)
+            skips[f"keras-{b.name}"] = SuiteSkips(total=1, skipped=1, reasons=[why_not])
+            continue
+        bindir = b.venv / "bin"
+        env = {
+            **os.environ,
+            "KERAS_BACKEND": b.name,
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        }
+        # From the venv's folder with -P: the installed ml_comm, not the checkout's folder.
+        pytest = [bindir / "python", "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        pytest += [f"--rootdir={ROOT}"]
+        for n, files in b.runs:
+            cmd = [bindir / "mpiexec", "-n", str(n), *pytest, "--with-mpi"]
+            cmd += [str(folder / f) for f in files]
+            if run(cmd, timeout=MPI_RUN_TIMEOUT_S, env=env, cwd=b.venv) != 0:
+                failures.append(f"keras {b.name} n={n}")
+        same = [
+            *pytest,
+            str(folder / "test_same_weights.py"),
+            str(folder / "test_torch_example.py"),
+        ]
+        if run(same, timeout=MPI_RUN_TIMEOUT_S, env=env, cwd=b.venv) != 0:
+            failures.append(f"keras {b.name}: the same script at 2 ranks and at 1")
+        jobs = [BACKUP_JOBS] if os.environ.get("ML_COMM_LONG_TESTS") else []
+        cmd = [*pytest, *(str(ROOT / j) for j in jobs)]
+        if jobs and run(cmd, timeout=3 * MPI_RUN_TIMEOUT_S, env=env, cwd=b.venv) != 0:
+            failures.append(f"keras {b.name}: backups and signals")
+        print(
+            f"keras {b.name}: {time.monotonic() - started:.0f} s (venv, build and tests)",
+            flush=True,
+        )
+    return failures
+
+
 def test_other_mpis(names: list[str] | None = None) -> list[str]:
     """The NumPy-API MPI tests on each other MPI at 2 and 3 ranks (no TensorFlow)."""
     failures = []
@@ -294,6 +403,8 @@ def cmd_test() -> int:
             failures.append(f"mpi over a {kind} communicator n={n} (exit {rc})")
     # Intel MPI (MPICH ABI, no rebuild) and Open MPI (rebuilt), each in its own venv.
     failures += test_other_mpis()
+    # Keras on JAX and on torch, each in its own venv without TensorFlow.
+    failures += test_keras_backends(skips)
     # Slurm nodes in network namespaces (tools/testbed.sh): as root, the Debian packages
     # they need are installed here when missing; else the tests skip and the last line says why.
     why_not = ensure_testbed_packages()
@@ -310,6 +421,15 @@ def cmd_test() -> int:
         failures.append(
             suite_failure("tfcnn", "tfcnn (upstream tf_cnn_benchmarks with ps_ml_comm)", skips)
         )
+    # Horovod's own TensorFlow tests on ml_comm.horovod (a sample of them at 2 and 3 ranks;
+    # tools/horovod_suite.py run --full for all), from the cache that `horovod_suite.py
+    # extract` fills: Horovod's PyPI sdist does not ship its tests.
+    why_not_horovod = horovod_source_problem()
+    if why_not_horovod:
+        print(f"horovod: {why_not_horovod}; its suite will skip", flush=True)
+        skips["horovod"] = SuiteSkips(total=1, skipped=1, reasons=[why_not_horovod])
+    elif run([sys.executable, "tools/horovod_suite.py", "run"], timeout=3 * MPI_RUN_TIMEOUT_S):
+        failures.append("horovod (Horovod's TensorFlow tests on ml_comm.horovod)")
     # The scale model's validation at three sizes against the 3- and 4-node test-bed sweeps.
     if why_not_simgrid:
         print(f"simgrid: {why_not_simgrid}; the scale model's validation will skip", flush=True)
@@ -337,8 +457,10 @@ def cmd_test() -> int:
         "mpi n=" + ",".join(map(str, TEST_RANKS)),
         "mpi over " + ", ".join(f"{kind} n={n}" for kind, n in SUB_COMM_RUNS),
         "intel-mpi and open-mpi n=" + ",".join(map(str, OTHER_MPI_RANKS)),
+        "keras " + ", ".join(b.name for b in KERAS_BACKENDS),
         "testbed",
         "tfcnn",
+        "horovod",
         "project",
     ]
     print(summary_line(ran, failures, skips), flush=True)
@@ -361,6 +483,14 @@ def cmd_project() -> int:
     return run([PY, "tools/project.py", *sys.argv[2:]])
 
 
+def cmd_keras_backends() -> int:
+    skips: dict[str, SuiteSkips] = {}
+    failures = test_keras_backends(skips)
+    if failures:
+        print("FAILED:", ", ".join(failures))
+    return 1 if failures else 0
+
+
 def cmd_other_mpis() -> int:
     failures = test_other_mpis(sys.argv[2:])  # names of OTHER_MPIS; none: all
     if failures:
@@ -374,6 +504,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "tsan": cmd_tsan,
     "other-mpis": cmd_other_mpis,
+    "keras-backends": cmd_keras_backends,
     "project": cmd_project,
 }
 

@@ -10,6 +10,13 @@
 - A link to a file of the repository outside docs/ (`[text](../examples/x.py)`, which
   works where the Markdown is read in the repository) must name a file that exists, and
   becomes its path in the site, which holds no copy of it.
+- The marker STARTS_MARKER becomes the README's "Three short starts" section (the home
+  page shows the same starts as the README, which the tests run), its links made the
+  site's.
+- Offline: code is highlighted by Pygments at build time (no script from a CDN); its
+  stylesheet is written to css/pygments.css. The search index is also written as a
+  script, search/search_index.js, which docs/js/offline_search.js searches in a site
+  opened from its files, where the search plugin's worker cannot start.
 """
 
 from __future__ import annotations
@@ -24,6 +31,11 @@ from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_MARKER = "<!-- ml_comm: settings table -->"
+STARTS_MARKER = "<!-- ml_comm: the README's starts -->"
+STARTS_HEADING = "## Three short starts"
+MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+PYGMENTS_CSS = Path("css") / "pygments.css"
+PYGMENTS_STYLE = "friendly"
 SETTINGS_FILE = Path("ml_comm") / "core" / "settings.py"
 SETTING_FIELDS = ("name", "default", "type", "compared", "effect")
 OUTSIDE_LINK = re.compile(r"\[([^\]]+)\]\((\.\./[^)\s#]+)(#[^)\s]*)?\)")
@@ -116,6 +128,45 @@ def settings_table(settings) -> str:
     return "\n".join(rows)
 
 
+# ---------------------------------------------------------------- the README's starts
+
+
+def _site_link(match: re.Match) -> str:
+    """A link of the README (relative to the repository root) as the home page's."""
+    target = match.group(1)
+    if "://" in target or target.startswith("#"):
+        return match.group(0)
+    if target.startswith("docs/"):
+        return f"]({target[len('docs/') :]})"
+    return f"](../{target})"
+
+
+def readme_starts(root: Path = ROOT) -> str:
+    """The README's section of the three starts, up to the next section."""
+    readme = (root / "README.md").read_text()
+    if STARTS_HEADING not in readme:
+        raise PluginError(f"README.md has no '{STARTS_HEADING}' section for the home page")
+    section = STARTS_HEADING + readme.split(STARTS_HEADING, 1)[1].split("\n## ", 1)[0]
+    return MARKDOWN_LINK.sub(_site_link, section.rstrip() + "\n")
+
+
+# ---------------------------------------------------------------- offline
+
+
+def on_post_build(config):
+    """Pygments' stylesheet, and the search index as a script (see the module's docstring)."""
+    from pygments.formatters import HtmlFormatter
+
+    site = Path(config["site_dir"])
+    css = site / PYGMENTS_CSS
+    css.parent.mkdir(parents=True, exist_ok=True)
+    css.write_text(HtmlFormatter(style=PYGMENTS_STYLE).get_style_defs(".codehilite"))
+    index = site / "search" / "search_index.json"
+    if index.exists():
+        script = "window.mlCommSearchIndex = " + index.read_text() + ";\n"
+        (site / "search" / "search_index.js").write_text(script)
+
+
 # ---------------------------------------------------------------- pages
 
 
@@ -133,6 +184,8 @@ def _outside_link(page_path: Path, docs: Path, match: re.Match) -> str:
 def on_page_markdown(markdown, page, config, files):
     if SETTINGS_MARKER in markdown:
         markdown = markdown.replace(SETTINGS_MARKER, settings_table(load_settings()))
+    if STARTS_MARKER in markdown:
+        markdown = markdown.replace(STARTS_MARKER, readme_starts())
     docs = Path(config["docs_dir"])
     page_path = docs / page.file.src_uri
     return OUTSIDE_LINK.sub(lambda m: _outside_link(page_path, docs, m), markdown)

@@ -21,6 +21,7 @@ CORE_SOURCES = [
     "csrc/base/dtype.c",
     "csrc/base/tensors.c",
     "csrc/transport/post.c",
+    "csrc/pipeline/pipeline.c",  # the pipelined step, as the front ends run it
 ]
 MODEL_SOURCES = [
     "transport_simgrid.cpp",

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "arrivals.h"
+#include "waits.h"
 #include "watchdog.h"
 
 /* Below MPICH's eager limit for shared memory (a message of 8 KiB goes slower),
@@ -24,9 +25,30 @@ _Static_assert(MLC_ROWS_CARRY_BYTES >= MLC_DIRECT_MAX_BYTES, "carried rows fit t
  * disagreement, and a stall's arrival notices (arrivals.c), which a rank that
  * never stalled leaves unreceived. */
 enum { MLC_AGREE_TREE_TAG = 0, MLC_AGREE_TABLE_TAG = 1, MLC_AGREE_NOTICE_TAG = 2 };
+/* The table after a disagreement exchanges with this many peers at a time. */
+#define MLC_TABLE_WINDOW 32
+
+/* Bytes of a calling thread's name that a signature keeps, for messages. */
+#define MLC_ORIGIN_NAME_LEN 24
+
+/* Where a request stands in its caller's program, beyond its layout: ranks whose calls
+ * differ here are at different calls (one skipped a call, left a step early, or is a
+ * step behind), or on different threads. All zero: not said (a framework's op). */
+typedef struct mlc_call_id {
+    int64_t step;  /* the caller's step number; 0: the caller marks no steps */
+    int64_t index; /* the call's place in its step on the team (from 0), or, where steps
+                    * are not marked, among all of the team's calls */
+    uint64_t origin; /* a digest of the calling thread's name (0: not said) */
+    char origin_name[MLC_ORIGIN_NAME_LEN]; /* that name, cut, for messages */
+} mlc_call_id;
+
+/* mlc_judge's verdict for a rank whose call is ahead of some other rank's: its request
+ * is exchanged again, against those ranks' next ones (never seen outside agree/). */
+#define MLC_AGREE_RETRY 100
 
 /* What this rank submitted for one request, and how it is to be carried out. */
 typedef struct mlc_sign_input {
+    mlc_call_id call; /* compared: the rule above (signature.c) */
     int kind, dtype, op, root;
     int ntensors, part, nparts, is_group;
     int call_dtypes; /* bit d: the caller's call has a part of dtype d (0: not said) */
@@ -76,6 +98,7 @@ typedef struct mlc_sign_input {
      * completes both sides before the verdict (mlc_agree.ahead_tp). */
     int64_t ahead_bytes;
     struct mlc_ring_ahead *ahead;
+    const char *ahead_own; /* where those bytes lie: posted again when the check retries */
 } mlc_sign_input;
 
 /* What a rank found wrong with its own arguments (mlc_sign_input.bad_args), and what
@@ -86,7 +109,10 @@ enum {
     MLC_BAD_SPLITS_COUNT = 2,        /* how many splits; how many ranks */
     MLC_BAD_SPLIT_NEGATIVE = 3,      /* which split; its value */
     MLC_BAD_SPLITS_SUM = 4,          /* the splits' sum; the input's rows */
-    MLC_BAD_ROWS_UNEVEN = 5          /* no splits: the input's rows; the ranks */
+    MLC_BAD_ROWS_UNEVEN = 5,         /* no splits: the input's rows; the ranks */
+    MLC_BAD_SPLITS_OVERFLOW = 6,     /* splits whose sum passes 2^63-1: the split where it did; its value */
+    MLC_BAD_SIZE_OVERFLOW = 7,       /* rows times the row's bytes passes 2^63-1: the rows; the row's elements */
+    MLC_BAD_NO_BUFFER = 8            /* no buffer for bytes that must move: 0 input, 1 output; the bytes */
 };
 
 /* Where a request stands in the check (mlc_agreement.state). */
@@ -131,9 +157,12 @@ typedef struct mlc_agree {
     char *mine, *theirs;  /* this rank's record and a partner's, each with direct_bytes after */
     char *joined;         /* carried rows of two records, joined in rank order */
     char *slots;          /* after a disagreement: every rank's signature (signature.c) */
-    mlc_tp_req *reqs;     /* 2 (size - 1) */
+    mlc_tp_req *reqs;     /* 2 MLC_TABLE_WINDOW: the tree's two, the table's window */
     _Atomic int64_t messages, checks; /* sent and received, and requests checked, in all */
+    int64_t rounds; /* exchanges so far: the same on every rank for the same exchange, where
+                     * request numbers part after a retry; arrival notices carry it */
     mlc_arrivals arrivals; /* who reached a stalled request (arrivals.c) */
+    mlc_waits *waits;      /* the job's long waits, the context's (waits.c); NULL: one rank */
     _Atomic int stop_requested; /* this rank asked to stop: every later signature says so */
     _Atomic int64_t stop_seq;   /* first request whose verdict carried a stop; -1: none yet */
     int drop_left; /* parts of a failed multi-request call to fail without exchanging */
@@ -155,6 +184,15 @@ int mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp);
 void mlc_agree_cancel(mlc_agree *ag);
 void mlc_agree_shutdown(mlc_agree *ag); /* agreements never made ready fail */
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes);
+/* The engine's other settings, set only through these (the team layer holds its own lock
+ * around the checks, which its plans read): what is checked, the team's number in
+ * messages, the stall limits, and how the job ends (abort_job) with the job's long waits
+ * (NULL at one rank). */
+void mlc_agree_set_checks(mlc_agree *ag, int layout, int finite);
+void mlc_agree_set_team_id(mlc_agree *ag, int team_id);
+void mlc_agree_set_stall_limits(mlc_agree *ag, double warn_seconds, double abort_seconds);
+void mlc_agree_set_job(mlc_agree *ag, void (*abort_job)(void *arg, int exit_code), void *abort_arg,
+                       mlc_waits *waits);
 
 /* Stopping together: every later signature of this rank carries a stop flag (one
  * atomic store: safe in a signal handler); the verdict on the first request whose
@@ -178,7 +216,7 @@ void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks);
 
 /* signature.c: this rank's signature, its digest, comparison and the messages. */
 typedef struct mlc_signature mlc_signature;
-size_t mlc_signature_bytes(void);
+size_t mlc_signature_bytes(void); /* MLC_SIGNATURE_BYTES */
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
 /* A hash of every compared field: equal digests, equal signatures. */
 uint64_t mlc_signature_digest(const mlc_signature *s);
@@ -186,11 +224,13 @@ int mlc_signature_stop(const mlc_signature *s);
 int mlc_signature_bad_args(const mlc_signature *s); /* MLC_BAD_* */
 int64_t mlc_signature_ahead(const mlc_signature *s);  /* mlc_sign_input.ahead_bytes */
 void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
-/* The verdict on n signatures at stride slot_bytes: MLC_OK, MLC_ERR_ARG (a rank's
- * own arguments were bad: naming each such rank and what), MLC_ERR_MISMATCH
- * (naming the shapes, or the settings, that differ and their ranks) or
- * MLC_ERR_NONFINITE with the message. */
-int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a);
+/* The verdict on n signatures at stride slot_bytes, for rank `rank`: MLC_OK,
+ * MLC_AGREE_RETRY (the ranks' calls differ and this rank's is the furthest: it waits for
+ * the others' next ones), MLC_ERR_MISMATCH (this rank's call is behind another's, naming
+ * the ranks ahead and how far; or the shapes or settings differ, naming them and their
+ * ranks), MLC_ERR_ARG (a rank's own arguments were bad: naming each such rank and what)
+ * or MLC_ERR_NONFINITE, with the message. */
+int mlc_judge(const char *slots, size_t slot_bytes, int n, int rank, int team_id, mlc_agreement *a);
 /* "average of 3 float32 tensors, 1000 elements" and the like. */
 void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len);
 /* "splits add up to 5 rows, the input has 6" and the like: an MLC_BAD_* with its details. */

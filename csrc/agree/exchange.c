@@ -82,6 +82,7 @@ typedef struct record {
 } record;
 
 _Static_assert(sizeof(record) % 8 == 0, "the payload after a record stays aligned");
+_Static_assert(sizeof(record) == MLC_AGREE_RECORD_BYTES, "the record's size as ml_comm_internal.h says");
 
 static char *payload(char *rec) { return rec + sizeof(record); }
 
@@ -112,6 +113,24 @@ int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes) {
     return MLC_OK;
 }
 
+void mlc_agree_set_checks(mlc_agree *ag, int layout, int finite) {
+    ag->layout = layout != 0;
+    ag->finite = finite != 0;
+}
+
+void mlc_agree_set_team_id(mlc_agree *ag, int team_id) { ag->dog.team_id = team_id; }
+
+void mlc_agree_set_stall_limits(mlc_agree *ag, double warn_seconds, double abort_seconds) {
+    ag->dog.warn = warn_seconds;
+    ag->dog.abort = abort_seconds;
+}
+
+void mlc_agree_set_job(mlc_agree *ag, void (*abort_job)(void *, int), void *abort_arg, mlc_waits *waits) {
+    ag->dog.abort_job = abort_job;
+    ag->dog.abort_arg = abort_arg;
+    ag->waits = waits;
+}
+
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->tp = *tp;
     ag->tp.message = ag->tp_message;
@@ -123,7 +142,7 @@ int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp) {
     ag->theirs = malloc(rec);
     ag->joined = malloc(MLC_DIRECT_MAX_BYTES);
     ag->slots = calloc(n, mlc_signature_bytes());
-    ag->reqs = calloc(2 * (size_t)n, sizeof *ag->reqs);
+    ag->reqs = calloc(2 * MLC_TABLE_WINDOW, sizeof *ag->reqs);
     if (!ag->mine || !ag->theirs || !ag->joined || !ag->slots || !ag->reqs || mlc_arrivals_open(&ag->arrivals, n))
         return MLC_ERR_NOMEM;
     return MLC_OK;
@@ -207,8 +226,10 @@ void mlc_agree_ready(mlc_agree *ag, mlc_agreement *a, const mlc_sign_input *in) 
 typedef struct waiting {
     mlc_agree *ag;
     mlc_agreement *a;
+    int64_t round; /* the exchange's number on every rank (mlc_agree.rounds) */
     mlc_stall stall;
     int announced;
+    mlc_wait wait; /* what the job's deadlock check hears of it (waits.c) */
 } waiting;
 
 static void describe_agreement(const void *arg, char *buf, size_t len) {
@@ -222,7 +243,7 @@ static void describe_inputs(const void *arg, char *buf, size_t len) {
 static void announce(waiting *w) {
     mlc_tp *tp = &w->ag->tp;
     mlc_tp_set_progress(tp, NULL, NULL); /* no stall checks inside the stall's own messages */
-    mlc_arrivals_announce(&w->ag->arrivals, tp, w->a->seq);
+    mlc_arrivals_announce(&w->ag->arrivals, tp, w->round);
     w->announced = 1;
 }
 
@@ -238,7 +259,7 @@ static void describe_missing(const void *arg, char *buf, size_t len) {
         while (mlc_now() < until) sched_yield();
     }
     mlc_tp_set_progress(tp, NULL, NULL);
-    mlc_arrivals_describe(&w->ag->arrivals, tp, w->a->seq, buf, len);
+    mlc_arrivals_describe(&w->ag->arrivals, tp, w->round, buf, len);
     mlc_tp_set_progress(tp, progress, progress_arg);
 }
 
@@ -247,6 +268,7 @@ static void describe_missing(const void *arg, char *buf, size_t len) {
 static void exchange_progress(void *arg, const mlc_tp *tp, int64_t poll) {
     waiting *w = arg;
     mlc_stall_poll(&w->stall);
+    if (w->ag->waits && w->stall.polls % 64 == 1) mlc_waits_poll(w->ag->waits, &w->wait);
     if (w->announced || w->stall.start == 0 || w->stall.polls % 64 != 1) return;
     const mlc_watchdog *d = w->stall.dog;
     double limit = d->warn > 0 ? d->warn : d->abort;
@@ -432,31 +454,30 @@ static int tree(mlc_agree *ag, mlc_agreement *a) {
     return MLC_OK;
 }
 
-/* Every rank's signature to every rank (after a disagreement or NaN/Inf). */
+/* Every rank's signature to every rank (after a disagreement or NaN/Inf), in windows
+ * of pairwise steps: at step s rank r sends to r+s and receives from r-s, so each
+ * window's messages pair with the peers' same window and at most 2 MLC_TABLE_WINDOW
+ * requests are outstanding at any rank count. */
 static int table(mlc_agree *ag, mlc_agreement *a) {
     mlc_tp *tp = &ag->tp;
-    const int n = tp->size, me = tp->rank, npeers = n - 1;
+    const int n = tp->size, me = tp->rank;
     const int64_t bytes = (int64_t)mlc_signature_bytes();
-    int rc = MLC_OK, nrecv = 0, nsend = 0;
-    for (int k = 0; k < npeers && rc == MLC_OK; k++) {
-        int peer = k < me ? k : k + 1;
-        rc = mlc_tp_irecv(tp, slot(ag, peer), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[k]);
-        nrecv += rc == MLC_OK;
-    }
-    for (int k = 0; k < npeers && rc == MLC_OK; k++) {
-        int peer = k < me ? k : k + 1;
-        rc = mlc_tp_isend(tp, slot(ag, me), bytes, peer, MLC_AGREE_TABLE_TAG, &ag->reqs[npeers + k]);
-        nsend += rc == MLC_OK;
-    }
-    a->messages += nrecv + nsend;
-    if (rc != MLC_OK) {
-        mlc_tp_abandon(tp, nrecv, ag->reqs);
-        mlc_tp_abandon(tp, nsend, ag->reqs + npeers);
-        return failed(ag, a, rc);
-    }
-    if ((rc = mlc_tp_waitall(tp, 2 * npeers, ag->reqs)) != MLC_OK) {
-        mlc_tp_abandon(tp, 2 * npeers, ag->reqs);
-        return failed(ag, a, rc);
+    for (int first = 1; first < n; first += MLC_TABLE_WINDOW) {
+        const int last = first + MLC_TABLE_WINDOW < n ? first + MLC_TABLE_WINDOW : n;
+        int rc = MLC_OK, posted = 0;
+        for (int step = first; step < last && rc == MLC_OK; step++) {
+            const int from = mlc_pairwise_recv_peer(me, n, step), to = mlc_pairwise_send_peer(me, n, step);
+            rc = mlc_tp_irecv(tp, slot(ag, from), bytes, from, MLC_AGREE_TABLE_TAG, &ag->reqs[posted]);
+            posted += rc == MLC_OK;
+            if (rc == MLC_OK) rc = mlc_tp_isend(tp, slot(ag, me), bytes, to, MLC_AGREE_TABLE_TAG, &ag->reqs[posted]);
+            posted += rc == MLC_OK;
+        }
+        a->messages += posted;
+        if (rc == MLC_OK) rc = mlc_tp_waitall(tp, posted, ag->reqs);
+        if (rc != MLC_OK) {
+            mlc_tp_abandon(tp, posted, ag->reqs);
+            return failed(ag, a, rc);
+        }
     }
     return MLC_OK;
 }
@@ -472,23 +493,38 @@ static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
     ahead->expected = mlc_signature_ahead(slot(ag, (r + n - 1) % n));
     ahead->right_sent = mlc_signature_ahead(slot(ag, (r + 1) % n));
     a->left_ahead = ahead->expected;
+    /* Watched like every other wait: a neighbour that never completes its side is named. */
+    mlc_stall stall;
+    mlc_stall_begin(&stall, &ag->dog, a->seq, describe_agreement, a, NULL, NULL);
+    mlc_tp_set_progress(&ag->ahead_tp, mlc_stall_transport_progress, &stall);
     mlc_ring_ahead_complete(&ag->ahead_tp, ahead);
+    mlc_tp_set_progress(&ag->ahead_tp, NULL, NULL);
 }
 
 /* The tree, then the table when the record says the ranks differ; the verdict. */
 static int exchange(mlc_agree *ag, mlc_agreement *a) {
-    waiting w = {ag, a, {0}, 0};
+    waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, mlc_now(), ""}};
     mlc_stall_begin(&w.stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &w);
+    if (ag->waits) {
+        char desc[MLC_WAIT_TEXT - 56]; /* room for "team T request S (...)" around it */
+        mlc_describe_input(&a->in, desc, sizeof desc);
+        snprintf(w.wait.what, sizeof w.wait.what, "team %d request %lld (%s)", ag->dog.team_id, (long long)a->seq,
+                 desc);
+    }
     mlc_tp_set_progress(&ag->tp, exchange_progress, &w);
     make_record(ag, a);
     int rc = ag->tp.size > 1 ? tree(ag, a) : MLC_OK;
     const record *r = (const record *)ag->mine;
     if (rc == MLC_OK && (r->digest_min != r->digest_max || r->nonfinite_ranks > 0 || r->bad_ranks > 0)) {
         rc = ag->tp.size > 1 ? table(ag, a) : MLC_OK;
-        if (rc == MLC_OK) rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->dog.team_id, a);
-        if (rc != MLC_OK && ag->tp.size > 1) settle_ahead(ag, a);
+        /* Only a complete table says what the neighbours sent ahead; after a failed one the
+         * team layer cancels what this rank posted (left_ahead stays -1). */
+        if (rc == MLC_OK && (rc = mlc_judge(ag->slots, mlc_signature_bytes(), ag->tp.size, ag->tp.rank, ag->dog.team_id, a)) &&
+            ag->tp.size > 1)
+            settle_ahead(ag, a);
     }
     mlc_tp_set_progress(&ag->tp, NULL, NULL);
+    mlc_waits_leave(ag->waits, &w.wait);
     if (rc != MLC_OK) return rc;
     a->stop_asked = r->stop != 0;
     int64_t none = -1;
@@ -522,6 +558,15 @@ static int wait_ready(mlc_agree *ag, mlc_agreement *a) {
     return ready ? MLC_OK : MLC_ERR_STATE;
 }
 
+/* A check retried because this rank's call was ahead of others': the table's round
+ * completed what it had sent ahead (its neighbour dropped it), so it goes ahead again,
+ * as its signature says, for the others' next request. */
+static void send_ahead_again(mlc_agree *ag, mlc_agreement *a) {
+    if (a->left_ahead < 0 || !a->in.ahead || a->in.ahead_bytes <= 0) return;
+    if (mlc_ring_ahead_post(&ag->ahead_tp, a->in.ahead, a->in.ahead_own, a->in.ahead_bytes) != MLC_OK)
+        a->in.ahead_bytes = 0; /* nothing went: its next signature says so */
+}
+
 /* Exchange and judge one request (or fail it as the rest of a failed call), then
  * publish the verdict. Called with the exchange lock held, in queue order. */
 static void check_one(mlc_agree *ag, mlc_agreement *a) {
@@ -543,10 +588,16 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
             a->in.direct = 0; /* the threshold shrank since the plan was made */
             a->in.sizes_count = 0;
         }
-        mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
-        status = exchange(ag, a);
+        for (;;) {
+            mlc_sign(&a->in, atomic_load(&ag->stop_requested), slot(ag, ag->tp.rank));
+            status = exchange(ag, a);
+            ag->rounds++;
+            atomic_fetch_add(&ag->checks, 1);
+            if (status != MLC_AGREE_RETRY) break;
+            send_ahead_again(ag, a);
+            a->left_ahead = -1;
+        }
         atomic_fetch_add(&ag->messages, a->messages);
-        atomic_fetch_add(&ag->checks, 1);
         if (status != MLC_OK && a->in.nparts > 1 && a->in.part + 1 < a->in.nparts) {
             ag->drop_left = a->in.nparts - a->in.part - 1;
             ag->drop_status = status;

@@ -50,6 +50,9 @@ typedef struct compared {
     int32_t team_algorithm, algorithm, on_caller, lanes, is_group, direct;
     int64_t ksteps, max_steps, seg_elems;
     int64_t cancelled; /* this keyed group was cancelled on this rank (its step failed) */
+    /* the call (agree.h, mlc_call_id): compared first, by its own rule (mlc_judge) */
+    int64_t step, call_index;
+    uint64_t origin;
 } compared;
 
 struct mlc_signature {
@@ -61,11 +64,13 @@ struct mlc_signature {
     int64_t counts[MLC_SIG_SHOWN_COUNTS]; /* the first tensors' counts */
     int64_t row_dims[MLC_SIG_SHOWN_DIMS]; /* the rows' first dimensions */
     int64_t bad_detail[2];                /* what bad_args found (agree.h) */
+    char origin_name[MLC_ORIGIN_NAME_LEN];    /* the calling thread, for messages */
 };
 
-_Static_assert(sizeof(compared) == 12 * 4 + 4 * 8 + 6 * 4 + 4 * 8, "compared has no padding");
+_Static_assert(sizeof(compared) == 12 * 4 + 4 * 8 + 6 * 4 + 4 * 8 + 3 * 8, "compared has no padding");
 _Static_assert(sizeof(compared) % 8 == 0, "the digest reads compared in 8-byte words");
 _Static_assert(sizeof(struct mlc_signature) % 8 == 0, "signatures stay 8-byte aligned");
+_Static_assert(sizeof(struct mlc_signature) == MLC_SIGNATURE_BYTES, "the size ml_comm_internal.h says");
 
 size_t mlc_signature_bytes(void) { return sizeof(mlc_signature); }
 
@@ -98,6 +103,11 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     c->max_steps = in->max_steps;
     c->seg_elems = in->seg_elems;
     c->cancelled = in->cancelled;
+    c->step = in->call.step;
+    c->call_index = in->call.index;
+    c->origin = in->call.origin;
+    memcpy(s->origin_name, in->call.origin_name, sizeof s->origin_name);
+    s->origin_name[sizeof s->origin_name - 1] = '\0';
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < in->ntensors; i++) {
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
@@ -420,12 +430,21 @@ static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {
 static void append_bad_args(char *buf, size_t len, size_t *off, int code, const int64_t detail[2]) {
     const long long x = (long long)detail[0], y = (long long)detail[1];
     switch (code) {
-    case MLC_BAD_SPLITS_NOT_INTEGERS: mlc_append(buf, len, off, "splits are not a 1-D list of integers"); break;
+    case MLC_BAD_SPLITS_NOT_INTEGERS: mlc_append(buf, len, off, "splits are not a 1-D list of 64-bit integers"); break;
     case MLC_BAD_SPLITS_COUNT: mlc_append(buf, len, off, "%lld splits for %lld ranks (one per rank)", x, y); break;
     case MLC_BAD_SPLIT_NEGATIVE: mlc_append(buf, len, off, "splits[%lld] is %lld, negative", x, y); break;
     case MLC_BAD_SPLITS_SUM: mlc_append(buf, len, off, "splits add up to %lld rows, the input has %lld", x, y); break;
     case MLC_BAD_ROWS_UNEVEN:
         mlc_append(buf, len, off, "no splits, and its %lld rows do not divide by the %lld ranks", x, y);
+        break;
+    case MLC_BAD_SPLITS_OVERFLOW:
+        mlc_append(buf, len, off, "splits add up to more than 2^63-1 rows (at splits[%lld] = %lld)", x, y);
+        break;
+    case MLC_BAD_SIZE_OVERFLOW:
+        mlc_append(buf, len, off, "%lld rows of %lld elements are more than 2^63-1 bytes", x, y);
+        break;
+    case MLC_BAD_NO_BUFFER:
+        mlc_append(buf, len, off, "no %s buffer for its %lld bytes", x ? "output" : "input", y);
         break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }
@@ -471,8 +490,104 @@ int mlc_signature_bad_args(const mlc_signature *s) { return s->c.bad_args; }
 
 int64_t mlc_signature_ahead(const mlc_signature *s) { return s->ahead; }
 
-int mlc_judge(const char *slots, size_t slot_bytes, int n, int team_id, mlc_agreement *a) {
+/* ---- the calls: ranks at different places in their programs ---- */
+
+/* (step, call) of x against y's: < 0, 0, > 0. */
+static int call_order(const compared *x, const compared *y) {
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->call_index < y->call_index ? -1 : x->call_index > y->call_index;
+}
+
+static int same_call(const table *t, int a, int b, const setting *s) {
+    (void)s;
+    return call_order(&at(t, a)->c, &at(t, b)->c) == 0;
+}
+
+static int marks_alike(const table *t, int a, int b, const setting *s) {
+    (void)s;
+    return (at(t, a)->c.step != 0) == (at(t, b)->c.step != 0);
+}
+
+static int same_origin(const table *t, int a, int b, const setting *s) {
+    (void)s;
+    return at(t, a)->c.origin == at(t, b)->c.origin;
+}
+
+static void append_call(char *buf, size_t len, size_t *off, const compared *c) {
+    if (c->step) mlc_append(buf, len, off, "step %lld, call %lld", (long long)c->step, (long long)c->call_index);
+    else mlc_append(buf, len, off, "call %lld", (long long)c->call_index);
+}
+
+/* Ranks whose calls differ. Every rank's call that is behind the furthest fails: those
+ * ranks left the step early or skipped calls, and this rank's call has no partners. The
+ * ranks furthest on exchange again (MLC_AGREE_RETRY) against the others' next calls, so
+ * that the ranks realign with no call paired to another. Ranks that disagree on whether
+ * they mark steps at all cannot be ordered: every rank fails. */
+static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a) {
+    char *buf = a->message;
+    size_t off = 0, len = MLC_MSG_LEN;
+    buf[0] = '\0';
+    for (int r = 1; r < t->n; r++) {
+        if (marks_alike(t, 0, r, NULL)) continue;
+        mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);
+        for (int q = 0, k = 0; q < t->n; q++) {
+            if (!leads(t, q, marks_alike, NULL)) continue;
+            if (k++) mlc_append(buf, len, &off, "; ");
+            append_ranks(buf, len, &off, t, q, marks_alike, NULL);
+            mlc_append(buf, len, &off, at(t, q)->c.step ? " mark their steps (ml_comm.step)" : " mark no steps");
+        }
+        mlc_append(buf, len, &off, ". Every rank must mark its steps alike");
+        return MLC_ERR_MISMATCH;
+    }
+    int furthest = 0;
+    for (int r = 1; r < t->n; r++)
+        if (call_order(&at(t, r)->c, &at(t, furthest)->c) > 0) furthest = r;
+    const compared *mine = &at(t, rank)->c, *best = &at(t, furthest)->c;
+    if (call_order(mine, best) == 0) return MLC_AGREE_RETRY;
+    mlc_append(buf, len, &off, "team %d request %lld failed: ", team_id, (long long)a->seq);
+    append_ranks(buf, len, &off, t, furthest, same_call, NULL);
+    int ahead = 0;
+    for (int r = furthest; r < t->n; r++) ahead += same_call(t, furthest, r, NULL);
+    mlc_append(buf, len, &off, ahead == 1 ? " is at " : " are at ");
+    append_call(buf, len, &off, best);
+    mlc_append(buf, len, &off, " on this team, this rank at ");
+    append_call(buf, len, &off, mine);
+    if (best->step != mine->step)
+        mlc_append(buf, len, &off, " (%lld step%s behind)", (long long)(best->step - mine->step),
+                   best->step - mine->step == 1 ? "" : "s");
+    else
+        mlc_append(buf, len, &off, " (%lld call%s behind)", (long long)(best->call_index - mine->call_index),
+                   best->call_index - mine->call_index == 1 ? "" : "s");
+    mlc_append(buf, len, &off, best->step ? ": they left a step early (an exception there?) or skipped calls"
+                                          : ": they made calls this rank did not (one that raised here before "
+                                            "it reached the others?)");
+    mlc_append(buf, len, &off, ". This call fails on this rank, and they wait for its next one");
+    return MLC_ERR_MISMATCH;
+}
+
+/* Ranks on the same call from threads of different names. */
+static int origin_message(const table *t, int team_id, mlc_agreement *a) {
+    char *buf = a->message;
+    size_t off = 0, len = MLC_MSG_LEN;
+    buf[0] = '\0';
+    mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);
+    for (int r = 0, k = 0; r < t->n; r++) {
+        if (!leads(t, r, same_origin, NULL)) continue;
+        if (k++) mlc_append(buf, len, &off, "; ");
+        append_ranks(buf, len, &off, t, r, same_origin, NULL);
+        mlc_append(buf, len, &off, " called from thread '%s'", at(t, r)->origin_name);
+    }
+    mlc_append(buf, len, &off, ". One thread at a time drives a team, a thread of the same name on every rank "
+                               "(another thread: another team)");
+    return MLC_ERR_MISMATCH;
+}
+
+int mlc_judge(const char *slots, size_t slot_bytes, int n, int rank, int team_id, mlc_agreement *a) {
     const table t = {slots, slot_bytes, n};
+    for (int r = 1; r < n; r++)
+        if (!same_call(&t, 0, r, NULL)) return calls_message(&t, rank, team_id, a);
+    for (int r = 1; r < n; r++)
+        if (!same_origin(&t, 0, r, NULL)) return origin_message(&t, team_id, a);
     for (int r = 0; r < n; r++)
         if (at(&t, r)->c.bad_args) return bad_args_message(&t, team_id, a);
     for (int r = 1; r < n; r++)

@@ -6,6 +6,8 @@
 
 #include "algo.h"
 
+_Static_assert(MLC_AHEAD_TAG <= MLC_TP_TAG_UB, "every tag of the algorithms is one every MPI accepts");
+
 static const mlc_algo table[] = {
     {MLC_ALG_RING, "ring", mlc_allreduce_ring, NULL},
     {MLC_ALG_RECURSIVE_DOUBLING, "recursive_doubling", mlc_allreduce_recursive_doubling, NULL},

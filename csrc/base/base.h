@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ml_comm.h"
+#include "ml_comm_internal.h"
 
 #define MLC_VERSION "0.1.0"
 /* Room for a message that lists what each group of ranks submitted. */
@@ -28,6 +29,11 @@
 
 /* a modulo n in 0..n-1, for a negative a too (rank r - k around a ring). */
 static inline int mlc_mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* Sizes that come from callers are multiplied and added checked: 1 when the exact result
+ * does not fit an int64 (then *out is not to be used). */
+static inline int mlc_mul_overflows(int64_t a, int64_t b, int64_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline int mlc_add_overflows(int64_t a, int64_t b, int64_t *out) { return __builtin_add_overflow(a, b, out); }
 
 /* clock.c: seconds on CLOCK_MONOTONIC. */
 double mlc_now(void);

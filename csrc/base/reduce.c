@@ -1,7 +1,7 @@
 /* Element-wise kernels for the reductions: dst += src, dst = a + b, and the
  * division of an average. Half types are computed in float32 and rounded to
  * nearest-even once per addition; integer averages truncate toward zero (C
- * division).
+ * division, as Horovod's average of integers, a double scale truncated, gives).
  *
  * The 32- and 64-bit loops are built for several instruction sets
  * (target_clones: plain x86-64, AVX2, AVX-512) and the loader picks the widest
@@ -32,6 +32,21 @@ WIDE_SUM_KERNELS(f32, float)
 WIDE_SUM_KERNELS(f64, double)
 WIDE_SUM_KERNELS(u32, uint32_t)
 WIDE_SUM_KERNELS(u64, uint64_t)
+/* 8- and 16-bit integers: C adds them as int, the store wraps them to their width. */
+WIDE_SUM_KERNELS(u8, uint8_t)
+WIDE_SUM_KERNELS(u16, uint16_t)
+
+/* Integer averages: the sum divided by the ranks, truncated toward zero. */
+#define INTEGER_DIVIDE_KERNEL(NAME, T)                                                    \
+    static void divide_##NAME(T *d, int64_t n, int q) {                                  \
+        for (int64_t i = 0; i < n; i++) d[i] = (T)(d[i] / q);                             \
+    }
+INTEGER_DIVIDE_KERNEL(i32, int32_t)
+INTEGER_DIVIDE_KERNEL(i64, int64_t)
+INTEGER_DIVIDE_KERNEL(u8, uint8_t)
+INTEGER_DIVIDE_KERNEL(i8, int8_t)
+INTEGER_DIVIDE_KERNEL(u16, uint16_t)
+INTEGER_DIVIDE_KERNEL(i16, int16_t)
 
 /* Floating-point average kernels: (x + y) / q, and the division alone. Dividing by
  * a power of two is exact scaling, so it is done as a multiplication by 1/q (the
@@ -141,6 +156,10 @@ void mlc_reduce_sum_into(void *dst, const void *src, int64_t n, int dtype) {
     case MLC_FLOAT64: add_into_f64(dst, src, n); break;
     case MLC_INT32: add_into_u32(dst, src, n); break;
     case MLC_INT64: add_into_u64(dst, src, n); break;
+    case MLC_UINT8:
+    case MLC_INT8: add_into_u8(dst, src, n); break;
+    case MLC_UINT16:
+    case MLC_INT16: add_into_u16(dst, src, n); break;
     case MLC_FLOAT16: add_f16(dst, dst, src, n); break;
     case MLC_BFLOAT16: add_bf16(dst, dst, src, n); break;
     }
@@ -162,6 +181,10 @@ void mlc_reduce_sum_to(void *dst, const void *a, const void *b, int64_t n, int d
     case MLC_FLOAT64: add_to_f64(dst, a, b, n); break;
     case MLC_INT32: add_to_u32(dst, a, b, n); break;
     case MLC_INT64: add_to_u64(dst, a, b, n); break;
+    case MLC_UINT8:
+    case MLC_INT8: add_to_u8(dst, a, b, n); break;
+    case MLC_UINT16:
+    case MLC_INT16: add_to_u16(dst, a, b, n); break;
     case MLC_FLOAT16: add_f16(dst, a, b, n); break;
     case MLC_BFLOAT16: add_bf16(dst, a, b, n); break;
     }
@@ -173,16 +196,12 @@ void mlc_divide_by_ranks(void *buf, int64_t n, int dtype, int nranks) {
     switch (dtype) {
     case MLC_FLOAT32: divide_f32(buf, n, (float)nranks, exact); break;
     case MLC_FLOAT64: divide_f64(buf, n, (double)nranks, exact); break;
-    case MLC_INT32: {
-        int32_t *b = buf;
-        for (int64_t i = 0; i < n; i++) b[i] /= nranks;
-        break;
-    }
-    case MLC_INT64: {
-        int64_t *b = buf;
-        for (int64_t i = 0; i < n; i++) b[i] /= nranks;
-        break;
-    }
+    case MLC_INT32: divide_i32(buf, n, nranks); break;
+    case MLC_INT64: divide_i64(buf, n, nranks); break;
+    case MLC_UINT8: divide_u8(buf, n, nranks); break;
+    case MLC_INT8: divide_i8(buf, n, nranks); break;
+    case MLC_UINT16: divide_u16(buf, n, nranks); break;
+    case MLC_INT16: divide_i16(buf, n, nranks); break;
     case MLC_FLOAT16: {
         _Float16 *b = buf;
         float q = (float)nranks;

@@ -1,5 +1,5 @@
 /* The reductions other than the sum: element-wise minimum, maximum and product,
- * for every dtype of the table, behind one entry point that the algorithms call
+ * for every dtype of the table but bool, behind one entry point that the algorithms call
  * with the request's op (sum and average go to reduce.c's adding loops, so the
  * algorithms need no other change). Half types are widened to float32, combined
  * and rounded to nearest-even once per pair; integers multiply with wrap-around
@@ -30,6 +30,19 @@ WIDE_KERNEL(min_i64, int64_t, MIN_OF)
 WIDE_KERNEL(max_i64, int64_t, MAX_OF)
 WIDE_KERNEL(product_u32, uint32_t, PRODUCT_OF)
 WIDE_KERNEL(product_u64, uint64_t, PRODUCT_OF)
+WIDE_KERNEL(min_u8, uint8_t, MIN_OF)
+WIDE_KERNEL(max_u8, uint8_t, MAX_OF)
+WIDE_KERNEL(min_i8, int8_t, MIN_OF)
+WIDE_KERNEL(max_i8, int8_t, MAX_OF)
+WIDE_KERNEL(min_u16, uint16_t, MIN_OF)
+WIDE_KERNEL(max_u16, uint16_t, MAX_OF)
+WIDE_KERNEL(min_i16, int16_t, MIN_OF)
+WIDE_KERNEL(max_i16, int16_t, MAX_OF)
+/* C multiplies 8- and 16-bit values as int, where 65535 * 65535 overflows: multiply
+ * them as uint32_t and keep the low bits (the same wrap-around as NumPy). */
+#define NARROW_PRODUCT_OF(x, y) ((uint32_t)(x) * (uint32_t)(y))
+WIDE_KERNEL(product_u8, uint8_t, NARROW_PRODUCT_OF)
+WIDE_KERNEL(product_u16, uint16_t, NARROW_PRODUCT_OF)
 
 static float combine(float x, float y, int op) {
     return op == MLC_OP_MIN ? MIN_OF(x, y) : op == MLC_OP_MAX ? MAX_OF(x, y) : x * y;
@@ -59,6 +72,10 @@ void mlc_reduce_op_to(void *dst, const void *a, const void *b, int64_t n, int dt
         ROW(MLC_FLOAT64, f64, product_f64)
         ROW(MLC_INT32, i32, product_u32)
         ROW(MLC_INT64, i64, product_u64)
+        ROW(MLC_UINT8, u8, product_u8)
+        ROW(MLC_INT8, i8, product_u8)
+        ROW(MLC_UINT16, u16, product_u16)
+        ROW(MLC_INT16, i16, product_u16)
 #undef ROW
     }
 }

@@ -16,7 +16,12 @@ enum mlc_dtype {
     MLC_BFLOAT16 = 3,
     MLC_INT32 = 4,
     MLC_INT64 = 5,
-    MLC_NUM_DTYPES = 6
+    MLC_UINT8 = 6,
+    MLC_INT8 = 7,
+    MLC_UINT16 = 8,
+    MLC_INT16 = 9,
+    MLC_BOOL = 10,      /* moved (broadcast, allgather, alltoall), never reduced */
+    MLC_NUM_DTYPES = 11 /* the count: a call's dtypes are the bits 1 << dtype of an int */
 };
 
 enum mlc_reduce_op {
@@ -114,11 +119,13 @@ typedef void (*mlc_report_fn)(void *user_data, const mlc_team_stats *stats);
 const char *mlc_version(void);
 const char *mlc_status_name(int status);
 /* The dtype table (csrc/base/dtype.c), the one list of element types: bytes per
- * element, name ("float32", "bfloat16", ...; "unknown" outside the table) and
- * whether it is a floating-point type. */
+ * element, name ("float32", "bfloat16", ...; "unknown" outside the table), whether it
+ * is a floating-point type, and whether the reductions (allreduce, reducescatter)
+ * take it (every dtype but bool). */
 int mlc_dtype_size(int dtype);
 const char *mlc_dtype_name(int dtype);
 int mlc_dtype_is_float(int dtype);
+int mlc_dtype_is_reducible(int dtype);
 
 /* ---- context ---- */
 /* comm_handle_address: address of an MPI_Comm (mpi4py: MPI._addressof(comm)).
@@ -128,6 +135,11 @@ void mlc_context_destroy(mlc_context *ctx);
 int mlc_context_rank(const mlc_context *ctx);
 int mlc_context_size(const mlc_context *ctx);
 int mlc_context_barrier(mlc_context *ctx);
+/* Every rank waiting inside ml_comm this long for requests the others have not made (a
+ * blocked caller, an agreement exchange waiting for peers) ends the job with a message
+ * naming every rank's wait (agree/waits.c); default 120, 0: never. Ranks busy outside
+ * ml_comm keep the stall abort's limit (mlc_team_set_stall_limits). */
+int mlc_context_set_deadlock_limit(mlc_context *ctx, double seconds);
 const char *mlc_mpi_library_version(char *buf, size_t len);
 /* The file of the MPI library the core calls (dladdr of an MPI symbol); "" if unknown. */
 const char *mlc_mpi_library_path(char *buf, size_t len);
@@ -153,6 +165,10 @@ int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes);
 /* Blocking calls up to this many bytes run on the caller's thread, skipping the
  * hand-off to the team's threads; larger ones use all threads. */
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes);
+/* A framework's gradient of one tensor up to this many bytes (and inline_bytes) is reduced
+ * by the op that submits it, as a blocking call on its thread, not as a keyed group
+ * (mlc_team_group_by_submit says which, for the plan decides). */
+int mlc_team_set_submit_threshold(mlc_team *team, int64_t bytes);
 /* MLC_COMPRESSION_*: float32 allreduces on the ring carry 16-bit values from the next
  * request on (the plan decides per request); every rank must use the same value
  * (the agreement check compares it). */
@@ -169,6 +185,7 @@ typedef struct mlc_team_settings {
     int64_t direct_bytes; /* mlc_team_set_direct_threshold, as capped (65536 at most) */
     int compression;      /* MLC_COMPRESSION_* */
     int64_t rabenseifner_bytes;
+    int64_t submit_bytes; /* mlc_team_set_submit_threshold */
 } mlc_team_settings;
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out);
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out);
@@ -246,6 +263,9 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
 /* mlc_team_group_cancel for the group opened with this id, if it is still open;
  * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */
 int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener);
+/* 1: a keyed group of these tensors is not one: its plan has the tensor's submit reduce it
+ * then and there (mlc_team_allreduce_into), on every rank alike; 0: a keyed group. */
+int mlc_team_group_by_submit(mlc_team *team, int ntensors, const int64_t *counts, int dtype);
 /* Hold a team across a use from a thread that does not own it: MLC_ERR_STATE once
  * it is shutting down. mlc_team_destroy waits until every hold is released. */
 int mlc_team_acquire(mlc_team *team);
@@ -330,6 +350,25 @@ int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks
  * ends its own slice (csrc/base/thread_slice.c; Linux 6.12 and later). 0, the default:
  * the kernel's own. */
 int mlc_team_set_thread_slice(mlc_team *team, int64_t ns);
+/* A caller-level call (one gradients, average, broadcast...) of the calling thread on the
+ * team begins: its requests carry where it stands, which the ranks must share beyond the
+ * requests' layout (the agreement check compares it): step, the caller's step number (0:
+ * it marks no steps), the call's place in that step on this team or, where steps are not
+ * marked, among the team's calls (counted here, on entry: a call that fails on this rank
+ * before it reaches the others still takes its place), and origin, a digest of the
+ * calling thread's name (0: not said), with the name for messages. Requests of other
+ * threads (a framework's ops) carry none. Where the ranks' places differ, the requests
+ * behind the furthest fail, naming the ranks ahead and how far, and the furthest are
+ * checked again against the others' next requests, so the ranks realign; ranks whose
+ * origins differ fail. MLC_ERR_STATE (err says which thread): another thread is inside a
+ * call on the team (the call is counted all the same); calls of one thread may nest. */
+int mlc_team_begin_call(mlc_team *team, int64_t step, uint64_t origin, const char *origin_name, char *err,
+                        size_t errlen);
+void mlc_team_end_call(mlc_team *team);
+/* The calling thread's call raised an earlier call's failure (a pipelined team's reduction
+ * in flight) before it submitted anything: it takes no place, as on a synchronous rank,
+ * where the same failure ended the earlier call itself. */
+void mlc_team_forget_call(mlc_team *team);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient
@@ -391,59 +430,21 @@ const char *mlc_request_message(const mlc_request *req);
 int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor);
 void mlc_request_free(mlc_request *req); /* after wait/test said finished */
 
-/* ---- schedules: pure functions, tested without MPI ---- */
-/* Balanced partition of count elements into nblocks: block b's offset/length. */
-void mlc_block_range(int64_t count, int nblocks, int b, int64_t *offset, int64_t *length);
-/* Ring: the block a rank sends / receives at a reduce-scatter or allgather step. */
-int mlc_ring_rs_send_block(int rank, int size, int step);
-int mlc_ring_rs_recv_block(int rank, int size, int step);
-int mlc_ring_ag_send_block(int rank, int size, int step);
-int mlc_ring_ag_recv_block(int rank, int size, int step);
-/* Segments: total elements cut into segments of seg_elems; fusion window of
- * window_segments segments; thread that owns segment g. */
-int64_t mlc_segment_count(int64_t total, int64_t seg_elems);
-/* Segment length for a request: chunk_elems, or less so that every thread gets
- * a full ring batch, but never below min_elems. */
-int64_t mlc_segment_elems(int64_t total, int64_t chunk_elems, int nthreads, int batch, int64_t min_elems);
-int mlc_segment_owner(int64_t g, int64_t window_segments, int nthreads);
-/* Where each tensor starts in a fused request's segment layout: in list order, a
- * tensor of at least seg_elems elements on the next segment boundary (the gap
- * before it belongs to no tensor), smaller ones right after the one before.
- * starts has ntensors + 1 entries; returns the layout's length, gaps included. */
-int64_t mlc_segment_aligned_starts(const mlc_tensor *tensors, int ntensors, int64_t seg_elems,
-                                   int64_t *starts);
+/* ---- the rules callers share with the core ---- */
+/* Where the front ends' results come from (NumPy's pool, the TensorFlow op's allocator): a
+ * result of a page-faulting fresh buffer costs more than its reduction from this size, so
+ * results from MLC_RESULT_POOL_BYTES come from memory earlier calls touched; from
+ * MLC_HUGE_FROM_BYTES (NumPy's own threshold for the advice) they are aligned to
+ * MLC_HUGE_PAGE_BYTES and advised to take huge pages. */
+enum {
+    MLC_RESULT_POOL_BYTES = 262144,
+    MLC_HUGE_FROM_BYTES = 4194304,
+    MLC_HUGE_PAGE_BYTES = 2097152
+};
 /* Rows split over the ranks as evenly as can be, the first rows % size ranks one more:
  * rank r's share and the row it starts at. */
 int64_t mlc_rows_share(int64_t rows, int size, int rank);
 int64_t mlc_rows_first(int64_t rows, int size, int rank);
-/* Ring of variable blocks (allgatherv): the block rank sends / receives at a step, from
- * its own block on. The reduce-scatterv runs the streams of rank r-1, ending on block r. */
-int mlc_ring_gatherv_send_block(int rank, int size, int step);
-int mlc_ring_gatherv_recv_block(int rank, int size, int step);
-/* The same ring pipelined: a rank's send stream (its own block, then the blocks it
- * forwards) and its receive stream, both in ring order, cut into pieces of at most
- * piece_bytes that never cross a block (empty blocks have none). A rank's send stream is
- * its right neighbour's receive stream, piece for piece. Start a cursor, then take
- * pieces until mlc_gatherv_next returns 0. */
-typedef struct mlc_gatherv_cursor {
-    int rank, size, send, step; /* step: the stream's block index, 0 .. size-2 */
-    int64_t offset;             /* bytes of that block already given out */
-} mlc_gatherv_cursor;
-typedef struct mlc_gatherv_piece {
-    int block;
-    int64_t offset, bytes;
-} mlc_gatherv_piece;
-mlc_gatherv_cursor mlc_gatherv_start(int rank, int size, int send);
-int mlc_gatherv_next(mlc_gatherv_cursor *cursor, const int64_t *block_bytes, int64_t piece_bytes,
-                     mlc_gatherv_piece *piece);
-/* Pairwise exchange, steps 1..size-1: whom rank sends to and receives from. */
-int mlc_pairwise_send_peer(int rank, int size, int step);
-int mlc_pairwise_recv_peer(int rank, int size, int step);
-/* Recursive doubling with a fold for non-powers of two. */
-int mlc_rd_pow2_floor(int size);
-int mlc_rd_fold_partner(int rank, int size); /* -1: rank takes no part in the fold */
-int mlc_rd_partner(int rank, int size, int step); /* -1: rank idles in the doubling */
-int mlc_rd_nsteps(int size);
 /* Pipelined teams (config_team ksteps/max_steps): what gradients() call number
  * `call` (0-based, per team and gradient layout) does. */
 enum mlc_step_phase {
@@ -453,43 +454,29 @@ enum mlc_step_phase {
     MLC_STEP_DRAIN = 3           /* return the previous call's average plus this call's */
 };
 int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps);
-/* Plans (csrc/plan/plan.c): how one request is carried out, chosen once, when it
- * is submitted, from the request and the team's settings. Everything downstream
- * reads the plan; nothing chooses again. */
-typedef struct mlc_plan_input {
-    int kind;          /* MLC_KIND_* */
-    int dtype;
-    int ntensors;
-    int64_t total;     /* elements over all tensors */
-    int in_place;      /* one tensor, reduced where it lies */
-    int is_group;      /* a keyed group: tensors arrive after it is queued */
-    int blocking;      /* the caller waits for it: it may run on the caller's thread */
-    int nranks;
-    int checked;       /* the agreement exchange runs before its data moves */
-    int algorithm;     /* the team's: MLC_ALG_* */
-    int nthreads;
-    int64_t chunk_bytes, window_segments, latency_bytes, inline_bytes, direct_bytes;
-    int compression;   /* the team's: MLC_COMPRESSION_* */
-    int64_t rabenseifner_bytes; /* under MLC_ALG_AUTO: Rabenseifner below, the ring from */
-    int op;            /* MLC_OP_*: min, max and product never ride the agreement exchange */
-} mlc_plan_input;
-typedef struct mlc_plan {
-    int algorithm;     /* row of the algorithm table (never MLC_ALG_AUTO); broadcasts: -1 */
-    int direct;        /* its data travels, and is summed, inside the agreement exchange */
-    int on_caller;     /* runs on the blocking caller's thread, not the team's */
-    int nothing;       /* nothing to move (empty, or one rank in place, unchecked) */
-    int lanes;         /* threads that share its segments: the team's, or 1 on the caller */
-    int fused;         /* several tensors: segments are packed into fusion slots */
-    int64_t seg_elems; /* segment length in elements */
-    int64_t nseg;      /* allreduce: segments over all tensors */
-    int64_t window;    /* slots segment g cycles through: g mod window */
-    int aligned;       /* tensors of a segment or more start on segment boundaries */
-    int compression;   /* what its messages carry: MLC_COMPRESSION_* (NONE: its own dtype) */
-} mlc_plan;
-void mlc_plan_make(const mlc_plan_input *in, mlc_plan *out);
-/* The algorithm table (csrc/algos/registry.c): how many rows, and a row's name. */
-int mlc_algorithm_count(void);
-const char *mlc_algorithm_name(int algorithm);
-/* Binomial tree broadcast rooted at root. */
-int mlc_binomial_parent(int rank, int root, int size); /* -1 for the root */
-int mlc_binomial_children(int rank, int root, int size, int *children, int max_children);
+/* One pipeline of a pipelined team: the calls of one gradient layout (csrc/pipeline/). The
+ * core decides what each call does (mlc_pipeline_next); the front end moves the data: it
+ * finishes `finish` (the previous call's reduction, by the handle it gave), reduces this
+ * call's gradients now where reduce_now says, starts their reduction on copies where
+ * start says (and hands its handle to mlc_pipeline_started), and returns what result
+ * says. A call whose `finish` failed raises that error and starts nothing. */
+typedef struct mlc_pipeline {
+    int64_t calls, ksteps, max_steps;
+    void *in_flight; /* the front end's handle of the reduction the last call started */
+} mlc_pipeline;
+enum mlc_pipeline_result {
+    MLC_RESULT_NOW = 0,      /* this call's average */
+    MLC_RESULT_ZEROS = 1,    /* zeros: entering the pipeline, or no previous reduction */
+    MLC_RESULT_PREVIOUS = 2, /* the previous call's average */
+    MLC_RESULT_BOTH = 3      /* the previous call's average plus this call's */
+};
+typedef struct mlc_pipeline_turn {
+    int phase;      /* MLC_STEP_* */
+    void *finish;   /* the previous call's reduction, to finish first; NULL: none */
+    int reduce_now; /* reduce this call's gradients before returning */
+    int start;      /* copy this call's gradients and start their reduction */
+    int result;     /* MLC_RESULT_* */
+} mlc_pipeline_turn;
+void mlc_pipeline_init(mlc_pipeline *p, int64_t ksteps, int64_t max_steps);
+mlc_pipeline_turn mlc_pipeline_next(mlc_pipeline *p);
+void mlc_pipeline_started(mlc_pipeline *p, void *reduction);

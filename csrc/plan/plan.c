@@ -41,7 +41,9 @@
  * Broadcast: on the caller's thread up to latency_bytes (whole tensors), else
  * segments of chunk_bytes per tensor spread over the team's threads.
  * Collectives of rows (allgather, reduce-scatter, alltoall): their kind's row of
- * the table, on the blocking caller's thread, whole buffers. */
+ * the table, on the blocking caller's thread, whole buffers.
+ * A keyed group of one tensor up to submit_bytes (and inline_bytes) is not a group:
+ * its submit reduces it then and there, as a blocking call (by_submit). */
 #include <string.h>
 
 #include "plan.h"
@@ -97,6 +99,7 @@ void mlc_plan_make(const mlc_plan_input *in, mlc_plan *p) {
     const int64_t bytes = in->total * es;
     memset(p, 0, sizeof *p);
     p->fused = in->ntensors > 1;
+    p->by_submit = in->is_group && in->ntensors == 1 && bytes <= in->submit_bytes && bytes <= in->inline_bytes;
     if (in->kind == MLC_KIND_BROADCAST) {
         plan_broadcast(in, bytes, p);
         return;

@@ -17,4 +17,17 @@
 #define MLC_RING_MIN_BLOCK_BYTES (16 * 1024)
 #define MLC_RING_LATENCY_RANKS 64
 
+/* A team's thresholds until its settings change them (mlc_team_set_*_threshold);
+ * docs/tuning.md and benchmarks/RESULTS.md say why. */
+#define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
+#define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
+/* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB
+ * (benchmarks/RESULTS.md, "Rabenseifner"). */
+#define MLC_DEFAULT_RABENSEIFNER_BYTES (8 * 1024 * 1024)
+/* A keyed group of one tensor up to this size is reduced by its submit, then and there:
+ * the hand-off to the team's threads and back costs more than the transfer, and with one
+ * tensor there is nothing to overlap; above it the team's threads, several lanes at once,
+ * measured faster (benchmarks/RESULTS.md). */
+#define MLC_DEFAULT_SUBMIT_BYTES (1024 * 1024)
+
 #endif

@@ -6,6 +6,20 @@
 #include "base/mpi_error.h"
 #include "team.h"
 
+static void abort_job(void *arg, int exit_code) { MPI_Abort(((mlc_context *)arg)->comm, exit_code); }
+
+/* The job's long waits, on a communicator of their own. */
+static int open_waits(mlc_context *ctx) {
+    int rc = MPI_Comm_dup(ctx->comm, &ctx->waits_comm);
+    if (rc != MPI_SUCCESS) {
+        ctx->waits_comm = MPI_COMM_NULL;
+        return mlc_mpi_error(ctx->waits_message, rc, "MPI_Comm_dup");
+    }
+    mlc_tp_mpi_open(&ctx->waits_tp, &ctx->waits_comm, ctx->rank, ctx->size, ctx->waits_message);
+    ctx->waits = mlc_waits_create(&ctx->waits_tp, abort_job, ctx);
+    return ctx->waits ? MLC_OK : MLC_ERR_NOMEM;
+}
+
 mlc_context *mlc_context_create(uintptr_t comm_handle_address, char *err, size_t errlen) {
     int initialized = 0, finalized = 0, level = 0;
     MPI_Initialized(&initialized);
@@ -39,6 +53,12 @@ mlc_context *mlc_context_create(uintptr_t comm_handle_address, char *err, size_t
     }
     MPI_Comm_rank(ctx->comm, &ctx->rank);
     MPI_Comm_size(ctx->comm, &ctx->size);
+    ctx->waits_comm = MPI_COMM_NULL;
+    if (ctx->size > 1 && (rc = open_waits(ctx)) != MLC_OK) {
+        snprintf(err, errlen, "%s", rc == MLC_ERR_NOMEM ? "out of memory" : ctx->waits_message);
+        mlc_context_destroy(ctx);
+        return NULL;
+    }
     return ctx;
 }
 
@@ -46,8 +66,19 @@ void mlc_context_destroy(mlc_context *ctx) {
     int finalized = 0;
     if (!ctx) return;
     MPI_Finalized(&finalized);
+    if (!finalized) mlc_waits_destroy(ctx->waits); /* cancels its receives: MPI still works */
+    if (!finalized && ctx->waits_comm != MPI_COMM_NULL) {
+        mlc_comm_drain(ctx->waits_comm); /* notices no wait of this rank took */
+        MPI_Comm_free(&ctx->waits_comm);
+    }
     if (!finalized) MPI_Comm_free(&ctx->comm);
     free(ctx);
+}
+
+int mlc_context_set_deadlock_limit(mlc_context *ctx, double seconds) {
+    if (!ctx || seconds < 0) return MLC_ERR_ARG;
+    mlc_waits_set_limit(ctx->waits, seconds);
+    return MLC_OK;
 }
 
 int mlc_context_rank(const mlc_context *ctx) { return ctx->rank; }

@@ -28,10 +28,10 @@ int mlc_team_waiting_peer(mlc_team *team) {
     if (!team || finalized) return -1;
     pthread_mutex_lock(&team->lock);
     /* With a request of its own queued, this rank is still taking part. */
-    int busy = team->head != NULL || team->open_groups != NULL;
+    int busy = team->head != NULL || team->groups.open != NULL;
     pthread_mutex_unlock(&team->lock);
     /* ... and so it is while another of its threads runs a blocking call inline. */
-    if (!busy && pthread_mutex_trylock(&team->caller_lock) == 0) pthread_mutex_unlock(&team->caller_lock);
+    if (!busy && pthread_mutex_trylock(&team->caller.lock) == 0) pthread_mutex_unlock(&team->caller.lock);
     else busy = 1;
     if (busy) return -2;
     /* Every team operation starts with the agreement check's message (agree/exchange.c);
@@ -39,7 +39,7 @@ int mlc_team_waiting_peer(mlc_team *team) {
      * them unreceived). */
     int source = probe(team->agree_comm, MLC_AGREE_TREE_TAG);
     if (source < 0) source = probe(team->agree_comm, MLC_AGREE_TABLE_TAG);
-    if (source < 0) source = probe(team->caller_comm, MPI_ANY_TAG);
+    if (source < 0) source = probe(team->caller.comm, MPI_ANY_TAG);
     for (int i = 0; source < 0 && i < team->nthreads; i++) source = probe(team->workers[i].comm, MPI_ANY_TAG);
     return source;
 }

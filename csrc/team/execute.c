@@ -59,9 +59,9 @@ static void note_overflow(const mlc_request *req, const mlc_segment *batch, cons
         int t = mlc_tensor_at(req->starts, req->ntensors, pos);
         mlc_request *r = (mlc_request *)req;
         pthread_mutex_lock(&req->team->lock);
-        if (r->overflow_tensor < 0 || pos < req->starts[r->overflow_tensor] + r->overflow_element) {
-            r->overflow_tensor = t;
-            r->overflow_element = pos - req->starts[t];
+        if (r->fault.overflow_tensor < 0 || pos < req->starts[r->fault.overflow_tensor] + r->fault.overflow_element) {
+            r->fault.overflow_tensor = t;
+            r->fault.overflow_element = pos - req->starts[t];
         }
         pthread_mutex_unlock(&req->team->lock);
         return;
@@ -78,8 +78,8 @@ void mlc_overflow_message(const mlc_request *req, char *buf, size_t len) {
              "(element %lld) is beyond +-65504, float16's range, or an input held NaN/Inf; nothing "
              "was returned. Use compression \"bf16\" (float32's range) or none, or scale the "
              "values down",
-             req->team->agree.dog.team_id, (long long)req->seq, desc, req->overflow_tensor,
-             (long long)req->overflow_element);
+             req->team->agree.dog.team_id, (long long)req->seq, desc, req->fault.overflow_tensor,
+             (long long)req->fault.overflow_element);
 }
 
 /* Reduce a batch, unpack what was staged, and tell the group which tensors are done. */
@@ -89,7 +89,7 @@ static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segmen
     const mlc_algo *algo = mlc_algo_find(req->plan.algorithm);
     const mlc_algo_call call = {req->dtype, es, req->op, batch, nb, lane->scratch, lane->scratch_bytes,
                                 req->plan.compression};
-    double t0 = req->team->events ? mlc_now() : 0;
+    double t0 = req->team->timeline.events ? mlc_now() : 0;
     int rc = algo ? algo->allreduce(lane->tp, &call) : MLC_ERR_ARG;
     if (rc == MLC_ERR_OVERFLOW) note_overflow(req, batch, starts, nb);
     if (rc) return rc;
@@ -102,7 +102,7 @@ static int finish_batch(const mlc_request *req, const mlc_lane *lane, mlc_segmen
     }
     /* Recorded before the done callbacks: they run framework code (TensorFlow
      * schedules the ops waiting for these tensors), which is not communication. */
-    if (req->team->events)
+    if (req->team->timeline.events)
         mlc_timeline_record(req->team, MLC_EVENT_SEGMENTS, lane->thread, (int64_t)req->seq,
                             starts[0], bytes, t0, mlc_now());
     for (int i = 0; i < nb; i++) mlc_group_segment_done((mlc_request *)req, starts[i], batch[i].count);
@@ -176,7 +176,7 @@ static int broadcast_segments(const mlc_request *req, const mlc_lane *lane) {
 /* A collective of rows: its plan's row of the table, whole buffers. */
 static int rows_collective(const mlc_request *req, const mlc_lane *lane) {
     const mlc_algo *algo = mlc_algo_find(req->plan.algorithm);
-    return algo && algo->rows ? algo->rows(lane->tp, &req->rows) : MLC_ERR_ARG;
+    return algo && algo->rows ? algo->rows(lane->tp, &req->rows.call) : MLC_ERR_ARG;
 }
 
 /* The agreement first (ranks agree before data moves), then the data, then for a
@@ -227,7 +227,7 @@ static int run_lane(mlc_request *req, const mlc_lane *lane, char *message) {
 
 int mlc_execute_part(mlc_worker *w, mlc_request *req) {
     mlc_team *team = w->team;
-    const mlc_lane lane = {w->index, w->index, &w->tp, team->fusion, team->chunk_bytes,
+    const mlc_lane lane = {w->index, w->index, &w->tp, team->fusion, team->config.chunk_bytes,
                            w->scratch, w->scratch_bytes};
     return run_lane(req, &lane, w->message);
 }
@@ -235,7 +235,7 @@ int mlc_execute_part(mlc_worker *w, mlc_request *req) {
 /* A blocking request on the caller's thread: no hand-off to the team's threads
  * and back, which costs more than the whole transfer up to a few MiB. */
 int mlc_execute_inline(mlc_team *team, mlc_request *req) {
-    const mlc_lane lane = {0, -1, &team->caller_tp, team->caller_pack, team->chunk_bytes,
-                           team->caller_scratch, team->caller_scratch_bytes};
-    return run_lane(req, &lane, team->caller_message);
+    const mlc_lane lane = {0, -1, &team->caller.tp, team->caller.pack, team->config.chunk_bytes,
+                           team->caller.scratch, team->caller.scratch_bytes};
+    return run_lane(req, &lane, team->caller.message);
 }

@@ -60,7 +60,7 @@ struct mlc_group {
     int nonfinite_tensor, nonfinite_count; /* the finite check's scan so far */
     void **zeros;                          /* per tensor: what a cancelled group filled in */
     int hold;                              /* done callbacks wait for the seal (seal.c) */
-    mlc_request *next_open;                /* team->open_groups */
+    mlc_request *next_open;                /* team->groups.open */
 };
 
 void mlc_group_free(mlc_group *g) {
@@ -124,7 +124,7 @@ static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const 
     req->part = part;
     req->nparts = nparts;
     req->call_dtypes = call_dtypes;
-    req->detached = 1;
+    req->end.detached = 1;
     mlc_plan_request(team, req, 0);
     const int64_t seg = req->plan.seg_elems;
     for (int i = 0; i < ntensors; i++) {
@@ -152,13 +152,13 @@ static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
     while (g->next_missing < req->ntensors && g->arrived[g->next_missing]) g->next_missing++;
     atomic_store(&g->ready_elems, req->starts[g->next_missing]);
     if (g->narrived == req->ntensors) {
-        mlc_request **link = &team->open_groups;
+        mlc_request **link = &team->groups.open;
         while (*link != req) link = &(*link)->group->next_open;
         *link = g->next_open;
         if (!g->claimed && g->step != 0) { /* its step's opener, if it comes, opens nothing */
-            const int at = team->completed_unclaimed_next++ % MLC_UNCLAIMED_RING;
-            team->completed_unclaimed[at].key = g->key;
-            team->completed_unclaimed[at].step = g->step;
+            const int at = team->groups.completed_unclaimed_next++ % MLC_UNCLAIMED_RING;
+            team->groups.completed_unclaimed[at].key = g->key;
+            team->groups.completed_unclaimed[at].step = g->step;
         }
         if (team->agree.finite && mlc_agree_wants(&team->agree, req->kind, req->dtype)) {
             mlc_sign_input in;
@@ -166,7 +166,7 @@ static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
             mlc_agree_ready(&team->agree, &req->agreement, &in);
         }
     }
-    pthread_cond_broadcast(&team->ready_cv);
+    pthread_cond_broadcast(&team->groups.ready_cv);
 }
 
 /* Under the team lock: fail the open group req on this rank, its missing tensors
@@ -184,14 +184,14 @@ static int cancel_group(mlc_team *team, mlc_request *req) {
         g->zeros = NULL;
         return MLC_ERR_NOMEM;
     }
-    req->cancelled = 1; /* before the zeros arrive: the seal reads it after them */
-    if (req->status == MLC_OK) {
-        req->status = MLC_ERR_STATE;
-        snprintf(req->message, MLC_MSG_LEN,
+    req->fault.cancelled = 1; /* before the zeros arrive: the seal reads it after them */
+    if (req->end.status == MLC_OK) {
+        req->end.status = MLC_ERR_STATE;
+        snprintf(req->end.message, MLC_MSG_LEN,
                  "team %d request %lld (keyed group %lld) was cancelled: the step that submitted "
                  "it failed on this rank",
                  team->agree.dog.team_id, (long long)req->seq, (long long)g->key);
-        memcpy(team->last_error, req->message, MLC_MSG_LEN);
+        memcpy(team->last_error, req->end.message, MLC_MSG_LEN);
     }
     for (int i = 0; i < req->ntensors; i++) {
         if (g->arrived[i]) continue;
@@ -205,7 +205,7 @@ static int cancel_group(mlc_team *team, mlc_request *req) {
 int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *user_data) {
     if (!team) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->lock);
-    mlc_request *req = team->open_groups;
+    mlc_request *req = team->groups.open;
     while (req && !(req->group->key == key && index >= 0 && index < req->ntensors &&
                     req->group->arrived[index] && req->group->tensor_user[index] == user_data))
         req = req->group->next_open;
@@ -218,7 +218,7 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
 int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener) {
     if (!team) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->lock);
-    mlc_request *req = team->open_groups;
+    mlc_request *req = team->groups.open;
     while (req && (int64_t)req->seq != opener) req = req->group->next_open;
     const int rc = req ? cancel_group(team, req) : MLC_ERR_STATE;
     pthread_mutex_unlock(&team->lock);
@@ -235,6 +235,7 @@ static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *coun
     else if (ntensors < 1 || !counts) what = "a group needs at least one tensor";
     else if (index < 0 || index >= ntensors) what = "the index is outside the group";
     else if (dtype < 0 || dtype >= MLC_NUM_DTYPES) what = "unknown dtype";
+    else if (!mlc_dtype_is_reducible(dtype)) what = "a dtype that is never reduced (bool)";
     else if (op != MLC_OP_SUM && op != MLC_OP_AVERAGE) what = "unknown reduction op";
     for (int i = 0; !what && i < ntensors; i++)
         if (counts[i] < 0) what = "a tensor count is negative";
@@ -265,8 +266,8 @@ static mlc_request *open_and_queue(mlc_team *team, mlc_request **link, int64_t k
  * once found: a step has one opener per group). */
 static int completed_unclaimed(mlc_team *team, int64_t key, int64_t step) {
     for (int i = 0; i < MLC_UNCLAIMED_RING; i++) {
-        if (team->completed_unclaimed[i].key != key || team->completed_unclaimed[i].step != step) continue;
-        team->completed_unclaimed[i].step = 0;
+        if (team->groups.completed_unclaimed[i].key != key || team->groups.completed_unclaimed[i].step != step) continue;
+        team->groups.completed_unclaimed[i].step = 0;
         return 1;
     }
     return 0;
@@ -293,7 +294,7 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
         return MLC_ERR_STATE;
     }
     /* A tensor of this step came first and opened the group: claim it. */
-    mlc_request **link = &team->open_groups;
+    mlc_request **link = &team->groups.open;
     for (; *link; link = &(*link)->group->next_open) {
         mlc_group *g = (*link)->group;
         if (g->key != key || g->step != step || g->claimed) continue;
@@ -340,7 +341,7 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
         snprintf(err, errlen, "the team is shut down (ml_comm.finalize() was called)");
         return MLC_ERR_STATE;
     }
-    mlc_request **link = &team->open_groups, *req = NULL;
+    mlc_request **link = &team->groups.open, *req = NULL;
     for (; *link; link = &(*link)->group->next_open) {
         const mlc_group *g = (*link)->group;
         if (g->key != key || g->step != step || g->arrived[index]) continue;
@@ -369,7 +370,7 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
         if (g->nonfinite_tensor < 0 || index < g->nonfinite_tensor) g->nonfinite_tensor = index;
     }
     double now = mlc_now();
-    req->ready_at = now;
+    req->end.ready_at = now;
     mlc_timeline_record(team, MLC_EVENT_ARRIVE, -1, (int64_t)req->seq, index,
                         counts[index] * mlc_dtype_size(dtype), now, now);
     mark_arrived(team, req, index);
@@ -408,7 +409,7 @@ static int wait_until(mlc_request *req, int (*done)(mlc_request *, int64_t), int
     mlc_stall stall;
     mlc_stall_begin(&stall, &team->agree.dog, (int64_t)req->seq, describe_request, req,
                     describe_unsubmitted, req);
-    while (!done(req, arg) && !team->shutting_down) mlc_stall_cond_wait(&stall, &team->ready_cv, &team->lock);
+    while (!done(req, arg) && !team->shutting_down) mlc_stall_cond_wait(&stall, &team->groups.ready_cv, &team->lock);
     return done(req, arg) ? MLC_OK : MLC_ERR_STATE; /* shut down before the tensors came */
 }
 
@@ -452,7 +453,7 @@ void mlc_group_finish(mlc_request *req) {
         if (req->tensors[t].count == 0) continue; /* told at its arrival */
         const int left = atomic_exchange(&g->segs_left[t], 0);
         if ((left > 0 || g->hold) && g->tensor_done[t])
-            g->tensor_done[t](g->tensor_user[t], req->status ? req->status
+            g->tensor_done[t](g->tensor_user[t], req->end.status ? req->end.status
                                                  : left > 0  ? MLC_ERR_STATE
                                                              : MLC_OK);
     }

@@ -29,43 +29,65 @@ static int check_args(mlc_team *team, int kind, const mlc_tensor *tensors, int n
                       int op, int root) {
     if (!team || ntensors < 0 || (ntensors > 0 && !tensors) || dtype < 0 || dtype >= MLC_NUM_DTYPES)
         return MLC_ERR_ARG;
-    if (kind == MLC_KIND_ALLREDUCE && (op < 0 || op >= MLC_NUM_OPS)) return MLC_ERR_ARG;
+    if (kind == MLC_KIND_ALLREDUCE && (op < 0 || op >= MLC_NUM_OPS || !mlc_dtype_is_reducible(dtype)))
+        return MLC_ERR_ARG;
     if (kind == MLC_KIND_BROADCAST && (root < 0 || root >= team->ctx->size)) return MLC_ERR_ARG;
     for (int i = 0; i < ntensors; i++)
         if (tensors[i].count < 0 || (tensors[i].count > 0 && !tensors[i].data)) return MLC_ERR_ARG;
     return MLC_OK;
 }
 
+/* Under the team's lock: what the plan reads of a request of this shape and of the team. */
+static mlc_plan_input plan_input(const mlc_team *team, int kind, int dtype, int op, int ntensors,
+                                 int64_t total, int in_place, int is_group, int blocking) {
+    return (mlc_plan_input){
+        .kind = kind,
+        .dtype = dtype,
+        .ntensors = ntensors,
+        .total = total,
+        .in_place = in_place,
+        .is_group = is_group,
+        .blocking = blocking,
+        .nranks = team->ctx->size,
+        .checked = mlc_agree_wants(&team->agree, kind, dtype),
+        .algorithm = team->config.algorithm,
+        .nthreads = team->nthreads,
+        .chunk_bytes = team->config.chunk_bytes,
+        .window_segments = team->config.window_segments,
+        .latency_bytes = team->config.latency_bytes,
+        .rabenseifner_bytes = team->config.rabenseifner_bytes,
+        .inline_bytes = team->config.inline_bytes,
+        .direct_bytes = team->agree.direct_bytes,
+        .compression = team->config.compression,
+        .op = op,
+        .submit_bytes = team->config.submit_bytes,
+    };
+}
+
+int mlc_team_group_by_submit(mlc_team *team, int ntensors, const int64_t *counts, int dtype) {
+    if (!team || ntensors < 1 || !counts || dtype < 0 || dtype >= MLC_NUM_DTYPES) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < ntensors; i++) total += counts[i];
+    mlc_plan plan;
+    pthread_mutex_lock(&team->lock);
+    const mlc_plan_input in = plan_input(team, MLC_KIND_ALLREDUCE, dtype, MLC_OP_AVERAGE, ntensors, total, 0, 1, 0);
+    pthread_mutex_unlock(&team->lock);
+    mlc_plan_make(&in, &plan);
+    return plan.by_submit;
+}
+
 /* Under the team's lock (its settings). */
 void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking) {
     const mlc_tensor *only = req->ntensors == 1 ? &req->tensors[0] : NULL;
-    const mlc_plan_input in = {
-        .kind = req->kind,
-        .dtype = req->dtype,
-        .ntensors = req->ntensors,
-        .total = req->total,
-        .in_place = only && mlc_tensor_input(only) == only->data,
-        .is_group = req->group != NULL,
-        .blocking = blocking,
-        .nranks = team->ctx->size,
-        .checked = mlc_agree_wants(&team->agree, req->kind, req->dtype),
-        .algorithm = team->algorithm,
-        .nthreads = team->nthreads,
-        .chunk_bytes = team->chunk_bytes,
-        .window_segments = team->window_segments,
-        .latency_bytes = team->latency_bytes,
-        .rabenseifner_bytes = team->rabenseifner_bytes,
-        .inline_bytes = team->inline_bytes,
-        .direct_bytes = team->agree.direct_bytes,
-        .compression = team->compression,
-        .op = req->op,
-    };
-    req->compression = team->compression;
-    req->team_algorithm = team->algorithm;
-    req->ksteps = team->ksteps;
-    req->max_steps = team->max_steps;
-    req->overflow_tensor = -1;
-    req->overflow_element = 0;
+    const mlc_plan_input in = plan_input(team, req->kind, req->dtype, req->op, req->ntensors, req->total,
+                                         only && mlc_tensor_input(only) == only->data, req->group != NULL,
+                                         blocking);
+    req->sched.compression = team->config.compression;
+    req->sched.team_algorithm = team->config.algorithm;
+    req->sched.ksteps = team->config.ksteps;
+    req->sched.max_steps = team->config.max_steps;
+    req->fault.overflow_tensor = -1;
+    req->fault.overflow_element = 0;
     mlc_plan_make(&in, &req->plan);
     req->span = req->total;
     if (req->plan.aligned) { /* large tensors start on segment boundaries */
@@ -93,6 +115,7 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
     req->nparts = 1;
     pthread_mutex_lock(&team->lock); /* the settings the plan reads are written under it */
     mlc_plan_request(team, req, blocking);
+    req->call = mlc_call_of(team);
     pthread_mutex_unlock(&team->lock);
 }
 
@@ -122,20 +145,20 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .call_dtypes = req->call_dtypes, .total = req->total,
                            .tensors = req->tensors, .starts = req->starts,
                            .direct = req->plan.direct, .nonfinite_tensor = -1,
-                           .compression = req->compression, .algorithm = req->plan.algorithm,
-                           .team_algorithm = req->team_algorithm, .on_caller = req->plan.on_caller,
+                           .compression = req->sched.compression, .algorithm = req->plan.algorithm,
+                           .team_algorithm = req->sched.team_algorithm, .on_caller = req->plan.on_caller,
                            .lanes = req->plan.lanes, .seg_elems = req->plan.seg_elems,
-                           .ksteps = req->ksteps, .max_steps = req->max_steps,
-                           .sizes_vary = req->sizes_vary, .row_elements = req->row_elements,
-                           .row_ndim = req->row_ndim, .row_shape = req->row_shape,
-                           .bad_args = req->bad_args,
-                           .bad_detail = {req->bad_detail[0], req->bad_detail[1]},
-                           .cancelled = req->cancelled, .sizes_count = req->sizes_count,
-                           .sizes_in = req->sizes_in, .sizes_out = req->sizes_out,
-                           .rows_in = req->rows_in, .rows_bytes = req->rows_bytes,
-                           .rows_capacity = req->rows_out ? MLC_ROWS_CARRY_BYTES : 0,
-                           .rows_out = req->rows_out,
-                           .ahead_bytes = mlc_ahead_bytes_of(team, req)};
+                           .ksteps = req->sched.ksteps, .max_steps = req->sched.max_steps,
+                           .sizes_vary = req->rows.sizes_vary, .row_elements = req->rows.row_elements,
+                           .row_ndim = req->rows.row_ndim, .row_shape = req->rows.row_shape,
+                           .bad_args = req->fault.bad_args,
+                           .bad_detail = {req->fault.bad_detail[0], req->fault.bad_detail[1]},
+                           .cancelled = req->fault.cancelled, .sizes_count = req->rows.sizes_count,
+                           .sizes_in = req->rows.sizes_in, .sizes_out = req->rows.sizes_out,
+                           .rows_in = req->rows.rows_in, .rows_bytes = req->rows.rows_bytes,
+                           .rows_capacity = req->rows.rows_out ? MLC_ROWS_CARRY_BYTES : 0,
+                           .rows_out = req->rows.rows_out, .call = req->call};
+    in->ahead_bytes = mlc_ahead_bytes_of(team, req, &in->ahead_own);
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -155,15 +178,15 @@ static void take_seq(mlc_team *team, mlc_request *req, const mlc_sign_input *in)
     req->seq = ++team->next_seq;
     team->last_request = (mlc_request_note){(int64_t)req->seq, req->kind, req->dtype, req->op, req->root,
                                             req->ntensors, req->group != NULL, req->total,
-                                            mlc_group_key(req), req->row_elements};
-    if (!req->covered && mlc_agree_wants(&team->agree, req->kind, req->dtype))
+                                            mlc_group_key(req), req->rows.row_elements};
+    if (!req->rows.covered && mlc_agree_wants(&team->agree, req->kind, req->dtype))
         mlc_agree_register(&team->agree, &req->agreement, (int64_t)req->seq, in);
 }
 
 void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *ready) {
-    req->submitted_at = mlc_now();
-    req->ready_at = req->submitted_at;
-    req->workers_left = team->nthreads;
+    req->end.submitted_at = mlc_now();
+    req->end.ready_at = req->end.submitted_at;
+    req->end.workers_left = team->nthreads;
     req->lanes_running = team->nthreads;
     take_seq(team, req, ready);
     if (team->tail) team->tail->next = req;
@@ -174,9 +197,9 @@ void mlc_queue_request(mlc_team *team, mlc_request *req, const mlc_sign_input *r
 }
 
 static int submit(mlc_team *team, mlc_request *req, mlc_callback cb, void *user, mlc_request **out) {
-    req->callback = cb;
-    req->user_data = user;
-    req->detached = out == NULL;
+    req->end.callback = cb;
+    req->end.user_data = user;
+    req->end.detached = out == NULL;
     mlc_sign_input in; /* outside the lock: the finite check scans the input */
     mlc_sign_input_of(team, req, &in);
     pthread_mutex_lock(&team->lock);
@@ -235,16 +258,18 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
         double t0 = mlc_now();
         mlc_sign_input in;
         mlc_sign_input_of(team, req, &in);
-        pthread_mutex_lock(&team->caller_lock);
+        pthread_mutex_lock(&team->caller.lock);
         mlc_ahead_prepare(team, req);
-        if (in.ahead_bytes > 0) in.ahead = &team->ahead;
+        if (in.ahead_bytes > 0) in.ahead = &team->caller.ahead;
         pthread_mutex_lock(&team->lock);
         take_seq(team, req, &in);
         mlc_ahead_post(team, req, in.ahead_bytes);
         pthread_mutex_unlock(&team->lock);
+        mlc_waits_caller(team->ctx->waits, +1); /* this thread is blocked inside ml_comm */
         rc = mlc_execute_inline(team, req);
-        if (rc) set_error(err, errlen, team->caller_message[0] ? team->caller_message : mlc_status_name(rc));
-        pthread_mutex_unlock(&team->caller_lock);
+        mlc_waits_caller(team->ctx->waits, -1);
+        if (rc) set_error(err, errlen, team->caller.message[0] ? team->caller.message : mlc_status_name(rc));
+        pthread_mutex_unlock(&team->caller.lock);
         mlc_account(team, req->total * mlc_dtype_size(req->dtype), mlc_now() - t0);
         mlc_free_request(req);
         return rc;
@@ -252,7 +277,7 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
     mlc_request *handle;
     if ((rc = submit(team, req, NULL, NULL, &handle))) return rc;
     rc = mlc_request_wait(handle);
-    if (rc) set_error(err, errlen, handle->message);
+    if (rc) set_error(err, errlen, handle->end.message);
     mlc_request_free(handle);
     return rc;
 }
@@ -334,23 +359,27 @@ int mlc_request_wait(mlc_request *req) {
     double t0 = mlc_now(), until = t0 + MLC_WAIT_SPIN_SECONDS;
     /* Poll first: a wake-up through the condition variable costs tens of
      * microseconds, as much as a whole small reduction. */
-    while (!atomic_load(&req->finished) && mlc_now() < until) sched_yield();
+    while (!atomic_load(&req->end.finished) && mlc_now() < until) sched_yield();
     pthread_mutex_lock(&team->lock);
-    while (!req->finished) pthread_cond_wait(&team->done_cv, &team->lock);
-    team->stats.wait_seconds += mlc_now() - t0;
-    int status = req->status;
+    if (!req->end.finished) { /* this thread is blocked inside ml_comm (agree/waits.c) */
+        mlc_waits_caller(team->ctx->waits, +1);
+        while (!req->end.finished) pthread_cond_wait(&team->done_cv, &team->lock);
+        mlc_waits_caller(team->ctx->waits, -1);
+    }
+    team->report.stats.wait_seconds += mlc_now() - t0;
+    int status = req->end.status;
     pthread_mutex_unlock(&team->lock);
     return status;
 }
 
 int mlc_request_test(mlc_request *req) {
     pthread_mutex_lock(&req->team->lock);
-    int status = req->finished ? req->status : MLC_PENDING;
+    int status = req->end.finished ? req->end.status : MLC_PENDING;
     pthread_mutex_unlock(&req->team->lock);
     return status;
 }
 
-const char *mlc_request_message(const mlc_request *req) { return req->message; }
+const char *mlc_request_message(const mlc_request *req) { return req->end.message; }
 
 int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor) {
     const mlc_agreement *a = &req->agreement;
@@ -378,3 +407,4 @@ int64_t mlc_team_last_request(mlc_team *team, char *buf, size_t len) {
     mlc_describe_input(&in, buf, len);
     return note.seq;
 }
+

@@ -48,15 +48,29 @@ static int fail(char *err, size_t errlen, const char *what) {
     return MLC_ERR_ARG;
 }
 
-/* The elements of one row: the product of its dimensions; -1 when one is negative. */
+/* The elements of one row: the product of its dimensions; -1 when one is negative or
+ * the product passes 2^63-1. */
 static int64_t row_elements_of(int row_ndim, const int64_t *row_shape) {
     if (row_ndim < 0 || (row_ndim > 0 && !row_shape)) return -1;
     int64_t n = 1;
-    for (int d = 0; d < row_ndim; d++) {
-        if (row_shape[d] < 0) return -1;
-        n *= row_shape[d];
-    }
+    for (int d = 0; d < row_ndim; d++)
+        if (row_shape[d] < 0 || mlc_mul_overflows(n, row_shape[d], &n)) return -1;
     return n;
+}
+
+/* rows rows of row_elements elements of dtype: their elements and bytes, or 1 when
+ * either passes 2^63-1. */
+static int rows_size(int64_t rows, int64_t row_elements, int dtype, int64_t *elements, int64_t *bytes) {
+    return mlc_mul_overflows(rows, row_elements, elements) ||
+           mlc_mul_overflows(*elements, mlc_dtype_size(dtype), bytes);
+}
+
+/* The sum of n row counts, or -1 when it passes 2^63-1 (or one is negative). */
+static int64_t rows_sum(const int64_t *counts, int n) {
+    int64_t sum = 0;
+    for (int r = 0; r < n; r++)
+        if (counts[r] < 0 || mlc_add_overflows(sum, counts[r], &sum)) return -1;
+    return sum;
 }
 
 static int bad_rows(const mlc_team *team, int64_t row_elements, int dtype) {
@@ -100,26 +114,26 @@ static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int n
     mlc_fill_request(&req, team, kind, &tensor, 1, dtype, op, 0, 1);
     req.part = part;
     req.nparts = nparts;
-    req.sizes_vary = sizes_vary;
-    req.row_elements = row_elements;
-    req.row_ndim = sign->row_ndim;
-    req.row_shape = sign->row_shape;
-    req.bad_args = sign->bad_args;
-    req.bad_detail[0] = sign->bad_detail[0];
-    req.bad_detail[1] = sign->bad_detail[1];
-    req.rows = *call;
-    req.covered = covered;
+    req.rows.sizes_vary = sizes_vary;
+    req.rows.row_elements = row_elements;
+    req.rows.row_ndim = sign->row_ndim;
+    req.rows.row_shape = sign->row_shape;
+    req.fault.bad_args = sign->bad_args;
+    req.fault.bad_detail[0] = sign->bad_detail[0];
+    req.fault.bad_detail[1] = sign->bad_detail[1];
+    req.rows.call = *call;
+    req.rows.covered = covered;
     if (sizes && mlc_agree_wants(&team->agree, kind, dtype)) {
         pthread_mutex_lock(&team->lock); /* the threshold is a setting */
         req.plan.direct = sizes->count * (int64_t)sizeof(int64_t) <= team->agree.direct_bytes;
         pthread_mutex_unlock(&team->lock);
         if (req.plan.direct) {
-            req.sizes_count = sizes->count;
-            req.sizes_in = sizes->in;
-            req.sizes_out = sizes->out;
-            req.rows_in = sizes->rows_in;
-            req.rows_bytes = sizes->rows_bytes;
-            req.rows_out = sizes->rows_out;
+            req.rows.sizes_count = sizes->count;
+            req.rows.sizes_in = sizes->in;
+            req.rows.sizes_out = sizes->out;
+            req.rows.rows_in = sizes->rows_in;
+            req.rows.rows_bytes = sizes->rows_bytes;
+            req.rows.rows_out = sizes->rows_out;
         }
     }
     int rc = mlc_run_blocking(team, &req, err, errlen);
@@ -157,7 +171,9 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     if (carried_done) *carried_done = 0;
     if (bad_rows(team, row_elements, dtype) || rows < 0 || !all_rows || (carried && !carried_done))
         return fail(err, errlen, "invalid allgather arguments (rows, row shape, dtype or output)");
-    const int64_t own_bytes = rows * row_elements * mlc_dtype_size(dtype);
+    int64_t own_elements, own_bytes;
+    if (rows_size(rows, row_elements, dtype, &own_elements, &own_bytes))
+        return fail(err, errlen, "invalid allgather arguments (rows times the row's bytes pass 2^63-1)");
     if (carried && own_bytes > 0 && !input)
         return fail(err, errlen, "invalid allgather arguments (no input buffer)");
     const int n = team->ctx->size;
@@ -174,14 +190,14 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     rows_sizes sizes = {.count = n, .in = mine, .out = all_rows, .rows_in = input, .rows_bytes = own_bytes,
                         .rows_out = carried};
     int checked = 0;
-    int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, 2, rows * row_elements, 1,
+    int rc = run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 0, 2, own_elements, 1,
                       row_elements, &sign, &call, &sizes, 0, &checked, err, errlen);
     if (rc == MLC_OK && sizes.rows_carried) { /* every rank has every rank's rows: no step 2 */
         *carried_done = 1;
     } else if (rc == MLC_OK && checked) { /* its data request, with these counts, needs no check */
         const uint64_t digest = rows_digest(all_rows, n, dtype, row_elements);
         pthread_mutex_lock(&team->lock);
-        team->rows_agreed = digest;
+        team->caller.rows_agreed = digest;
         pthread_mutex_unlock(&team->lock);
     }
     free(each);
@@ -195,8 +211,12 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
     if (bad_rows(team, row_elements, dtype) || !all_rows)
         return fail(err, errlen, "invalid allgather arguments (row counts, row shape or dtype)");
     const int n = team->ctx->size;
-    int64_t rows = 0;
-    for (int r = 0; r < n; r++) rows += all_rows[r];
+    /* The counts are every rank's, the same everywhere (its counts request agreed on them):
+     * every rank refuses alike. */
+    const int64_t rows = rows_sum(all_rows, n);
+    int64_t elements, bytes;
+    if (rows < 0 || rows_size(rows, row_elements, dtype, &elements, &bytes))
+        return fail(err, errlen, "invalid allgather arguments (the gathered rows pass 2^63-1 bytes)");
     if (all_rows[team->ctx->rank] * row_elements > 0 && !input)
         return fail(err, errlen, "invalid allgather arguments (no input buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
@@ -206,10 +226,10 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
      * check covers this request, once. */
     const uint64_t digest = rows_digest(all_rows, n, dtype, row_elements);
     pthread_mutex_lock(&team->lock);
-    const int covered = digest != 0 && team->rows_agreed == digest;
-    if (covered) team->rows_agreed = 0;
+    const int covered = digest != 0 && team->caller.rows_agreed == digest;
+    if (covered) team->caller.rows_agreed = 0;
     pthread_mutex_unlock(&team->lock);
-    return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, 2, rows * row_elements, 0,
+    return run_rows(team, MLC_KIND_ALLGATHER, dtype, MLC_OP_SUM, 1, 2, elements, 0,
                     row_elements, &sign, &call, NULL, covered, NULL, err, errlen);
 }
 
@@ -218,16 +238,20 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || op < 0 || op >= MLC_NUM_OPS)
         return fail(err, errlen, "invalid reducescatter arguments (rows, row shape, dtype or op)");
+    if (!mlc_dtype_is_reducible(dtype)) return fail(err, errlen, "reducescatter cannot reduce bool");
     const int n = team->ctx->size;
-    if (rows * row_elements > 0 && (!input || (!output && mlc_rows_share(rows, n, team->ctx->rank))))
+    int64_t elements, bytes;
+    if (rows_size(rows, row_elements, dtype, &elements, &bytes))
+        return fail(err, errlen, "invalid reducescatter arguments (rows times the row's bytes pass 2^63-1)");
+    if (elements > 0 && (!input || (!output && mlc_rows_share(rows, n, team->ctx->rank))))
         return fail(err, errlen, "invalid reducescatter arguments (no input or output buffer)");
     int64_t *shares = malloc(n * sizeof *shares);
     if (!shares) return MLC_ERR_NOMEM;
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
-                                NULL, shares, 0, &team->rows_staging, NULL};
+                                NULL, shares, 0, &team->caller.rows_staging, NULL};
     const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
-    int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, rows * row_elements, 0,
+    int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, elements, 0,
                       row_elements, &sign, &call, NULL, 0, NULL, err, errlen);
     free(shares);
     return rc;
@@ -256,7 +280,10 @@ static void check_splits(const int64_t *splits, int nsplits, int64_t rows, int n
             *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_SPLIT_NEGATIVE, {d, splits[d]}};
             break;
         }
-        sum += splits[d];
+        if (mlc_add_overflows(sum, splits[d], &sum)) { /* a wrapped sum could equal rows */
+            *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_SPLITS_OVERFLOW, {d, splits[d]}};
+            break;
+        }
     }
     if (!sign->bad_args && sum != rows)
         *sign = (rows_sign){sign->row_ndim, sign->row_shape, MLC_BAD_SPLITS_SUM, {sum, rows}};
@@ -311,16 +338,27 @@ int mlc_team_alltoallv(mlc_team *team, const void *input, const int64_t *send_ro
     if (bad_rows(team, row_elements, dtype) || !send_rows || !recv_rows)
         return fail(err, errlen, "invalid alltoall arguments (splits, row shape or dtype)");
     const int n = team->ctx->size;
-    int64_t sent = 0, received = 0;
-    for (int r = 0; r < n; r++) {
-        sent += send_rows[r];
-        received += recv_rows[r];
+    const int64_t sent = rows_sum(send_rows, n), received = rows_sum(recv_rows, n);
+    int64_t sent_elements = 0, sent_bytes = 0, received_elements = 0, received_bytes = 0;
+    /* What this rank finds wrong here is signed, not returned: the others are about to
+     * exchange with it, and every rank fails the request at its check instead. */
+    rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
+    if (sent < 0 || rows_size(sent, row_elements, dtype, &sent_elements, &sent_bytes))
+        sign = (rows_sign){row_ndim, row_shape, MLC_BAD_SIZE_OVERFLOW, {sent, row_elements}};
+    else if (received < 0 || rows_size(received, row_elements, dtype, &received_elements, &received_bytes))
+        sign = (rows_sign){row_ndim, row_shape, MLC_BAD_SIZE_OVERFLOW, {received, row_elements}};
+    else if (sent_bytes > 0 && !input)
+        sign = (rows_sign){row_ndim, row_shape, MLC_BAD_NO_BUFFER, {0, sent_bytes}};
+    else if (received_bytes > 0 && !output)
+        sign = (rows_sign){row_ndim, row_shape, MLC_BAD_NO_BUFFER, {1, received_bytes}};
+    if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_ALLTOALL, dtype)) {
+        char what[256];
+        mlc_describe_bad_args(sign.bad_args, sign.bad_detail, what, sizeof what);
+        if (err && errlen) snprintf(err, errlen, "invalid alltoall arguments: rank %d: %s", team->ctx->rank, what);
+        return MLC_ERR_ARG;
     }
-    if ((sent * row_elements > 0 && !input) || (received * row_elements > 0 && !output))
-        return fail(err, errlen, "invalid alltoall arguments (no input or output buffer)");
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), MLC_OP_SUM, row_elements, input, output,
                                 send_rows, recv_rows, 0, NULL, NULL};
-    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
-    return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, 2, sent * row_elements, 1,
+    return run_rows(team, MLC_KIND_ALLTOALL, dtype, MLC_OP_SUM, 1, 2, sent_elements, 1,
                     row_elements, &sign, &call, NULL, 0, NULL, err, errlen);
 }

@@ -39,14 +39,14 @@ int mlc_seal_wanted(const mlc_request *req) { return req->group && req->team->ct
 /* Under the team lock: this lane is through its segments of req. */
 void mlc_seal_lane_done(mlc_request *req) {
     req->lanes_running--;
-    pthread_cond_broadcast(&req->team->ready_cv);
+    pthread_cond_broadcast(&req->team->groups.ready_cv);
 }
 
 int mlc_seal(mlc_request *req, mlc_tp *tp, char *scratch, int64_t scratch_bytes, char *message) {
     mlc_team *team = req->team;
     pthread_mutex_lock(&team->lock);
-    while (req->lanes_running > 0) pthread_cond_wait(&team->ready_cv, &team->lock);
-    const int cancelled = req->cancelled;
+    while (req->lanes_running > 0) pthread_cond_wait(&team->groups.ready_cv, &team->lock);
+    const int cancelled = req->fault.cancelled;
     pthread_mutex_unlock(&team->lock);
 
     int64_t ranks[2] = {INT64_MAX, INT64_MAX};

@@ -28,26 +28,20 @@ int MLC_PTHREAD_CREATE(pthread_t *thread, const pthread_attr_t *attr, void *(*st
 /* Idle threads poll this long before sleeping: a request that follows soon after
  * the previous one starts without a wake-up, and idle teams still use no CPU. */
 #define MLC_IDLE_SPIN_SECONDS 50e-6
-/* Defaults of the thresholds; docs/tuning.md and benchmarks/RESULTS.md say why. */
-#define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
-#define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
-/* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB
- * (benchmarks/RESULTS.md, "Rabenseifner"). */
-#define MLC_DEFAULT_RABENSEIFNER_BYTES (8 * 1024 * 1024)
 
 /* The caller's buffers: the latency path packs and receives whole buffers below
  * latency_bytes; the inline ring stages and receives a batch of segments. */
 static int resize_caller_buffers(mlc_team *team) {
-    int64_t ring = MLC_RING_BATCH * team->chunk_bytes + 64;
-    int64_t bytes = team->latency_bytes > ring ? team->latency_bytes : ring;
-    char *pack = realloc(team->caller_pack, bytes);
+    int64_t ring = MLC_RING_BATCH * team->config.chunk_bytes + 64;
+    int64_t bytes = team->config.latency_bytes > ring ? team->config.latency_bytes : ring;
+    char *pack = realloc(team->caller.pack, bytes);
     if (!pack) return MLC_ERR_NOMEM;
-    team->caller_pack = pack;
-    team->caller_pack_bytes = bytes;
-    char *scratch = realloc(team->caller_scratch, bytes);
+    team->caller.pack = pack;
+    team->caller.pack_bytes = bytes;
+    char *scratch = realloc(team->caller.scratch, bytes);
     if (!scratch) return MLC_ERR_NOMEM;
-    team->caller_scratch = scratch;
-    team->caller_scratch_bytes = bytes;
+    team->caller.scratch = scratch;
+    team->caller.scratch_bytes = bytes;
     return MLC_OK;
 }
 
@@ -77,10 +71,10 @@ typedef struct due_report {
 
 /* Under the team lock, after a reduction was counted. */
 static due_report report_due(const mlc_team *team) {
-    due_report r = {NULL, NULL, team->stats};
-    if (team->report_fn && team->report_every > 0 && team->stats.calls % team->report_every == 0) {
-        r.fn = team->report_fn;
-        r.user = team->report_user;
+    due_report r = {NULL, NULL, team->report.stats};
+    if (team->report.fn && team->report.every > 0 && team->report.stats.calls % team->report.every == 0) {
+        r.fn = team->report.fn;
+        r.user = team->report.user;
     }
     return r;
 }
@@ -88,9 +82,9 @@ static due_report report_due(const mlc_team *team) {
 int mlc_team_set_report(mlc_team *team, int64_t every, mlc_report_fn fn, void *user_data) {
     if (!team) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->lock);
-    team->report_every = every;
-    team->report_fn = fn;
-    team->report_user = user_data;
+    team->report.every = every;
+    team->report.fn = fn;
+    team->report.user = user_data;
     pthread_mutex_unlock(&team->lock);
     return MLC_OK;
 }
@@ -98,37 +92,37 @@ int mlc_team_set_report(mlc_team *team, int64_t every, mlc_report_fn fn, void *u
 static void finish_part(mlc_team *team, mlc_request *req, int status, const char *message) {
     due_report report = {NULL, NULL, {0}};
     pthread_mutex_lock(&team->lock);
-    if (status != MLC_OK && req->status == MLC_OK) {
-        req->status = status;
-        snprintf(req->message, MLC_MSG_LEN, "%s", message[0] ? message : mlc_status_name(status));
-        memcpy(team->last_error, req->message, MLC_MSG_LEN);
+    if (status != MLC_OK && req->end.status == MLC_OK) {
+        req->end.status = status;
+        snprintf(req->end.message, MLC_MSG_LEN, "%s", message[0] ? message : mlc_status_name(status));
+        memcpy(team->last_error, req->end.message, MLC_MSG_LEN);
     }
-    int last = --req->workers_left == 0;
-    if (last && req->status == MLC_ERR_OVERFLOW) {
+    int last = --req->end.workers_left == 0;
+    if (last && req->end.status == MLC_ERR_OVERFLOW) {
         /* Each lane stopped at its own first overflow: name the first of all, as every rank does. */
-        mlc_overflow_message(req, req->message, MLC_MSG_LEN);
-        memcpy(team->last_error, req->message, MLC_MSG_LEN);
+        mlc_overflow_message(req, req->end.message, MLC_MSG_LEN);
+        memcpy(team->last_error, req->end.message, MLC_MSG_LEN);
     }
     if (last) {
         team->head = req->next; /* see the file comment: req is the head */
         if (!team->head) team->tail = NULL;
-        team->stats.calls++;
-        team->stats.bytes += req->total * mlc_dtype_size(req->dtype);
+        team->report.stats.calls++;
+        team->report.stats.bytes += req->total * mlc_dtype_size(req->dtype);
         double now = mlc_now();
-        team->stats.busy_seconds += now - req->submitted_at;
-        team->stats.exposed_seconds += now - req->ready_at;
+        team->report.stats.busy_seconds += now - req->end.submitted_at;
+        team->report.stats.exposed_seconds += now - req->end.ready_at;
         report = report_due(team);
         mlc_timeline_record(team, MLC_EVENT_REQUEST, -1, (int64_t)req->seq, req->ntensors,
-                            req->total * mlc_dtype_size(req->dtype), req->submitted_at, now);
+                            req->total * mlc_dtype_size(req->dtype), req->end.submitted_at, now);
     }
     pthread_mutex_unlock(&team->lock);
     if (!last) return;
     if (report.fn) report.fn(report.user, &report.stats);
     if (req->group) mlc_group_finish(req);
-    if (req->callback) req->callback(req->user_data, req->status);
+    if (req->end.callback) req->end.callback(req->end.user_data, req->end.status);
     pthread_mutex_lock(&team->lock);
-    int detached = req->detached;
-    req->finished = 1;
+    int detached = req->end.detached;
+    req->end.finished = 1;
     pthread_cond_broadcast(&team->done_cv);
     pthread_mutex_unlock(&team->lock);
     if (detached) mlc_free_request(req);
@@ -137,11 +131,11 @@ static void finish_part(mlc_team *team, mlc_request *req, int status, const char
 /* A blocking request that ran on its caller's thread is counted like a queued one. */
 void mlc_account(mlc_team *team, int64_t bytes, double seconds) {
     pthread_mutex_lock(&team->lock);
-    team->stats.calls++;
-    team->stats.bytes += bytes;
-    team->stats.busy_seconds += seconds;
-    team->stats.wait_seconds += seconds;
-    team->stats.exposed_seconds += seconds;
+    team->report.stats.calls++;
+    team->report.stats.bytes += bytes;
+    team->report.stats.busy_seconds += seconds;
+    team->report.stats.wait_seconds += seconds;
+    team->report.stats.exposed_seconds += seconds;
     due_report report = report_due(team);
     pthread_mutex_unlock(&team->lock);
     if (report.fn) report.fn(report.user, &report.stats);
@@ -151,7 +145,7 @@ static void *worker_main(void *arg) {
     mlc_worker *w = arg;
     mlc_request *req;
     while ((req = next_request(w)) != NULL) {
-        const int64_t slice_ns = atomic_load(&w->team->thread_slice_ns);
+        const int64_t slice_ns = atomic_load(&w->team->config.thread_slice_ns);
         if (slice_ns != w->slice_ns) { /* thread_slice.c says why */
             mlc_thread_request_slice(slice_ns);
             w->slice_ns = slice_ns;
@@ -187,50 +181,50 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     if (!team) return MLC_ERR_NOMEM;
     team->ctx = ctx;
     team->nthreads = nthreads;
-    team->chunk_bytes = chunk_bytes / 8 * 8;
-    team->window_segments = (fusion_bytes + team->chunk_bytes - 1) / team->chunk_bytes;
+    team->config.chunk_bytes = chunk_bytes / 8 * 8;
+    team->config.window_segments = (fusion_bytes + team->config.chunk_bytes - 1) / team->config.chunk_bytes;
     /* At least two slots per thread, so a thread's ring batch never shares a slot. */
-    if (team->window_segments < (int64_t)nthreads * MLC_RING_BATCH)
-        team->window_segments = (int64_t)nthreads * MLC_RING_BATCH;
-    team->algorithm = MLC_ALG_AUTO;
-    team->latency_bytes = MLC_DEFAULT_LATENCY_BYTES;
-    team->inline_bytes = MLC_DEFAULT_INLINE_BYTES;
-    team->rabenseifner_bytes = MLC_DEFAULT_RABENSEIFNER_BYTES;
+    if (team->config.window_segments < (int64_t)nthreads * MLC_RING_BATCH)
+        team->config.window_segments = (int64_t)nthreads * MLC_RING_BATCH;
+    team->config.algorithm = MLC_ALG_AUTO;
+    team->config.latency_bytes = MLC_DEFAULT_LATENCY_BYTES;
+    team->config.inline_bytes = MLC_DEFAULT_INLINE_BYTES;
+    team->config.rabenseifner_bytes = MLC_DEFAULT_RABENSEIFNER_BYTES;
+    team->config.submit_bytes = MLC_DEFAULT_SUBMIT_BYTES;
     pthread_mutex_init(&team->lock, NULL);
-    pthread_mutex_init(&team->caller_lock, NULL);
+    pthread_mutex_init(&team->caller.lock, NULL);
     pthread_cond_init(&team->work_cv, NULL);
     pthread_cond_init(&team->done_cv, NULL);
-    pthread_cond_init(&team->ready_cv, NULL);
-    team->caller_comm = team->agree_comm = MPI_COMM_NULL;
+    pthread_cond_init(&team->groups.ready_cv, NULL);
+    team->caller.comm = team->agree_comm = MPI_COMM_NULL;
     mlc_agree_init(&team->agree);
-    team->agree.dog.abort_job = abort_job;
-    team->agree.dog.abort_arg = ctx;
-    team->fusion = malloc(team->window_segments * team->chunk_bytes);
-    team->ahead.buf = malloc(MLC_RING_PIECE_BYTES);
+    mlc_agree_set_job(&team->agree, abort_job, ctx, ctx->waits);
+    team->fusion = malloc(team->config.window_segments * team->config.chunk_bytes);
+    team->caller.ahead.buf = malloc(MLC_RING_PIECE_BYTES);
     team->workers = calloc(nthreads, sizeof *team->workers);
     for (int i = 0; team->workers && i < nthreads; i++) team->workers[i].comm = MPI_COMM_NULL;
-    if (!team->fusion || !team->ahead.buf || resize_caller_buffers(team) != MLC_OK || !team->workers) {
+    if (!team->fusion || !team->caller.ahead.buf || resize_caller_buffers(team) != MLC_OK || !team->workers) {
         mlc_team_destroy(team);
         set_error(err, errlen, "out of memory allocating the team's buffers");
         return MLC_ERR_NOMEM;
     }
-    int rc = dup_comm(ctx->comm, &team->caller_comm, err, errlen);
+    int rc = dup_comm(ctx->comm, &team->caller.comm, err, errlen);
     if (rc == MLC_OK) rc = dup_comm(ctx->comm, &team->agree_comm, err, errlen);
     if (rc == MLC_OK) {
         mlc_tp tp;
         mlc_tp_mpi_open(&tp, &team->agree_comm, ctx->rank, ctx->size, NULL);
         if ((rc = mlc_agree_open(&team->agree, &tp)))
             set_error(err, errlen, "out of memory allocating the team's check buffers");
-        mlc_tp_mpi_open(&team->caller_tp, &team->caller_comm, ctx->rank, ctx->size, team->caller_message);
-        team->caller_tp.never_sleeps = 1;
-        if (rc == MLC_OK && (rc = mlc_agree_set_ahead_endpoint(&team->agree, &team->caller_tp)))
+        mlc_tp_mpi_open(&team->caller.tp, &team->caller.comm, ctx->rank, ctx->size, team->caller.message);
+        team->caller.tp.never_sleeps = 1;
+        if (rc == MLC_OK && (rc = mlc_agree_set_ahead_endpoint(&team->agree, &team->caller.tp)))
             set_error(err, errlen, "out of memory allocating the team's check buffers");
     }
     for (int i = 0; i < nthreads && rc == MLC_OK; i++) {
         mlc_worker *w = &team->workers[i];
         w->team = team;
         w->index = i;
-        w->scratch_bytes = MLC_RING_BATCH * team->chunk_bytes + 64;
+        w->scratch_bytes = MLC_RING_BATCH * team->config.chunk_bytes + 64;
         w->scratch = malloc(w->scratch_bytes);
         if (!w->scratch) rc = MLC_ERR_NOMEM;
         else rc = dup_comm(ctx->comm, &w->comm, err, errlen);
@@ -298,7 +292,7 @@ void mlc_team_destroy(mlc_team *team) {
     pthread_mutex_lock(&team->lock);
     team->shutting_down = 1; /* threads finish what is queued, then leave */
     pthread_cond_broadcast(&team->work_cv);
-    pthread_cond_broadcast(&team->ready_cv); /* groups still missing tensors fail */
+    pthread_cond_broadcast(&team->groups.ready_cv); /* groups still missing tensors fail */
     pthread_mutex_unlock(&team->lock);
     mlc_agree_shutdown(&team->agree);
     for (int i = 0; team->workers && i < team->nthreads; i++)
@@ -313,22 +307,22 @@ void mlc_team_destroy(mlc_team *team) {
         free_comm(&team->workers[i].comm);
         free(team->workers[i].scratch);
     }
-    mlc_ahead_close(team, team->caller_comm != MPI_COMM_NULL && !mpi_finalized());
-    free_comm(&team->caller_comm);
+    mlc_ahead_close(team, team->caller.comm != MPI_COMM_NULL && !mpi_finalized());
+    free_comm(&team->caller.comm);
     if (team->agree_comm != MPI_COMM_NULL && !mpi_finalized()) mlc_agree_cancel(&team->agree);
     free_comm(&team->agree_comm);
     mlc_agree_destroy(&team->agree);
     free(team->workers);
     free(team->fusion);
-    free(team->caller_pack);
-    free(team->caller_scratch);
-    free(team->rows_staging.data);
-    free(team->events);
+    free(team->caller.pack);
+    free(team->caller.scratch);
+    free(team->caller.rows_staging.data);
+    free(team->timeline.events);
     pthread_mutex_destroy(&team->lock);
-    pthread_mutex_destroy(&team->caller_lock);
+    pthread_mutex_destroy(&team->caller.lock);
     pthread_cond_destroy(&team->work_cv);
     pthread_cond_destroy(&team->done_cv);
-    pthread_cond_destroy(&team->ready_cv);
+    pthread_cond_destroy(&team->groups.ready_cv);
     free(team);
 }
 
@@ -342,42 +336,48 @@ void mlc_team_destroy(mlc_team *team) {
 
 int mlc_team_set_algorithm(mlc_team *team, int algorithm) {
     if (!team || algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS) return MLC_ERR_ARG;
-    LOCKED_WRITE(team, team->algorithm = algorithm);
+    LOCKED_WRITE(team, team->config.algorithm = algorithm);
     return MLC_OK;
 }
 
 int mlc_team_set_schedule(mlc_team *team, int algorithm, int64_t ksteps, int64_t max_steps) {
     if (!team || algorithm < 0 || algorithm >= MLC_NUM_ALGORITHMS || max_steps < 0) return MLC_ERR_ARG;
-    LOCKED_WRITE(team, (team->algorithm = algorithm, team->ksteps = ksteps, team->max_steps = max_steps));
+    LOCKED_WRITE(team, (team->config.algorithm = algorithm, team->config.ksteps = ksteps, team->config.max_steps = max_steps));
     return MLC_OK;
 }
 
 int mlc_team_set_compression(mlc_team *team, int compression) {
     if (!team || compression < 0 || compression >= MLC_NUM_COMPRESSIONS) return MLC_ERR_ARG;
-    LOCKED_WRITE(team, team->compression = compression);
+    LOCKED_WRITE(team, team->config.compression = compression);
     return MLC_OK;
 }
 
 int mlc_team_set_latency_threshold(mlc_team *team, int64_t bytes) {
     if (!team || bytes < 0) return MLC_ERR_ARG;
-    pthread_mutex_lock(&team->caller_lock);
-    int64_t old = team->latency_bytes;
-    LOCKED_WRITE(team, team->latency_bytes = bytes);
+    pthread_mutex_lock(&team->caller.lock);
+    int64_t old = team->config.latency_bytes;
+    LOCKED_WRITE(team, team->config.latency_bytes = bytes);
     int rc = resize_caller_buffers(team);
-    if (rc) LOCKED_WRITE(team, team->latency_bytes = old);
-    pthread_mutex_unlock(&team->caller_lock);
+    if (rc) LOCKED_WRITE(team, team->config.latency_bytes = old);
+    pthread_mutex_unlock(&team->caller.lock);
     return rc;
 }
 
 int mlc_team_set_rabenseifner_threshold(mlc_team *team, int64_t bytes) {
     if (!team || bytes < 0) return MLC_ERR_ARG;
-    LOCKED_WRITE(team, team->rabenseifner_bytes = bytes);
+    LOCKED_WRITE(team, team->config.rabenseifner_bytes = bytes);
     return MLC_OK;
 }
 
 int mlc_team_set_inline_threshold(mlc_team *team, int64_t bytes) {
     if (!team || bytes < 0) return MLC_ERR_ARG;
-    LOCKED_WRITE(team, team->inline_bytes = bytes);
+    LOCKED_WRITE(team, team->config.inline_bytes = bytes);
+    return MLC_OK;
+}
+
+int mlc_team_set_submit_threshold(mlc_team *team, int64_t bytes) {
+    if (!team || bytes < 0) return MLC_ERR_ARG;
+    LOCKED_WRITE(team, team->config.submit_bytes = bytes);
     return MLC_OK;
 }
 
@@ -406,14 +406,15 @@ void mlc_team_release(mlc_team *team) {
 void mlc_team_get_settings(const mlc_team *team, mlc_team_settings *out) {
     pthread_mutex_lock((pthread_mutex_t *)&team->lock);
     out->nthreads = team->nthreads;
-    out->algorithm = team->algorithm;
-    out->chunk_bytes = team->chunk_bytes;
-    out->fusion_bytes = team->window_segments * team->chunk_bytes;
-    out->latency_bytes = team->latency_bytes;
-    out->inline_bytes = team->inline_bytes;
+    out->algorithm = team->config.algorithm;
+    out->chunk_bytes = team->config.chunk_bytes;
+    out->fusion_bytes = team->config.window_segments * team->config.chunk_bytes;
+    out->latency_bytes = team->config.latency_bytes;
+    out->inline_bytes = team->config.inline_bytes;
     out->direct_bytes = team->agree.direct_bytes;
-    out->compression = team->compression;
-    out->rabenseifner_bytes = team->rabenseifner_bytes;
+    out->compression = team->config.compression;
+    out->rabenseifner_bytes = team->config.rabenseifner_bytes;
+    out->submit_bytes = team->config.submit_bytes;
     pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
 }
 
@@ -426,7 +427,7 @@ const char *mlc_team_last_error(mlc_team *team, char *buf, size_t len) {
 
 void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&team->lock);
-    *out = team->stats;
+    *out = team->report.stats;
     pthread_mutex_unlock((pthread_mutex_t *)&team->lock);
     out->thread_cpu_seconds = 0;
     for (int i = 0; i < team->nthreads; i++) {
@@ -443,13 +444,13 @@ void mlc_team_get_stats(const mlc_team *team, mlc_team_stats *out) {
 
 int mlc_team_set_checks(mlc_team *team, int layout, int finite) {
     if (!team) return MLC_ERR_ARG;
-    LOCKED_WRITE(team, (team->agree.layout = layout != 0, team->agree.finite = finite != 0));
+    LOCKED_WRITE(team, mlc_agree_set_checks(&team->agree, layout, finite));
     return MLC_OK;
 }
 
 int mlc_team_set_id(mlc_team *team, int id) {
     if (!team || id < 0) return MLC_ERR_ARG;
-    team->agree.dog.team_id = id;
+    mlc_agree_set_team_id(&team->agree, id);
     return MLC_OK;
 }
 
@@ -461,14 +462,13 @@ int mlc_team_set_direct_threshold(mlc_team *team, int64_t bytes) {
 int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_seconds) {
     /* !(x >= 0) also refuses NaN */
     if (!team || !(warn_seconds >= 0) || !(abort_seconds >= 0)) return MLC_ERR_ARG;
-    team->agree.dog.warn = warn_seconds;
-    team->agree.dog.abort = abort_seconds;
+    mlc_agree_set_stall_limits(&team->agree, warn_seconds, abort_seconds);
     return MLC_OK;
 }
 
 int mlc_team_set_thread_slice(mlc_team *team, int64_t ns) {
     if (!team || ns < 0) return MLC_ERR_ARG;
-    atomic_store(&team->thread_slice_ns, ns);
+    atomic_store(&team->config.thread_slice_ns, ns);
     return MLC_OK;
 }
 

@@ -23,6 +23,11 @@ struct mlc_context {
     MPI_Comm comm; /* dup of the user's communicator; teams dup it again */
     int rank;
     int size;
+    /* The job's long waits (agree/waits.c), on a dup of its own; NULL at one rank. */
+    MPI_Comm waits_comm;
+    mlc_tp waits_tp;
+    char waits_message[MLC_MSG_LEN];
+    mlc_waits *waits;
 };
 
 typedef struct mlc_group mlc_group;
@@ -34,43 +39,42 @@ typedef struct mlc_request_note {
     int64_t total, key, row_elements;
 } mlc_request_note;
 
-struct mlc_request {
-    mlc_team *team;
-    uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
-    int kind, dtype, op, root;
-    int part, nparts; /* of the caller's multi-request call; 0 and 1 otherwise */
-    int call_dtypes;  /* bit d: the call has a part of dtype d (0: not said) */
-    int ntensors;
-    mlc_tensor *tensors; /* copy of the caller's list */
-    int64_t *starts;     /* starts[i]: element offset of tensor i in the segment layout */
-    int64_t total;       /* elements */
-    int64_t span;        /* the layout's length: total, plus gaps when plan.aligned */
-    int heap;            /* tensors/starts/the request itself were malloc'ed */
-    mlc_plan plan;       /* made once, at submission (plan/plan.c) */
-    int compression;     /* the team's MLC_COMPRESSION_* at submission: signed for the check */
-    int team_algorithm;  /* and its schedule (mlc_team_set_schedule), signed alike */
+/* The team's settings a request was submitted under, signed: ranks must agree on them. */
+typedef struct mlc_request_schedule {
+    int compression;    /* the team's MLC_COMPRESSION_* */
+    int team_algorithm; /* config_team's alg, ksteps and max_steps (mlc_team_set_schedule) */
     int64_t ksteps, max_steps;
-    int overflow_tensor; /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN on the wire; -1 */
-    int64_t overflow_element; /* and the element in it */
-    mlc_group *group;    /* a keyed group's arrivals (group.c); NULL otherwise */
-    int cancelled;       /* a keyed group this rank's failed step cancelled (group.c), signed */
-    int lanes_running;   /* lanes not yet through its data (seal.c), under the team lock */
-    mlc_rows_call rows;  /* a collective of rows (rows.c): what its algorithm moves */
-    int sizes_vary;      /* signed: its sizes differ by rank, row_elements is compared */
+} mlc_request_schedule;
+
+/* A collective of rows (rows.c): what its algorithm moves, and what its check compares
+ * and carries beyond a reduction's layout. */
+typedef struct mlc_request_rows {
+    mlc_rows_call call;
+    int sizes_vary;            /* signed: its sizes differ by rank, row_elements is compared */
     int64_t row_elements;
-    int row_ndim;               /* and the rows' shape (the caller's, for a blocking call) */
+    int row_ndim;              /* and the rows' shape (the caller's, for a blocking call) */
     const int64_t *row_shape;
-    int bad_args;               /* MLC_BAD_*: the caller's arguments failed its check */
-    int64_t bad_detail[2];
-    int64_t sizes_count;        /* sizes the check carries (mlc_sign_input), with plan.direct */
+    int64_t sizes_count;       /* sizes the check carries (mlc_sign_input), with plan.direct */
     const int64_t *sizes_in;
     int64_t *sizes_out;
-    const void *rows_in;        /* an allgather's rows, carried with its sizes (mlc_sign_input) */
+    const void *rows_in;       /* an allgather's rows, carried with its sizes */
     int64_t rows_bytes;
     char *rows_out;
-    mlc_agreement agreement; /* the agreement check's state (agree/) */
-    int covered; /* an allgather's data, checked with its counts request (rows.c) */
+    int covered;               /* an allgather's data, checked with its counts request */
+} mlc_request_rows;
 
+/* What went wrong on this rank: its own arguments and a cancelled step (both signed), the
+ * first value found beyond float16's range on the wire. */
+typedef struct mlc_request_fault {
+    int bad_args; /* MLC_BAD_*: the caller's arguments failed its check */
+    int64_t bad_detail[2];
+    int cancelled;            /* a keyed group this rank's failed step cancelled (group.c) */
+    int overflow_tensor;      /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN; -1 */
+    int64_t overflow_element; /* and the element in it */
+} mlc_request_fault;
+
+/* How a request ends, and who is told. */
+typedef struct mlc_request_end {
     int workers_left;
     _Atomic int finished; /* set last; waiters may poll it without the lock */
     int detached;         /* nobody waits: the team frees it when done */
@@ -80,6 +84,30 @@ struct mlc_request {
     void *user_data;
     double submitted_at;
     double ready_at; /* its last input arrived (a group's last tensor; else submission) */
+} mlc_request_end;
+
+struct mlc_request {
+    mlc_team *team;
+    uint64_t seq; /* position in the team's queue: every thread takes requests in this order */
+    int heap;     /* tensors/starts/the request itself were malloc'ed */
+    /* What to reduce or move, and how (the plan, made once, at submission: plan/plan.c). */
+    int kind, dtype, op, root;
+    int part, nparts; /* of the caller's multi-request call; 0 and 1 otherwise */
+    int call_dtypes;  /* bit d: the call has a part of dtype d (0: not said) */
+    int ntensors;
+    mlc_tensor *tensors; /* copy of the caller's list */
+    int64_t *starts;     /* starts[i]: element offset of tensor i in the segment layout */
+    int64_t total;       /* elements */
+    int64_t span;        /* the layout's length: total, plus gaps when plan.aligned */
+    mlc_plan plan;
+    mlc_request_schedule sched;
+    mlc_call_id call;     /* where its caller stands (mlc_team_set_call); signed */
+    mlc_request_rows rows;
+    mlc_group *group;     /* a keyed group's arrivals (group.c); NULL otherwise */
+    int lanes_running;    /* lanes not yet through its data (seal.c), under the team lock */
+    mlc_request_fault fault;
+    mlc_agreement agreement; /* the agreement check's state (agree/) */
+    mlc_request_end end;
     mlc_request *next;
 };
 
@@ -96,69 +124,101 @@ typedef struct mlc_worker {
     char message[MLC_MSG_LEN];
 } mlc_worker;
 
-struct mlc_team {
-    mlc_context *ctx;
-    int nthreads;
+/* A team's settings: what the plan reads for each request (under the team's lock). */
+typedef struct mlc_team_config {
     int64_t chunk_bytes;     /* segment size; a multiple of 8 so every dtype tiles it */
     int64_t window_segments; /* fusion buffer size in segments */
-    char *fusion;
     int algorithm;
-    int64_t latency_bytes; /* below: recursive doubling (under MLC_ALG_AUTO) */
+    int64_t latency_bytes;      /* below: recursive doubling (under MLC_ALG_AUTO) */
     int64_t rabenseifner_bytes; /* below (and from latency_bytes): Rabenseifner, see plan.c */
-    int64_t inline_bytes;  /* up to: blocking calls run on the caller's thread */
-    int compression;       /* MLC_COMPRESSION_*: 16-bit values on the ring's wire (float32) */
-    int64_t ksteps, max_steps; /* config_team's schedule: only signed (ranks must agree) */
+    int64_t inline_bytes;       /* up to: blocking calls run on the caller's thread */
+    int64_t submit_bytes;       /* up to: a one-tensor group is reduced by its submit */
+    int compression;            /* MLC_COMPRESSION_*: 16-bit values on the ring's wire */
+    int64_t ksteps, max_steps;  /* config_team's schedule: only signed (ranks must agree) */
     _Atomic int64_t thread_slice_ns; /* the threads ask for it before their next request */
+} mlc_team_config;
 
-    pthread_mutex_t lock; /* guards the queue, request state and stats */
-    pthread_cond_t work_cv, done_cv;
-    mlc_request *head, *tail;
-    mlc_request *open_groups; /* keyed groups still waiting for tensors */
+/* Blocking operations run on the caller's thread, on a communicator of their own, under
+ * its lock. */
+typedef struct mlc_team_caller {
+    pthread_mutex_t lock;
+    MPI_Comm comm;
+    mlc_tp tp;
+    char *pack, *scratch;
+    int64_t pack_bytes, scratch_bytes;
+    char message[MLC_MSG_LEN];
+    mlc_buffer rows_staging; /* collectives of rows (rows.c) */
+    /* A digest of the counts, dtype and row length of the last allgather whose counts
+     * request the agreement checked and whose data has not moved yet (rows.c); 0: none.
+     * Under the team's lock. */
+    uint64_t rows_agreed;
+    /* A ring's first round sent ahead of its check (ahead.c): its buffer (one ring piece,
+     * kept for the team's life) and whether it is posted or agreed and waiting for its ring. */
+    mlc_ring_ahead ahead;
+    int ahead_state;
+} mlc_team_caller;
+
+/* Keyed groups (group.c), under the team's lock. */
+typedef struct mlc_team_groups {
+    mlc_request *open; /* still waiting for tensors, in step order */
     /* Groups that a step's first tensor opened and that completed before the step's
-     * opener claimed them (group.c): that opener then opens nothing. A ring: the
-     * entries of steps whose opener never ran (the step failed) are overwritten. */
+     * opener claimed them: that opener then opens nothing. A ring: the entries of steps
+     * whose opener never ran (the step failed) are overwritten. */
     struct {
         int64_t key, step;
     } completed_unclaimed[MLC_UNCLAIMED_RING];
     int completed_unclaimed_next;
-    pthread_cond_t ready_cv;  /* a tensor of a group arrived */
+    pthread_cond_t ready_cv; /* a tensor of a group arrived */
+} mlc_team_groups;
+
+/* The team's counters and who is told of them (mlc_team_set_report). */
+typedef struct mlc_team_report {
+    mlc_team_stats stats;
+    int64_t every;
+    mlc_report_fn fn;
+    void *user;
+} mlc_team_report;
+
+/* What the team's threads did, for a Chrome trace (timeline.c); events NULL: off. */
+typedef struct mlc_team_timeline {
+    mlc_event *events;
+    int64_t capacity;
+    _Atomic int64_t used;
+} mlc_team_timeline;
+
+struct mlc_team {
+    mlc_context *ctx;
+    int nthreads;
+    mlc_worker *workers;
+    char *fusion;
+    mlc_team_config config;
+
+    pthread_mutex_t lock; /* guards the queue, request state and stats */
+    pthread_cond_t work_cv, done_cv;
+    mlc_request *head, *tail;
     uint64_t next_seq;
     mlc_request_note last_request; /* the request that took seq next_seq */
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
-    int users;         /* holders of mlc_team_acquire: destroy waits for them to release */
-    mlc_worker *workers;
+    int users; /* holders of mlc_team_acquire: destroy waits for them to release */
+    /* The caller-level call a thread is inside (calls.c), under lock: its requests carry
+     * its identity; requests from other threads (a framework's ops) carry none. */
+    struct {
+        int depth; /* calls of `thread` inside one another; 0: none */
+        pthread_t thread;
+        mlc_call_id id;
+        int64_t count;      /* calls where steps are not marked, so far */
+        int64_t step, next; /* the last marked step, and the next call's place in it */
+    } call;
 
-    /* Blocking operations on the caller's thread run on their own communicator. */
-    pthread_mutex_t caller_lock;
-    MPI_Comm caller_comm;
-    mlc_tp caller_tp;
-    char *caller_pack, *caller_scratch;
-    int64_t caller_pack_bytes, caller_scratch_bytes;
-    char caller_message[MLC_MSG_LEN];
-    mlc_buffer rows_staging; /* collectives of rows (rows.c), under caller_lock */
-    /* A digest of the counts, dtype and row length of the last allgather whose counts
-     * request the agreement checked and whose data has not moved yet (rows.c); 0: none.
-     * Under lock. */
-    uint64_t rows_agreed;
-    /* A ring's first round sent ahead of its check (ahead.c), under caller_lock: its
-     * buffer (one ring piece, kept for the team's life) and whether it is posted or
-     * agreed and waiting for its ring. */
-    mlc_ring_ahead ahead;
-    int ahead_state;
-
-    mlc_team_stats stats;
-    int64_t report_every; /* mlc_team_set_report */
-    mlc_report_fn report_fn;
-    void *report_user;
+    mlc_team_groups groups;
+    mlc_team_caller caller;
+    mlc_team_report report;
+    mlc_team_timeline timeline;
     char last_error[MLC_MSG_LEN];
 
     MPI_Comm agree_comm; /* carries signatures only */
-    mlc_agree agree;     /* agreement checks and stall limits */
-
-    mlc_event *events; /* timeline; NULL when off */
-    int64_t events_capacity;
-    _Atomic int64_t events_used;
+    mlc_agree agree;     /* agreement checks and stall limits (agree/) */
 };
 
 /* team.c: receives and drops every message still queued on comm (a communicator
@@ -178,6 +238,9 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
 int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen);
 /* The request's description and (non-group) finished signature input. */
 void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_input *in);
+
+/* calls.c: under the team's lock, the identity of a request the calling thread submits. */
+mlc_call_id mlc_call_of(const mlc_team *team);
 
 /* team.c */
 void mlc_account(mlc_team *team, int64_t bytes, double seconds); /* a request run inline */
@@ -200,12 +263,13 @@ void mlc_seal_lane_done(mlc_request *req);   /* under the team lock */
 int mlc_seal(mlc_request *req, mlc_tp *tp, char *scratch, int64_t scratch_bytes, char *message);
 
 /* ahead.c: a ring's first piece sent ahead of the check, for a blocking request of
- * rows. mlc_ahead_bytes_of is what the request sends (its signature says so). Under
+ * rows. mlc_ahead_bytes_of is what the request sends (its signature says so) and from
+ * where (own). Under
  * caller_lock: prepare before the request takes its place, post right after (under
  * the team's lock too, so no exchange of it starts before), verdict after its
  * verdict, done after its data; close when the team is destroyed (cancel: MPI still
  * works). */
-int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req);
+int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req, const char **own);
 void mlc_ahead_prepare(mlc_team *team, mlc_request *req);
 void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes); /* what it signed */
 void mlc_ahead_verdict(mlc_team *team, mlc_request *req, int verdict);

@@ -5,7 +5,9 @@
  * unexpected messages. A receive takes the oldest queued message that matches,
  * else stays posted. So messages between two ranks with one tag never overtake
  * each other, as in MPI. One mutex guards the table; waits poll (transport/wait.c).
- * A message longer than its receive fails the receive, as MPI truncation does. */
+ * A message longer than its receive fails the receive, as MPI truncation does, and a tag
+ * beyond MLC_TP_TAG_UB fails as MPI would. Any number of requests may be outstanding and
+ * tested at once, as over MPI (mpi.c tests them in windows). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,10 +82,19 @@ static void deliver(posted *p, const void *data, int64_t bytes) {
     if (p->status == MLC_OK && bytes) memcpy(p->buf, data, bytes);
 }
 
+/* MPI's limits: a tag beyond what every MPI accepts fails as MPI would fail it. */
+static int bad_tag(mlc_tp *tp, int tag, const char *what) {
+    if (tag >= 0 && tag <= MLC_TP_TAG_UB) return 0;
+    snprintf(tp->message, MLC_MSG_LEN, "loopback %s: tag %d outside 0..%d, the tags every MPI accepts", what, tag,
+             MLC_TP_TAG_UB);
+    return 1;
+}
+
 static int lb_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int tag, mlc_tp_req *req) {
     endpoint *me = self(tp);
     mlc_loopback *lb = me->lb;
     memset(req, 0, sizeof *req); /* sends complete at once */
+    if (bad_tag(tp, tag, "send")) return MLC_ERR_MPI;
     pthread_mutex_lock(&lb->lock);
     if (me->fail_after == 0) {
         pthread_mutex_unlock(&lb->lock);
@@ -114,6 +125,7 @@ static int lb_isend(mlc_tp *tp, const void *buf, int64_t bytes, int dest, int ta
 
 static int lb_irecv(mlc_tp *tp, void *buf, int64_t bytes, int src, int tag, mlc_tp_req *req) {
     endpoint *me = self(tp);
+    if (bad_tag(tp, tag, "receive")) return MLC_ERR_MPI;
     posted *p = calloc(1, sizeof *p);
     if (!p) return MLC_ERR_NOMEM;
     *p = (posted){src, tag, buf, bytes, 0, MLC_OK, NULL};
@@ -227,10 +239,12 @@ int mlc_loopback_posted(mlc_loopback *lb, int rank) {
     return n;
 }
 
-int mlc_loopback_queued(mlc_loopback *lb, int rank) {
+int mlc_loopback_queued(mlc_loopback *lb, int rank) { return mlc_loopback_queued_tag(lb, rank, -1); }
+
+int mlc_loopback_queued_tag(mlc_loopback *lb, int rank, int tag) {
     int n = 0;
     pthread_mutex_lock(&lb->lock);
-    for (message *m = lb->ranks[rank].queue; m; m = m->next) n++;
+    for (message *m = lb->ranks[rank].queue; m; m = m->next) n += tag < 0 || m->tag == tag;
     pthread_mutex_unlock(&lb->lock);
     return n;
 }

@@ -15,6 +15,8 @@ void mlc_loopback_open(mlc_loopback *lb, int rank, mlc_tp *tp, char *message);
 int mlc_loopback_posted(mlc_loopback *lb, int rank);
 /* Messages sent to `rank` that no receive took: none may be left behind either. */
 int mlc_loopback_queued(mlc_loopback *lb, int rank);
+/* Those of them sent with tag (tag < 0: any). */
+int mlc_loopback_queued_tag(mlc_loopback *lb, int rank, int tag);
 /* Fault injection: rank's sends after the next `after` fail (after < 0: never). */
 void mlc_loopback_fail_sends(mlc_loopback *lb, int rank, int after);
 

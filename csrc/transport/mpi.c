@@ -14,8 +14,11 @@
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(mlc_tp_req), "an MPI_Request fits an mlc_tp_req");
 
-/* Requests are tested many at a time; MPI wants them in an array of its own type. */
-#define MLC_MPI_MAX_BATCH 64
+/* Requests are tested many at a time, MPI wants them in an array of its own type, and
+ * that array lives on the stack: a call tests them this many at a time, window after
+ * window, so that no number of outstanding requests is refused (the agreement's
+ * table after a disagreement waits on 2 (n - 1) at once). */
+#define MLC_MPI_WINDOW 64
 
 static MPI_Comm comm_of(const mlc_tp *tp) { return *(MPI_Comm *)tp->impl; }
 
@@ -102,23 +105,38 @@ static void store(int n, const MPI_Request *in, mlc_tp_req *reqs) {
 }
 
 static int mpi_testall(mlc_tp *tp, int n, mlc_tp_req *reqs, int *done) {
-    MPI_Request r[MLC_MPI_MAX_BATCH];
-    if (n > MLC_MPI_MAX_BATCH) return MLC_ERR_ARG;
-    load(n, reqs, r);
-    int rc = MPI_Testall(n, r, done, MPI_STATUSES_IGNORE);
-    store(n, r, reqs);
-    return rc == MPI_SUCCESS ? MLC_OK : mlc_mpi_error(tp->message, rc, "MPI_Testall");
+    MPI_Request r[MLC_MPI_WINDOW];
+    *done = 1;
+    for (int first = 0; first < n; first += MLC_MPI_WINDOW) {
+        const int count = n - first < MLC_MPI_WINDOW ? n - first : MLC_MPI_WINDOW;
+        int window_done = 0;
+        load(count, reqs + first, r);
+        int rc = MPI_Testall(count, r, &window_done, MPI_STATUSES_IGNORE);
+        store(count, r, reqs + first);
+        if (rc != MPI_SUCCESS) return mlc_mpi_error(tp->message, rc, "MPI_Testall");
+        if (!window_done) *done = 0; /* the later windows still progress */
+    }
+    return MLC_OK;
 }
 
 static int mpi_testany(mlc_tp *tp, int n, mlc_tp_req *reqs, int *index) {
-    MPI_Request r[MLC_MPI_MAX_BATCH];
-    int flag = 0, i = MPI_UNDEFINED;
-    if (n > MLC_MPI_MAX_BATCH) return MLC_ERR_ARG;
-    load(n, reqs, r);
-    int rc = MPI_Testany(n, r, &i, &flag, MPI_STATUS_IGNORE);
-    store(n, r, reqs);
-    if (rc != MPI_SUCCESS) return mlc_mpi_error(tp->message, rc, "MPI_Testany");
-    *index = !flag ? -1 : i == MPI_UNDEFINED ? -2 : i;
+    MPI_Request r[MLC_MPI_WINDOW];
+    int active = 0;
+    *index = -1;
+    for (int first = 0; first < n; first += MLC_MPI_WINDOW) {
+        const int count = n - first < MLC_MPI_WINDOW ? n - first : MLC_MPI_WINDOW;
+        int flag = 0, i = MPI_UNDEFINED;
+        load(count, reqs + first, r);
+        int rc = MPI_Testany(count, r, &i, &flag, MPI_STATUS_IGNORE);
+        store(count, r, reqs + first);
+        if (rc != MPI_SUCCESS) return mlc_mpi_error(tp->message, rc, "MPI_Testany");
+        if (flag && i != MPI_UNDEFINED) {
+            *index = first + i;
+            return MLC_OK;
+        }
+        active |= !flag; /* flag with MPI_UNDEFINED: none of this window is active */
+    }
+    if (!active) *index = -2;
     return MLC_OK;
 }
 

@@ -8,6 +8,10 @@
 
 #include "base/base.h"
 
+/* The largest tag every MPI accepts (the standard's least MPI_TAG_UB): the loopback
+ * transport refuses others, so that its tests see what MPI would. */
+#define MLC_TP_TAG_UB 32767
+
 /* A posted send or receive, owned by the transport that posted it. */
 typedef struct mlc_tp_req {
     uint64_t opaque[2];

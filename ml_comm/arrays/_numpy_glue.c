@@ -41,8 +41,6 @@
 typedef __typeof__(&mlc_team_allreduce_into) allreduce_into_fn;
 
 enum { MAX_KEEP = 64, MAX_DTYPES = 32, BLOCK_ALIGN = 4096 };
-#define HUGE_PAGE_BYTES ((size_t)2 << 20)
-#define HUGE_FROM_BYTES ((size_t)4 << 20) /* NumPy's threshold for the same advice */
 static const char POOL_NAME[] = "ml_comm.arrays._numpy_glue.pool";
 static const char BINDING_NAME[] = "ml_comm.arrays._numpy_glue.binding";
 
@@ -92,8 +90,8 @@ static int pool_take_block(results_pool *p, size_t nbytes, block *out) {
     }
     void *data = NULL;
     const size_t bytes = nbytes ? nbytes : 1;
-    const int huge = bytes >= HUGE_FROM_BYTES;
-    if (posix_memalign(&data, huge ? HUGE_PAGE_BYTES : BLOCK_ALIGN, bytes)) {
+    const int huge = bytes >= MLC_HUGE_FROM_BYTES;
+    if (posix_memalign(&data, huge ? MLC_HUGE_PAGE_BYTES : BLOCK_ALIGN, bytes)) {
         PyErr_NoMemory();
         return -1;
     }

@@ -31,7 +31,7 @@ def broadcast(s: Session, values, root: int, team: int = 0):
 
 def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int, team: int = 0) -> None:
     """Checked arrays, on `team`: one request per dtype."""
-    groups = group_by_dtype(arrays)
+    groups = group_by_dtype(arrays, reduces=False)
     dtypes = _dtypes.bits(groups)
     for part, (dtype, idx) in enumerate(groups.items()):
         tensors, keep = tensor_list([arrays[i] for i in idx])

@@ -71,11 +71,11 @@ def tensor_list(arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] | No
     return tensors, keep
 
 
-def group_by_dtype(arrays: Sequence[np.ndarray]) -> dict[np.dtype, list[int]]:
+def group_by_dtype(arrays: Sequence[np.ndarray], reduces: bool) -> dict[np.dtype, list[int]]:
     """List indices per dtype, in order of first appearance (TypeError for a dtype the
-    core cannot reduce)."""
+    core cannot move, or with reduces, cannot reduce)."""
     groups: dict[np.dtype, list[int]] = {}
     for i, arr in enumerate(arrays):
-        _dtypes.code_of(arr.dtype)
+        _dtypes.code_of(arr.dtype, reduces)
         groups.setdefault(arr.dtype, []).append(i)
     return groups

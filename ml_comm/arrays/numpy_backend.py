@@ -71,5 +71,5 @@ def bind_team(handle, pool: OutputPool, err):
         ERR_LEN,
         pool.handle,
         MIN_BYTES,
-        [(dtype.num, code) for dtype, code in _dtypes.CODES.items()],
+        [(dtype.num, code) for dtype, code in _dtypes.REDUCED_CODES.items()],
     )

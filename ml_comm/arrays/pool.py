@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._core import lib
 from . import _numpy_glue
 
 KEEP = 4
 ALIGN = 64  # each result starts on a cache line (blocks start on a page)
-MIN_BYTES = 256 * 1024
+MIN_BYTES = lib.MLC_RESULT_POOL_BYTES  # ml_comm.h's, as the TensorFlow op's allocator
 
 
 def _aligned(nbytes: int) -> int:

@@ -24,10 +24,10 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     flags = arr.flags if type(arr) is np.ndarray else None
     # The common call (a writeable C-contiguous array of a reducible dtype) skips the checks
     # that would only name what is wrong: at 8 bytes the whole reduction takes microseconds.
-    code = _dtypes.CODES.get(arr.dtype) if flags is not None else None
+    code = _dtypes.REDUCED_CODES.get(arr.dtype) if flags is not None else None
     if code is None or not (flags.writeable and flags.c_contiguous):
         arr = in_place_array(arr, what)
-        code = _dtypes.CODES[arr.dtype]
+        code = _dtypes.code_of(arr.dtype, reduces=True)
     err = s.team_err(team)
     rc = lib.mlc_team_allreduce_buffer(handle, buffer(arr), arr.size, code, op, err, ERR_LEN)
     if rc:
@@ -64,7 +64,7 @@ def gradients(
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
     inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
-    groups = group_by_dtype(inputs)
+    groups = group_by_dtype(inputs, reduces=True)
     if out is not None:
         outputs = _checked_out(out, inputs, pipelined)
     elif pipelined:
@@ -76,7 +76,7 @@ def gradients(
         err = None if s.guard.finite else s.team_err(team)
         average_groups(handle, inputs, groups, outputs, err)
     else:
-        _pipelined(handle, config, stages, inputs, groups, outputs)
+        _pipelined(handle, config, stages, inputs, groups, outputs, lambda: s.calls.forget(handle))
     stop.note_call(team)  # what this call's waits saw of a stop request (faults/stop.py)
     # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
     return [
@@ -87,7 +87,7 @@ def gradients(
 
 def _one_plain_dtype(grads) -> bool:
     """Every gradient a C-contiguous ndarray of one dtype that the core reduces."""
-    if not grads or type(grads[0]) is not np.ndarray or grads[0].dtype not in _dtypes.CODES:
+    if not grads or type(grads[0]) is not np.ndarray or grads[0].dtype not in _dtypes.REDUCED_CODES:
         return False
     dtype = grads[0].dtype
     return all(type(g) is np.ndarray and g.dtype == dtype and g.flags.c_contiguous for g in grads)
@@ -111,19 +111,21 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
     return list(out)
 
 
-def _pipelined(handle, config, stages: dict, inputs, groups, outputs) -> None:
-    for idx in groups.values():
+def _pipelined(handle, config, stages: dict, inputs, groups, outputs, earlier_failed) -> None:
+    for k, idx in enumerate(groups.values()):
         order = fused_order([inputs[i].ndim for i in idx], idx)
         arrays = [inputs[i] for i in order]
-        stage = stages.setdefault(pipeline.layout_of(arrays), pipeline.Stage())
-        phase = lib.mlc_step_phase(stage.calls, config.ksteps, config.max_steps)
+        layout = pipeline.layout_of(arrays)
+        stage = stages.get(layout) or stages.setdefault(
+            layout, pipeline.Stage(config.ksteps, config.max_steps)
+        )
         results = pipeline.step(
             stage,
-            phase,
             arrays,
             lambda a: average_now(handle, a),
             lambda a: submit_average(handle, a, a, in_place=True),
             wait_one,
+            earlier_failed if k == 0 else lambda: None,  # a later dtype: this call submitted
         )
         for i, r in zip(order, results):
             outputs[i] = r

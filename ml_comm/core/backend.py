@@ -35,6 +35,7 @@ class _Entry:
 BACKENDS = {
     "numpy": _Entry("ml_comm.arrays.numpy_backend", "NumpyBackend"),
     "tensorflow": _Entry("ml_comm.tensorflow.backend", "TensorFlowBackend", "TensorFlow", "tf"),
+    "jax": _Entry("ml_comm.jax.backend", "JaxBackend", "JAX", "jax"),
 }
 FRAMEWORKS = (None, *BACKENDS)
 

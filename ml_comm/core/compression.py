@@ -43,5 +43,9 @@ def name(compression: int) -> str:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> int:
-    """The code ML_COMM_COMPRESSION asks for (unset: none); ValueError names a bad value."""
-    return code(settings.get(VARIABLE, env), f"environment variable {VARIABLE}")
+    """The code ML_COMM_COMPRESSION asks for (unset: none); SettingError (a ValueError
+    too, as every malformed variable's) names a bad value."""
+    try:
+        return code(settings.get(VARIABLE, env), f"environment variable {VARIABLE}")
+    except ValueError as exc:
+        raise settings.SettingError(str(exc)) from None

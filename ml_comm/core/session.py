@@ -18,17 +18,20 @@ import numpy as np
 
 from .._core import ffi, lib
 from . import backend, checks, compression, settings, settings_check, timeline
+from .calls import Calls
 from .errors import MLCommError
 from .report import TeamReporter, stats_dict
 from .status import ERR_LEN, check, text
 
 ALG_AUTO = lib.MLC_ALG_AUTO
 THREAD_SLICE = "ML_COMM_THREAD_SLICE_US"
+DEADLOCK = "ML_COMM_DEADLOCK_SECONDS"
 # Environment overrides of the core's size thresholds (their defaults live in csrc/team/team.c
 # and, for the direct allreduce, csrc/agree/agree.h).
 THRESHOLD_SETTERS = {
     "ML_COMM_LATENCY_BYTES": lib.mlc_team_set_latency_threshold,
     "ML_COMM_INLINE_BYTES": lib.mlc_team_set_inline_threshold,
+    "ML_COMM_SUBMIT_BYTES": lib.mlc_team_set_submit_threshold,
     "ML_COMM_DIRECT_BYTES": lib.mlc_team_set_direct_threshold,
     "ML_COMM_RABENSEIFNER_BYTES": lib.mlc_team_set_rabenseifner_threshold,
 }
@@ -84,7 +87,9 @@ class Session:
             raise MLCommError(text(self.err))
         self.rank = lib.mlc_context_rank(self.ctx)
         self.size = lib.mlc_context_size(self.ctx)
+        check(lib.mlc_context_set_deadlock_limit(self.ctx, settings.get(DEADLOCK)), DEADLOCK)
         self.configs = [TeamConfig() for _ in range(nteams)]
+        self.calls = Calls()  # where each team's caller stands (core/calls.py)
         try:
             # (departure, barrier): leaving together, and barrier(), on duplicates of comm
             self.departure, self.barrier = open_exits(mpi, comm)

@@ -6,6 +6,8 @@ them with `get`, which parses the value by the row's type and falls back on its
 default, so the table, the code and the documentation's table (made from SETTINGS by
 tools/mkdocs_hooks.py) cannot disagree. An unset or empty variable takes the default.
 A value that does not parse raises SettingError naming the variable and the value.
+`unknown` finds the ML_COMM_* variables set that are in no row (a misspelt name), each
+with the row whose name is closest; init warns about them (settings_check.py).
 
 The C core reads no environment: `init` reads these and hands the values over.
 Three readers run where ml_comm cannot be imported and read os.environ themselves,
@@ -19,6 +21,7 @@ build loads this file alone).
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Mapping
@@ -51,6 +54,9 @@ SETTINGS = (
     Setting("ML_COMM_RABENSEIFNER_BYTES", "unset", "bytes", True,
             "Up to this size, at a power-of-two rank count of 4 or more, reductions take "
             "Rabenseifner's algorithm; 0 turns it off (unset: the core's 8388608)."),
+    Setting("ML_COMM_SUBMIT_BYTES", "unset", "bytes", True,
+            "A TensorFlow gradient of one tensor up to this size (and ML_COMM_INLINE_BYTES) "
+            "is reduced by its own op, not as a keyed group (unset: the core's 1048576)."),
     Setting("ML_COMM_INLINE_BYTES", "unset", "bytes", True,
             "Blocking calls up to this size run on the caller's thread instead of the "
             "team's threads (unset: the core's 4194304)."),
@@ -72,6 +78,11 @@ SETTINGS = (
     Setting("ML_COMM_STALL_ABORT_SECONDS", "1800", "seconds", False,
             "End the job (MPI_Abort) after a wait this long; 0: never "
             "(docs/fault-tolerance-defaults.md says why 30 minutes)."),
+    Setting("ML_COMM_DEADLOCK_SECONDS", "120", "seconds", False,
+            "End the job when every rank has waited inside ml_comm this long for requests "
+            "the others have not made (teams called in another order on another rank), "
+            "naming each rank's wait; ranks busy outside ml_comm keep the stall abort's "
+            "limit; 0: never."),
     Setting("ML_COMM_ABORT_ON_EXCEPTION", "1", "bool", False,
             "An uncaught exception on one rank of several ends the whole job (MPI_Abort) "
             "instead of leaving the others waiting; 0 turns it off."),
@@ -95,6 +106,9 @@ SETTINGS = (
     Setting("ML_COMM_TFCNN", "1", "bool", False,
             "0 turns off the start-up hook that adds --variable_update=ps_ml_comm to "
             "tf_cnn_benchmarks (read by that hook, without importing ml_comm)."),
+    Setting("ML_COMM_STRICT_SETTINGS", "0", "bool", False,
+            "1: an ML_COMM_* variable that is not in this table makes init raise instead of "
+            "warn (a misspelt name is otherwise ignored)."),
     Setting("ML_COMM_CACHE_DIR", "unset", "path", False,
             "Where `python -m ml_comm build-tf` puts the TensorFlow op library "
             "(unset: $XDG_CACHE_HOME/ml_comm, else ~/.cache/ml_comm)."),
@@ -108,6 +122,16 @@ SETTINGS = (
 )  # fmt: skip
 
 BY_NAME = {s.name: s for s in SETTINGS}
+PREFIX = "ML_COMM_"
+# Variables of the test suite and the developer tools (tests/, tools/), which the product
+# does not read: never called unknown.
+DEVELOPER_PREFIX = "ML_COMM_TEST"
+DEVELOPER_VARIABLES = (
+    "ML_COMM_LONG_TESTS",
+    "ML_COMM_LONG_TESTBED",
+    "ML_COMM_SKIP_TESTBED",
+    "ML_COMM_TFCNN_TIMEOUT",
+)
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
@@ -192,3 +216,28 @@ def check_all(env: Mapping[str, str] | None = None) -> None:
 def compared() -> tuple[str, ...]:
     """The names that init compares across ranks."""
     return tuple(s.name for s in SETTINGS if s.compared)
+
+
+def unknown(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Each ML_COMM_* variable set in `env` that ml_comm does not read, with the setting
+    whose name is closest (None when none is close): a misspelt name does nothing."""
+    env = os.environ if env is None else env
+    found: dict[str, str | None] = {}
+    for name in sorted(env):
+        if not name.startswith(PREFIX) or name in BY_NAME or name in DEVELOPER_VARIABLES:
+            continue
+        if name.startswith(DEVELOPER_PREFIX):
+            continue
+        # Compared without the prefix, which every name shares.
+        suffixes = {known[len(PREFIX) :]: known for known in BY_NAME}
+        close = difflib.get_close_matches(name[len(PREFIX) :], suffixes, n=1, cutoff=0.6)
+        found[name] = suffixes[close[0]] if close else None
+    return found
+
+
+def unknown_text(found: Mapping[str, str | None]) -> str:
+    """'ML_COMM_COMPRESION (did you mean ML_COMM_COMPRESSION?), ...'."""
+    return ", ".join(
+        f"{name} (did you mean {close}?)" if close else f"{name} (no setting is close)"
+        for name, close in found.items()
+    )

@@ -13,6 +13,10 @@ Compared: the init arguments that size and cut the work (threads per team, teams
 msglen, chunk bytes: the argument or ML_COMM_CHUNK_BYTES) and the environment
 variables that the core's choices depend on. Not compared: settings that only act
 locally (stall warnings and abort, the timeline, aborting on an exception).
+
+The same allgather carries each rank's ML_COMM_* variables that are no setting (a
+misspelt name does nothing): rank 0 warns once for the job, naming the setting each is
+closest to, or with ML_COMM_STRICT_SETTINGS=1 every rank raises SettingError.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import compression, settings
+from .arrival import report_arrivals
 from .errors import MLCommError
+from .job_errors import raised_by_all
+from .output import say
 from .spans import spans
 
+STRICT = "ML_COMM_STRICT_SETTINGS"
 # Environment variables that change what goes on the wire: the table's `compared`
 # column. An unset threshold is compared as "unset (default)"; the flags and the chunk
 # as their effective value.
@@ -84,18 +92,58 @@ def _ranks(ranks: list[int]) -> str:
 def verify(
     comm, nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code=0
 ) -> None:
-    """Collective over comm (every rank calls init): raise on every rank if they differ."""
-    if comm.Get_size() == 1:
-        return
+    """Collective over comm (every rank calls init): raise on every rank if they differ.
+    Unknown ML_COMM_* names (any rank's) are said once, by rank 0 (see unknown_names)."""
     mine = local_settings(
         nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
     )
-    lines = disagreements(comm.allgather(mine))
+    ours = (mine, settings.unknown())
+    report_arrivals(comm)  # rank 0 says that it waits, if the others are late
+    everyone = comm.allgather(ours) if comm.Get_size() > 1 else [ours]
+    unknown_names(comm, [names for _, names in everyone])
+    lines = disagreements([values for values, _ in everyone])
     if lines:
-        raise MLCommError(
-            "init failed: the ranks were started with different settings that change how "
-            "they communicate, and would hang or reduce the wrong data together: "
-            + " | ".join(lines)
-            + ". Give every rank the same init arguments and ML_COMM_* environment "
-            "(mpiexec and srun pass the launching shell's environment on)"
+        raise raised_by_all(
+            MLCommError(
+                "init failed: the ranks were started with different settings that change how "
+                "they communicate, and would hang or reduce the wrong data together: "
+                + " | ".join(lines)
+                + ". Give every rank the same init arguments and ML_COMM_* environment "
+                "(mpiexec and srun pass the launching shell's environment on)"
+            ),
+            comm,
+        )
+
+
+def unknown_names(comm, per_rank: list[dict[str, str | None]]) -> None:
+    """Variables named ML_COMM_* that are no setting (a misspelt name does nothing): a
+    warning from rank 0, or with ML_COMM_STRICT_SETTINGS=1 SettingError on every rank."""
+    ranks: dict[str, list[int]] = {}
+    closest: dict[str, str | None] = {}
+    for rank, names in enumerate(per_rank):
+        for name, close in names.items():
+            ranks.setdefault(name, []).append(rank)
+            closest[name] = close
+    if not ranks:
+        return
+    where = ""
+    if any(len(held) < len(per_rank) for held in ranks.values()):
+        where = (
+            " (set on "
+            + "; ".join(f"{name}: {_ranks(held)[:-1]}" for name, held in ranks.items())
+            + ")"
+        )
+    said = f"{settings.unknown_text(closest)}{where}"
+    if settings.get(STRICT):
+        raise raised_by_all(
+            settings.SettingError(
+                f"init failed: not a setting of ml_comm: {said}; correct the name, or unset "
+                f"{STRICT} to be warned instead"
+            ),
+            comm,
+        )
+    if comm.Get_rank() == 0:
+        say(
+            f"ml_comm: warning: ignoring {said}: not a setting of ml_comm ({STRICT}=1 makes "
+            "this an error; the settings: python -m ml_comm --check)"
         )

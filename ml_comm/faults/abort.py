@@ -24,6 +24,7 @@ Three mechanisms, all only when the job has more than one rank:
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -31,6 +32,8 @@ import traceback
 from collections.abc import Callable
 
 from ..core import settings
+from ..core.job_errors import ranks_raising
+from ..core.output import say
 
 ENV_ABORT_ON_EXCEPTION = "ML_COMM_ABORT_ON_EXCEPTION"
 ABORT_CODE = 1
@@ -38,6 +41,10 @@ ABORT_CODE = 1
 # How often a rank checks that the process that started it is still there.
 _PARENT_POLL_SECONDS = 0.5
 _FORWARD_GRACE_SECONDS = 0.3
+# How long a rank whose exception a lower rank prints for the job waits for that rank to
+# end the job before it prints the exception itself (that rank may have caught it).
+_SHARED_WAIT_SECONDS = 10.0
+_TF_WRAPPER = re.compile(r"\{\{function_node [^{}]*\}\} ?")
 
 _installed = False
 _watching = False
@@ -76,10 +83,10 @@ def _world():
     return world if world.Get_size() > 1 else None
 
 
-def abort(message: str) -> None:
-    """Print `message` and end every rank of the job (MPI_Abort on COMM_WORLD)."""
-    sys.stdout.flush()
-    print(message, file=sys.stderr, flush=True)
+def abort(message: str = "") -> None:
+    """Print `message` (if any) and end every rank of the job (MPI_Abort on COMM_WORLD)."""
+    if message:
+        say(message)
     world = _world()
     if world is not None:
         # The launcher kills every rank as soon as it hears of the abort, and output
@@ -92,24 +99,42 @@ def abort(message: str) -> None:
     os._exit(ABORT_CODE)
 
 
-def _abort_after(exc_type, exc, tb, where: str, show) -> None:
-    """Print the rank's name and the traceback (through `show`, the hook chained
-    before ours), then end the job. Returns only when MPI is not running at >1 ranks
-    or the user opted out (the caller then hands the exception on as before)."""
+def _traceback_text(exc_type, exc, tb) -> str:
+    """The traceback as Python prints it, less the name of the TensorFlow function an
+    op failed in ("{{function_node __wrapped__...}}"), which repeats nothing of use."""
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    return _TF_WRAPPER.sub("", text)
+
+
+def _abort_after(exc_type, exc, tb, where: str, show, default_show: bool) -> None:
+    """Print the rank's name and the traceback, then end the job. The traceback goes
+    through `show`, the hook chained before ours, unless that is Python's own: then it is
+    written here in one piece, so that no other rank's output lands inside it. An
+    exception that every rank raises alike (core/job_errors.py) is printed only by the
+    lowest of them; the others say so in one line and wait for it to end the job."""
     world = _world()
     rank, size = world.Get_rank(), world.Get_size()
-    try:
-        print(
-            f"ml_comm: rank {rank} of {size}: uncaught {exc_type.__name__}{where}; "
-            "aborting the job (MPI_Abort) so that the other ranks do not wait for this one "
-            f"forever ({ENV_ABORT_ON_EXCEPTION}=0 turns this off)",
-            file=sys.stderr,
-            flush=True,
+    shared = ranks_raising(exc)
+    if rank in shared and rank != min(shared):
+        say(
+            f"ml_comm: rank {rank} of {size}: uncaught {exc_type.__name__}{where}, the same as "
+            f"rank {min(shared)}'s, which prints it and ends the job"
         )
-        show()
+        time.sleep(_SHARED_WAIT_SECONDS)  # normally ended meanwhile by that rank's abort
+    banner = (
+        f"ml_comm: rank {rank} of {size}: uncaught {exc_type.__name__}{where}; "
+        "aborting the job (MPI_Abort) so that the other ranks do not wait for this one "
+        f"forever ({ENV_ABORT_ON_EXCEPTION}=0 turns this off)"
+    )
+    try:
+        if default_show:
+            say(banner + "\n" + _traceback_text(exc_type, exc, tb))
+        else:
+            say(banner)
+            show()
     except BaseException:  # noqa: BLE001 - a broken hook must not stop the abort
         traceback.print_exception(exc_type, exc, tb)
-    abort(f"ml_comm: rank {rank} of {size}: aborting after {exc_type.__name__}{where}: {exc}")
+    abort()
 
 
 def _wants_abort() -> bool:
@@ -121,7 +146,8 @@ def _excepthook(previous):
         if not _wants_abort():
             previous(exc_type, exc, tb)
             return
-        _abort_after(exc_type, exc, tb, "", lambda: previous(exc_type, exc, tb))
+        show = lambda: previous(exc_type, exc, tb)  # noqa: E731
+        _abort_after(exc_type, exc, tb, "", show, previous is sys.__excepthook__)
 
     return hook
 
@@ -139,6 +165,7 @@ def _thread_excepthook(previous):
             args.exc_traceback,
             f" in thread {name!r}",
             lambda: previous(args),
+            previous is threading.__excepthook__,
         )
 
     return hook
@@ -175,11 +202,9 @@ def watch_launcher() -> None:
         try:  # the launcher carried our stderr: it may lead nowhere now
             world = _world()
             rank = f"rank {world.Get_rank()}" if world is not None else f"pid {os.getpid()}"
-            print(
+            say(
                 f"ml_comm: {rank}: the process that launched it (pid {parent}) is gone; "
-                "exiting rather than waiting for the other ranks forever",
-                file=sys.stderr,
-                flush=True,
+                "exiting rather than waiting for the other ranks forever"
             )
         finally:
             os._exit(ABORT_CODE)

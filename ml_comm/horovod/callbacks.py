@@ -16,19 +16,30 @@ from .ops import Average, grouped_allreduce
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcast root_rank's model (and optimizer) variables before training and again
-    after the first batch, when the optimizer's variables exist."""
+    after the first batch, when the optimizer's variables exist; local_variables (a
+    variable or a list of them) keep each rank's own values."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif isinstance(local_variables, (tf.Variable, keras.Variable)):
+            local_variables = [local_variables]
+        local_variables = list(local_variables)
+        for v in local_variables:
+            if not isinstance(v, (tf.Variable, keras.Variable)):
+                raise ValueError(f"local_variables must be variables, got a {type(v).__name__}")
+        self.local_variables = local_variables
 
     def _broadcast(self):
         variables = list(self.model.variables)
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is not None and optimizer.built:
             variables += list(optimizer.variables)
-        broadcast_variables(variables, self.root_rank)
+        shared = [v for v in variables if not any(v is local for local in self.local_variables)]
+        broadcast_variables(shared, self.root_rank)
 
     def on_train_begin(self, logs=None):
         self._broadcast()
@@ -57,7 +68,12 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
 class LearningRateScheduleCallback(keras.callbacks.Callback):
     """lr = initial_lr * multiplier(epoch) for start_epoch <= epoch < end_epoch; with
-    staircase=False the epoch is fractional and the rate changes every batch."""
+    staircase=False the epoch is fractional and the rate changes every batch.
+
+    momentum_correction: Horovod rescales an SGD optimizer's momentum with the rate; Keras
+    3 optimizers fix momentum when a step is traced, so it is left as it is. None (the
+    default, Horovod's True) says nothing; True with an optimizer that has momentum warns
+    once, on rank 0, since the training then differs from Horovod's."""
 
     def __init__(
         self,
@@ -66,7 +82,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         start_epoch=0,
         end_epoch=None,
         staircase=True,
-        momentum_correction=True,
+        momentum_correction=None,
         steps_per_epoch=None,
     ):
         super().__init__()
@@ -77,12 +93,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.staircase = staircase
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
-        if momentum_correction:
-            warnings.warn(
-                "momentum_correction: Keras 3 optimizers fix momentum when a step is traced, "
-                "so ml_comm.horovod does not rescale it with the learning rate",
-                stacklevel=2,
-            )
+        self.momentum_correction = momentum_correction
 
     def _in_range(self, epoch) -> bool:
         return epoch >= self.start_epoch and (self.end_epoch is None or epoch < self.end_epoch)
@@ -91,6 +102,15 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.model.optimizer.learning_rate = self.initial_lr * self.multiplier(epoch)
 
     def on_train_begin(self, logs=None):
+        momentum = float(getattr(self.model.optimizer, "momentum", 0.0) or 0.0)
+        if self.momentum_correction and momentum and basics.rank() == 0:
+            warnings.warn(
+                f"momentum_correction=True: the optimizer's momentum ({momentum:g}) is not "
+                "rescaled with the learning rate (Keras 3 optimizers fix it when a step is "
+                "traced), unlike under Horovod",
+                stacklevel=2,
+            )
+            self.momentum_correction = None  # once
         if self.initial_lr is None:
             self.initial_lr = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
         if self.steps_per_epoch is None:
@@ -121,7 +141,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     batch (the large-batch warmup of Goyal et al.)."""
 
     def __init__(
-        self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0
+        self, initial_lr, warmup_epochs=5, momentum_correction=None, steps_per_epoch=None, verbose=0
     ):
         self.warmup_epochs = warmup_epochs
         self.verbose = verbose

@@ -4,10 +4,12 @@ order, as with any ml_comm collective; the core compares what each call sends
 and fails on every rank when they differ.
 
 Sums and averages run through ml_comm's gradient op (the fused allreduce);
-Average is the sum divided by the number of ranks, in TensorFlow, as are the
-pre- and postscale factors. Allgather, reducescatter, alltoall and the min, max
-and product reductions are the core's collectives (docs/collectives.md), as
-ml_comm.tensorflow's ops (with gradients).
+Average is the sum divided by the number of ranks (integers truncated toward
+zero); the pre- and postscale factors multiply in TensorFlow, in float32 for
+float16 and bfloat16 and in float64 for integers, as Horovod scales. Allgather,
+reducescatter, alltoall and the min, max and product reductions are the core's
+collectives (docs/collectives.md), as ml_comm.tensorflow's ops. Every collective
+has Horovod's gradient.
 """
 
 from __future__ import annotations
@@ -98,13 +100,19 @@ def _team_id() -> int:
     return basics.session().backend.team_ids[0]
 
 
+# Horovod scales 16-bit floats in float32 (one rounding, after the multiplication) and
+# integers in float64 (truncated, as a C cast does).
+_SCALED_IN = {tf.float16: tf.float32, tf.bfloat16: tf.float32}
+
+
 def _scale(tensor, factor):
     if factor == 1.0:
         return tensor
-    if tensor.dtype.is_floating or tensor.dtype.is_complex:
-        return tensor * tf.cast(factor, tensor.dtype)
-    # Integers: scaled in float64 and truncated, as a C cast would.
-    return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    dtype = tensor.dtype
+    wide = _SCALED_IN.get(dtype, dtype if dtype.is_floating or dtype.is_complex else tf.float64)
+    if wide == dtype:
+        return tensor * tf.cast(factor, dtype)
+    return tf.cast(tf.cast(tensor, wide) * tf.cast(factor, wide), dtype)
 
 
 def _check_op(op) -> None:
@@ -127,16 +135,31 @@ def _reduction_op(op, average, process_set):
 
 def _summed(tensors: list, average: bool = False) -> list:
     """The element-wise sums (or sums / size) over all ranks of a list of dense tensors,
-    one fused call."""
+    one fused call; the gradient is the same reduction of the upstream gradients
+    (Horovod's)."""
+    tensors = list(tensors)
+    if not all(t.dtype.is_floating for t in tensors):
+        return _summed_once(tensors, average)
+
+    @tf.custom_gradient
+    def reduced(*inputs):
+        def grad(*upstream):
+            return _summed_once([_zero_if_none(g, t) for g, t in zip(upstream, inputs)], average)
+
+        return _summed_once(list(inputs), average), grad
+
+    return list(reduced(*tensors))
+
+
+def _summed_once(tensors: list, average: bool) -> list:
     session = basics.session()
-    return binding.gradients(list(tensors), _team_id(), session.size, average=average)
+    return binding.gradients(tensors, _team_id(), session.size, average=average)
 
 
-def _divided(tensor, n: int):
-    if tensor.dtype.is_floating or tensor.dtype.is_complex:
-        return tensor / tf.cast(n, tensor.dtype)
-    # Integers: divided in float64 and truncated, as a C cast would.
-    return tf.cast(tf.cast(tensor, tf.float64) / n, tensor.dtype)
+def _zero_if_none(grad, like):
+    """An unconnected output's upstream gradient as zeros, so every rank reduces the same
+    list."""
+    return tf.zeros_like(like) if grad is None else tf.convert_to_tensor(grad)
 
 
 def grouped_allreduce(
@@ -169,20 +192,15 @@ def grouped_allreduce(
     dense = [tf.convert_to_tensor(t) for t in tensors]
     compressed = [compression.compress(_scale(t, prescale_factor)) for t in dense]
     wire = [c[0] for c in compressed]
-    n = basics.size()
-    core_average = op == Average and all(t.dtype.is_floating for t in wire)
     if op in (Sum, Average):
-        # Floating averages divide by size in the core (sum / size, as ml_comm's gradients).
-        reduced = _summed(wire, average=core_average) if wire else []
+        # Averages divide by size in the core: sum / size, integers truncated toward zero.
+        reduced = _summed(wire, average=op == Average) if wire else []
     else:
         reduced = [binding.allreduce(t, CORE_OPS[op], 0) for t in wire]
-    out = []
-    for (_, ctx), r in zip(compressed, reduced):
-        r = compression.decompress(r, ctx)
-        if op == Average and not core_average:
-            r = _divided(r, n)
-        out.append(_scale(r, postscale_factor))
-    return out
+    return [
+        _scale(compression.decompress(r, ctx), postscale_factor)
+        for (_, ctx), r in zip(compressed, reduced)
+    ]
 
 
 def allreduce(
@@ -213,7 +231,8 @@ def allreduce(
         values = allgather(tensor.values)
         indices = allgather(tensor.indices)
         if op == Average:
-            values = _divided(values, basics.size())
+            # Horovod's expression: TensorFlow's true division (integers give floats).
+            values = values / tf.cast(basics.size(), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     return grouped_allreduce(
         [tensor],
@@ -255,8 +274,8 @@ def reducescatter(
     if op not in (Sum, Average):
         raise NotImplementedError("reducescatter supports op=Sum and op=Average")
     wire, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
-    out = compression.decompress(binding.reducescatter(wire, "sum", 0), ctx)
-    return _scale(_divided(out, basics.size()) if op == Average else out, postscale_factor)
+    reduced = binding.reducescatter(wire, "average" if op == Average else "sum", 0)
+    return _scale(compression.decompress(reduced, ctx), postscale_factor)
 
 
 def grouped_reducescatter(
@@ -284,16 +303,19 @@ def grouped_reducescatter(
 def alltoall(
     tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set
 ):
-    """Send splits[i] rows of tensor to rank i; returns (received, received_splits)."""
+    """Send splits[i] rows of tensor to rank i (None: equal parts). Returns the rows
+    received, in rank order, and with splits given also how many came from each rank
+    (int32), as Horovod does."""
     check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
     received, counts = binding.alltoall(tensor, splits, 0)
+    if splits is None:
+        return received
     return received, tf.cast(counts, tf.int32)
 
 
 # Broadcast moves values unchanged, so a dtype the core has no code for travels as one it
-# has: small integers and bool cast (exactly) to int32, others reinterpreted bit for bit.
-_CAST_TO_INT32 = (tf.bool, tf.int8, tf.uint8, tf.int16, tf.uint16)
+# has, reinterpreted bit for bit.
 _BITCAST = {
     tf.uint32: tf.int32,
     tf.uint64: tf.int64,
@@ -313,40 +335,51 @@ def broadcast(
 def _carrier(t):
     if t.dtype in binding.SUPPORTED:
         return t
-    if t.dtype in _CAST_TO_INT32:
-        return tf.cast(t, tf.int32)
     if t.dtype in _BITCAST:
         return tf.bitcast(t, _BITCAST[t.dtype])
     raise TypeError(f"ml_comm.horovod cannot broadcast a tensor of dtype {t.dtype.name}")
 
 
 def _broadcast_list(tensors, root_rank):
+    """root_rank's values of the tensors. The gradient (Horovod's): the average over the
+    ranks of the upstream gradients on root_rank, zeros elsewhere."""
     dense = [tf.convert_to_tensor(t) for t in tensors]
     if not dense:
         return []
-    carried = [_carrier(t) for t in dense]
-    session = basics.session()
-    received = binding.broadcast(carried, _team_id(), session.check_root(root_rank))
-    out = []
-    for original, value in zip(dense, received):
-        if value.dtype == original.dtype:
-            out.append(value)
-        elif original.dtype in _CAST_TO_INT32:
-            out.append(tf.cast(value, original.dtype))
-        else:
-            out.append(tf.bitcast(value, original.dtype))
-    return out
+    root = basics.session().check_root(root_rank)
+    if not all(t.dtype.is_floating for t in dense):
+        return _broadcast_once(dense, root)
+
+    @tf.custom_gradient
+    def broadcast_values(*inputs):
+        def grad(*upstream):
+            averaged = _summed_once([_zero_if_none(g, t) for g, t in zip(upstream, inputs)], True)
+            return averaged if basics.rank() == root else [a * 0 for a in averaged]
+
+        return _broadcast_once(list(inputs), root), grad
+
+    return list(broadcast_values(*dense))
+
+
+def _broadcast_once(dense: list, root: int) -> list:
+    received = binding.broadcast([_carrier(t) for t in dense], _team_id(), root)
+    return [
+        value if value.dtype == original.dtype else tf.bitcast(value, original.dtype)
+        for original, value in zip(dense, received)
+    ]
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assign root_rank's values to the variables in place; returns them."""
+    """Assign root_rank's values to the variables in place; returns their values after
+    the assignment (in a graph: tensors that run it when evaluated), as Horovod does."""
     check_process_set(process_set)
     variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
-    for v, value in zip(
-        variables, _broadcast_list([tf.convert_to_tensor(v) for v in variables], root_rank)
-    ):
-        v.assign(value)
-    return variables
+    values = _broadcast_list([tf.convert_to_tensor(v) for v in variables], root_rank)
+    assigned = [v.assign(value, read_value=False) for v, value in zip(variables, values)]
+    if tf.executing_eagerly():
+        return [v.read_value() for v in variables]
+    with tf.control_dependencies([a for a in assigned if a is not None]):
+        return [tf.identity(v.read_value()) for v in variables]
 
 
 def join(device=""):

@@ -3,6 +3,8 @@ batch normalisation, and Horovod's small utilities."""
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import tensorflow as tf
 
@@ -56,9 +58,35 @@ def _summed_with_gradient(*tensors):
     return out, grad
 
 
+# Keras 2 BatchNormalization arguments that Keras 3 refuses, with the value that means
+# what Keras 3 does anyway (Horovod's layer requires fused=False).
+_KERAS2_ONLY = {"fused": False, "renorm": False, "virtual_batch_size": None, "adjustment": None}
+_warned_keras2_arguments: set = set()
+
+
 class SyncBatchNormalization(keras.layers.BatchNormalization):
     """BatchNormalization whose training-time mean and variance are over every rank's
-    batch (sums of count, x and x squared reduced across ranks)."""
+    batch (sums of count, x and x squared reduced across ranks). Horovod's Keras 2
+    arguments without a Keras 3 meaning (fused, renorm, virtual_batch_size, adjustment)
+    are taken at the values that change nothing, with one warning; other values raise."""
+
+    def __init__(self, **kwargs):
+        dropped = {k: kwargs.pop(k) for k in list(kwargs) if k in _KERAS2_ONLY}
+        for name, value in dropped.items():
+            if value != _KERAS2_ONLY[name]:
+                raise NotImplementedError(
+                    f"SyncBatchNormalization({name}={value!r}) has no Keras 3 equivalent; "
+                    f"leave {name} out"
+                )
+        new = sorted(set(dropped) - _warned_keras2_arguments)
+        if new:
+            _warned_keras2_arguments.update(new)
+            warnings.warn(
+                f"SyncBatchNormalization: Keras 2 argument(s) {', '.join(new)} ignored "
+                "(Keras 3's BatchNormalization has none; the values given change nothing)",
+                stacklevel=2,
+            )
+        super().__init__(**kwargs)
 
     def _moments(self, inputs, mask):
         if mask is not None:

@@ -23,7 +23,9 @@ from .ops import Average, Sum, _check_op, check_process_set, global_process_set,
 
 
 class GradientReducer:
-    """How a wrapper reduces a list of gradients (None stays None)."""
+    """How a wrapper reduces a list of gradients (None stays None). The gradients of
+    variables registered as local (Partial* wrappers) are not reduced: they are divided
+    by the number of ranks unless scale_local_gradients=False, as Horovod does."""
 
     def __init__(
         self,
@@ -32,6 +34,7 @@ class GradientReducer:
         sparse_as_dense=False,
         gradient_predivide_factor=1.0,
         process_set=global_process_set,
+        scale_local_gradients=True,
     ):
         check_process_set(process_set)
         _check_op(op)
@@ -41,9 +44,33 @@ class GradientReducer:
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
         self.predivide = float(gradient_predivide_factor)
+        self.local: list = []
+        self.scale_local = scale_local_gradients
 
-    def __call__(self, grads) -> list:
+    def is_local(self, variable) -> bool:
+        return any(variable is v for v in self.local)
+
+    def __call__(self, grads, variables=None) -> list:
         grads = list(grads)
+        if variables is None or len(variables) != len(grads):
+            local = [False] * len(grads)
+        else:
+            local = [self.is_local(v) for v in variables]
+        shared = [i for i, is_local in enumerate(local) if not is_local]
+        out = list(grads)
+        for i, g in zip(shared, self._reduced([grads[i] for i in shared])):
+            out[i] = g
+        n = basics.size()
+        for i, is_local in enumerate(local):
+            g = out[i]
+            if is_local and self.scale_local and g is not None:
+                if isinstance(g, tf.IndexedSlices):
+                    out[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
+                else:
+                    out[i] = g / n
+        return out
+
+    def _reduced(self, grads: list) -> list:
         if self.sparse_as_dense:
             grads = [
                 tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads
@@ -92,27 +119,12 @@ class _DistributedTape(tf.GradientTape):
         grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(grads, expand_composites=False)
-        local = [any(s is v for v in self._hvd_local) for s in flat_sources]
-        shared = [i for i, is_local in enumerate(local) if not is_local]
-        reduced = self._hvd_reduce([flat_grads[i] for i in shared])
-        out = list(flat_grads)
-        for i, g in zip(shared, reduced):
-            out[i] = g
-        if self._hvd_scale_local:
-            n = basics.size()
-            for i, is_local in enumerate(local):
-                if is_local and out[i] is not None:
-                    g = out[i]
-                    if isinstance(g, tf.IndexedSlices):
-                        out[i] = tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
-                    else:
-                        out[i] = g / n
-        return tf.nest.pack_sequence_as(grads, out)
+        return tf.nest.pack_sequence_as(grads, self._hvd_reduce(flat_grads, flat_sources))
 
     def register_local_source(self, source):
         """Keep this variable's gradient local: not reduced (divided by size unless
         scale_local_gradients=False)."""
-        self._hvd_local.append(source)
+        self._hvd_reduce.local.append(source)
 
     def get_local_and_global_gradients(
         self, target, sources, output_gradients=None, use_generic_names=False
@@ -120,7 +132,7 @@ class _DistributedTape(tf.GradientTape):
         grads = self.gradient(target, sources, output_gradients)
         local, shared = [], []
         for s, g in zip(sources, grads):
-            (local if any(s is v for v in self._hvd_local) else shared).append((s, g))
+            (local if self._hvd_reduce.is_local(s) else shared).append((s, g))
         return local, shared
 
 
@@ -140,13 +152,12 @@ def DistributedGradientTape(
     """The tape, turned into one whose gradient() reduces over all ranks (op: Average)."""
     _check_no_groups(num_groups, groups)
     reducer = GradientReducer(
-        op, compression, sparse_as_dense, gradient_predivide_factor, process_set
-    )
+        op, compression, sparse_as_dense, gradient_predivide_factor, process_set,
+        scale_local_gradients,
+    )  # fmt: skip
     tape = _DistributedTape.__new__(_DistributedTape)
     tape.__dict__.update(gradtape.__dict__)  # the recording already made, and its settings
     tape._hvd_reduce = reducer
-    tape._hvd_local = []
-    tape._hvd_scale_local = scale_local_gradients
     return tape
 
 
@@ -169,15 +180,21 @@ def PartialDistributedGradientTape(
     tape_settings = dict(locals())
     local_layers = tape_settings.pop("local_layers")
     tape = DistributedGradientTape(**tape_settings)
-    layers = (
-        []
-        if local_layers is None
-        else (local_layers if isinstance(local_layers, (list, tuple)) else [local_layers])
-    )
-    for layer in layers:
-        for v in layer.trainable_weights:
-            tape.register_local_source(v)
+    tape._hvd_reduce.local += _local_variables(local_layers)
     return tape
+
+
+def _local_variables(local_layers) -> list:
+    """The trainable variables of local_layers (a layer, a list of layers or None)."""
+    import keras
+
+    if local_layers is None:
+        return []
+    layers = local_layers if isinstance(local_layers, (list, tuple)) else [local_layers]
+    for layer in layers:
+        if not isinstance(layer, keras.layers.Layer):
+            raise ValueError(f"local_layers must be Keras layers, got {type(layer).__name__}")
+    return [v for layer in layers for v in layer.trainable_weights]
 
 
 # ---------------------------------------------------------------- optimizers
@@ -237,8 +254,9 @@ def DistributedOptimizer(
             "same instance); wrap it once"
         )
     reducer = GradientReducer(
-        op, compression, sparse_as_dense, gradient_predivide_factor, process_set
-    )
+        op, compression, sparse_as_dense, gradient_predivide_factor, process_set,
+        scale_local_gradients,
+    )  # fmt: skip
     steps = int(backward_passes_per_step)
     if _is_keras_optimizer(optimizer):
         _wrap_keras(optimizer, reducer, steps, average_aggregated_gradients)
@@ -255,6 +273,32 @@ def DistributedOptimizer(
             f"optimizer, got {type(optimizer).__name__}"
         )
     optimizer._hvd_reducer = reducer
+    return optimizer
+
+
+def PartialDistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",  # noqa: N802
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+):
+    """DistributedOptimizer whose local_layers' variables keep their own gradients (not
+    reduced; divided by the number of ranks unless scale_local_gradients=False)."""
+    # Every other parameter is DistributedOptimizer's, passed on by name.
+    settings = dict(locals())
+    if op not in (Average, Sum):
+        raise ValueError("PartialDistributedOptimizer: op must be hvd.Average or hvd.Sum")
+    local = _local_variables(settings.pop("local_layers"))
+    optimizer = DistributedOptimizer(**settings)
+    optimizer._hvd_reducer.local += local
     return optimizer
 
 
@@ -281,13 +325,13 @@ def _wrap_keras(optimizer, reducer, steps: int, average_aggregated: bool) -> Non
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
-        if steps == 1:
-            return original(reducer(grads), trainable_variables)
         variables = (
             list(trainable_variables)
             if trainable_variables is not None
-            else list(self._trainable_variables)
+            else list(getattr(self, "_trainable_variables", None) or [])
         )
+        if steps == 1:
+            return original(reducer(grads, variables), trainable_variables)
         if not self.built:
             with tf.init_scope():
                 self.build(variables)
@@ -303,7 +347,7 @@ def _wrap_keras(optimizer, reducer, steps: int, average_aggregated: bool) -> Non
             summed = [s.read_value() if g is not None else None for s, g in zip(acc.sums, grads)]
             if average_aggregated:
                 summed = [None if g is None else g / steps for g in summed]
-            original(reducer(summed), variables)
+            original(reducer(summed, variables), variables)
             for s in acc.sums:
                 s.assign(tf.zeros_like(s))
             return tf.constant(True)
@@ -322,7 +366,7 @@ def _wrap_v1(optimizer, reducer) -> None:
 
     def compute_gradients(self, *args, **kwargs):
         pairs = original(*args, **kwargs)
-        grads = reducer([g for g, _ in pairs])
+        grads = reducer([g for g, _ in pairs], [v for _, v in pairs])
         return list(zip(grads, [v for _, v in pairs]))
 
     optimizer.compute_gradients = types.MethodType(compute_gradients, optimizer)

@@ -1,12 +1,14 @@
 """Keras 3 hook: `init()` ... `finalize()` alone make a Keras script data-parallel.
 
-    import ml_comm.keras as mk
+```
+import ml_comm.keras as mk
 
-    mk.init()                                   # before training (threads, teams, msglen)
-    model.compile(optimizer="sgd", loss=...)    # before or after init
-    model.fit(x_shard, y_shard, ...)            # unchanged: gradients averaged on team 0
-    model.evaluate(x_test_shard, y_test_shard)  # metrics of all ranks' shards together
-    mk.finalize()
+mk.init()                                   # before training (threads, teams, msglen)
+model.compile(optimizer="sgd", loss=...)    # before or after init
+model.fit(x_shard, y_shard, ...)            # unchanged: gradients averaged on team 0
+model.evaluate(x_test_shard, y_test_shard)  # metrics of all ranks' shards together
+mk.finalize()
+```
 
 Between `init` and `finalize` every Keras optimizer update on this rank averages its
 gradients over all ranks first (team 0 unless `set_team(model, team)` chose another, or
@@ -20,12 +22,15 @@ Keras 3 has no public gradient-transform hook and no global callback registry, b
 weight update ends in the public `Optimizer.apply`, and every training or evaluation run
 of a model in its public `fit` / `evaluate` / `predict` / `train_on_batch`. `init` wraps
 those methods on the public base classes (`keras.optimizers.Optimizer`,
-`keras.optimizers.LossScaleOptimizer`, `keras.Model`) and `finalize` restores them; the
-optimizer side is in apply.py, the model side (registration, quiet ranks, equal
-steps per epoch) in fit.py, global metrics in metrics.py. Instances,
+`keras.optimizers.LossScaleOptimizer`, `keras.Model`) and `finalize` restores them
+([Keras](keras.md#how-it-hooks-in)). Instances,
 their classes, saved models and checkpoints are untouched: a saved model reloads without
 ml_comm. Custom `tf.function` loops must be traced after `init` (a graph traced before
 holds the plain optimizer's update).
+
+Backends: Keras' TensorFlow, JAX and torch backends (KERAS_BACKEND, as Keras reads it);
+what differs between them is in backend/<name>/, and TensorFlow is imported only on its
+own backend.
 
 msglen: omitted, each team's fusion buffer holds `DEFAULT_MSGLEN` (4 Mi) float32 elements
 (16 MiB per team). Larger gradient sets stream through it in windows.
@@ -40,13 +45,15 @@ from __future__ import annotations
 import atexit
 import weakref
 
+from . import compile_notice  # noqa: F401  # isort: skip  (before Keras: it says at once)
+
 import keras
 import numpy as np
 
 from .. import api as mc
 from ..core.errors import MLCommError
 from ..faults.abort import set_steps_note
-from . import apply, fit, teams
+from . import apply, backend, fit, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
 
 DEFAULT_MSGLEN = 1 << 22
@@ -73,18 +80,13 @@ def init(
     small allreduce per step); False (default) makes them global at each epoch's end.
     """
     global _owns_session
-    if keras.backend.backend() != "tensorflow":
-        raise MLCommError(
-            f"ml_comm.keras needs Keras' TensorFlow backend, but KERAS_BACKEND is "
-            f"{keras.backend.backend()!r}; set KERAS_BACKEND=tensorflow"
-        )
     if int(keras.__version__.split(".")[0]) < 3:
         raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")
     mc.init(
         nthread_per_team,
         nteams,
         DEFAULT_MSGLEN if msglen is None else msglen,
-        "tensorflow",
+        backend.current().FRAMEWORK,  # the backend KERAS_BACKEND names (TensorFlow, JAX, torch)
         chunk_bytes=chunk_bytes,
     )
     _owns_session = True
@@ -177,11 +179,14 @@ def gather(values, root: int = 0):
 
 
 def _check_team(team) -> None:
-    """Raises before init(), without framework="tensorflow", or for a bad team id."""
-    if mc._active().backend.name != "tensorflow":
+    """Raises before init(), with another framework than the Keras backend's, or for a
+    bad team id."""
+    framework = backend.current().FRAMEWORK
+    if mc._active().backend.name != framework:
         raise MLCommError(
-            "ml_comm was initialised without framework='tensorflow'; start it with "
-            "ml_comm.keras.init(...) (or ml_comm.init(..., framework='tensorflow'))"
+            f"ml_comm was initialised without framework={framework!r}, which Keras' "
+            f"{backend.name()} backend needs; start it with ml_comm.keras.init(...) "
+            f"(or ml_comm.init(..., framework={framework!r}))"
         )
     mc.team_settings(team)
 
@@ -256,18 +261,18 @@ def get_team(model: keras.Model) -> int | None:
 
 
 __all__ = [
-    "DEFAULT_MSGLEN",
+    "init",
+    "finalize",
+    "set_team",
+    "get_team",
+    "distributed_optimizer",
+    "broadcast_weights",
+    "scale_learning_rate",
+    "WarmupSchedule",
     "GlobalMetrics",
     "MetricAverage",
-    "ModelCheckpoint",
-    "WarmupSchedule",
     "average_logs",
-    "broadcast_weights",
-    "distributed_optimizer",
-    "finalize",
     "gather",
-    "get_team",
-    "init",
-    "scale_learning_rate",
-    "set_team",
+    "ModelCheckpoint",
+    "DEFAULT_MSGLEN",
 ]

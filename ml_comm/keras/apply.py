@@ -18,6 +18,9 @@ the micro-step where Keras applies them (`_accumulate_then_average`). The phase 
 partial sums are Keras's optimizer variables, so they are checkpointed with it and a
 resumed run continues the cycle exactly. One reduction per applied update instead of one
 per micro-step.
+
+What differs per Keras backend (the reduction, tracing, the first update's broadcast
+inside a traced step) is in backend/<name>/; this file imports no framework.
 """
 
 from __future__ import annotations
@@ -28,14 +31,12 @@ import weakref
 from dataclasses import dataclass
 
 import keras
-import numpy as np
-import tensorflow as tf
 
 from .. import api as mc
-from .. import tensorflow as tf_binding
-from . import sparse
+from ..core import dtypes as _dtypes
+from .backend import current
 
-SUPPORTED_DTYPES = frozenset(tf_binding.SUPPORTED)  # the core's dtypes
+SUPPORTED_DTYPES = frozenset(_dtypes.NAMES.values())  # the core's dtypes, by name
 
 
 @dataclass
@@ -43,7 +44,7 @@ class OptimizerState:
     team: int | None = 0  # None: the user opted this optimizer out (trains alone)
     model: weakref.ref | None = None  # the model whose weights the first update syncs
     pending_broadcast: bool = True
-    broadcast_in_graph: tf.Variable | None = None  # set by a traced step's first run
+    broadcast_in_graph: object = None  # TensorFlow: set by a traced step's first run
 
 
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -114,18 +115,7 @@ def _average(optimizer, state: OptimizerState, grads: list, variables: list | No
     steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
     if steps >= 2:  # Keras's accumulators are dense: so are the gradients it sums
         return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)
-    if not any(sparse.is_sparse(g) for g in grads):
-        return mc.gradients(grads, state.team)
-    nranks = mc.get_nranks()
-    if nranks == 1:
-        return grads  # sparse ones as they are; dense ones are their own average
-    # The dense gradients in one reduction, then each sparse one gathered (sparse.py).
-    dense = [i for i, g in enumerate(grads) if not sparse.is_sparse(g)]
-    out = list(grads)
-    if dense:
-        for i, g in zip(dense, mc.gradients([grads[i] for i in dense], state.team)):
-            out[i] = g
-    return [sparse.gathered(g, state.team, nranks) if sparse.is_sparse(g) else g for g in out]
+    return current().average(grads, state.team)
 
 
 def _accumulate_then_average(optimizer, team, steps: int, grads: list, variables) -> list:
@@ -140,41 +130,11 @@ def _accumulate_then_average(optimizer, team, steps: int, grads: list, variables
     total (gradient + Keras's accumulator) is averaged over the ranks (one reduction per
     applied update), Keras's accumulators are zeroed first, and the average is handed on:
     Keras then applies `average / steps`, what one process over the global batch applies.
+    Each backend's `accumulate_then_average` does this in its own terms.
     Private names read (checked against the installed Keras by tests/unit/test_keras_private.py):
     `_iterations`, `_accumulated_gradients`, `_get_variable_index`.
     """
-    if variables is None:
-        variables = list(optimizer._trainable_variables)
-    elif not optimizer.built:
-        with keras.name_scope(optimizer.name, caller=optimizer):
-            optimizer.build(variables)
-    present = [i for i, g in enumerate(grads) if g is not None]
-    local = [tf.convert_to_tensor(grads[i]) for i in present]
-    accumulators = [
-        optimizer._accumulated_gradients[optimizer._get_variable_index(variables[i])]
-        for i in present
-    ]
-
-    def update():
-        totals = [g + tf.convert_to_tensor(a) for g, a in zip(local, accumulators)]
-        averaged = mc.gradients(totals, team)
-        with tf.control_dependencies(averaged):
-            resets = [a.assign(tf.zeros(a.shape, a.dtype)) for a in accumulators]
-        with tf.control_dependencies(resets):
-            return [tf.identity(a) for a in averaged]
-
-    def accumulate():
-        return [tf.identity(g) for g in local]
-
-    iterations = tf.convert_to_tensor(optimizer._iterations)
-    is_update = tf.equal((iterations + 1) % steps, 0)
-    out = tf.cond(is_update, update, accumulate)
-    if not isinstance(out, (list, tuple)):
-        out = [out]
-    result = list(grads)
-    for i, g in zip(present, out):
-        result[i] = g
-    return result
+    return current().accumulate_then_average(optimizer, team, steps, grads, variables)
 
 
 # ---------------------------------------------------------------- first-update broadcast
@@ -201,7 +161,8 @@ def shared_optimizer_variables(optimizer) -> list:
 
 def _sync_before_first_update(optimizer, state, grads, trainable_variables):
     """Broadcast the weights before the optimizer's first update (lazily built models,
-    standalone optimizers). Returns the gradients, made to wait for an in-graph broadcast."""
+    standalone optimizers). Returns the gradients (on TensorFlow, made to wait for an
+    in-graph broadcast)."""
     model = _owner(state)
     if model is not None:
         variables = model_variables(model, optimizer)
@@ -209,51 +170,18 @@ def _sync_before_first_update(optimizer, state, grads, trainable_variables):
         variables = list(trainable_variables or [])
         if optimizer.built:
             variables += shared_optimizer_variables(optimizer)
-    if tf.executing_eagerly():
+    backend = current()
+    if backend.is_eager(grads):
         broadcast_eagerly(variables, 0, state.team)
         state.pending_broadcast = False
         return grads
-    # Tracing a step. Whether this session broadcast these variables decides, not the
-    # optimizer's iterations: an optimizer may have trained before init, or each rank
-    # may have restored a different checkpoint.
-    with tf.init_scope():
-        if state.broadcast_in_graph is not None and bool(_numpy(state.broadcast_in_graph)):
-            state.pending_broadcast = False  # an earlier traced step synchronised them
-            return grads
-        # If the weights already hold values (the model was built eagerly), broadcast
-        # them now, before the step ever runs; every rank traces alike.
-        if _have_values(variables):
-            broadcast_eagerly(variables, 0, state.team)
-            state.pending_broadcast = False
-            return grads
-        if state.broadcast_in_graph is None:
-            state.broadcast_in_graph = tf.Variable(False, trainable=False)
-    # The variables were created in this trace: broadcast inside the graph, on the
-    # step's first run only, and let the averaging wait for it.
-    flag = state.broadcast_in_graph
-
-    def broadcast_once():
-        with tf.control_dependencies([_broadcast_in_graph(variables, state.team)]):
-            return flag.assign(True, read_value=True)
-
-    done = tf.cond(flag.read_value(), lambda: tf.constant(False), broadcast_once)
-    with tf.control_dependencies([done]):
-        return [None if g is None else tf.identity(tf.convert_to_tensor(g)) for g in grads]
+    return backend.sync_before_first_update(
+        optimizer, state, grads, _supported(variables), broadcast_eagerly
+    )
 
 
 def _supported(variables):
-    return [v for v in variables if tf.as_dtype(v.dtype) in SUPPORTED_DTYPES]
-
-
-def _numpy(value) -> np.ndarray:
-    return np.asarray(tf.convert_to_tensor(value).numpy())
-
-
-def _have_values(variables) -> bool:
-    try:
-        return all(_numpy(v).shape == tuple(v.shape) for v in variables)
-    except Exception:  # noqa: BLE001 - not readable yet: created in the current trace
-        return False
+    return [v for v in variables if keras.backend.standardize_dtype(v.dtype) in SUPPORTED_DTYPES]
 
 
 def broadcast_eagerly(variables, root: int, team: int = 0) -> None:
@@ -262,18 +190,8 @@ def broadcast_eagerly(variables, root: int, team: int = 0) -> None:
     variables = _supported(variables)
     if not variables:
         return
-    values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], root, team)
-    for v, value in zip(variables, values):
+    for v, value in zip(variables, current().broadcast_values(variables, root, team)):
         v.assign(value)
-
-
-def _broadcast_in_graph(variables, team: int):
-    variables = _supported(variables)
-    if variables:
-        values = mc.broadcast([tf.convert_to_tensor(v) for v in variables], 0, team)
-        for v, value in zip(variables, values):
-            v.assign(value)  # stateful: runs in the branch, in program order
-    return tf.constant(True)
 
 
 def steps_note() -> str:
@@ -282,7 +200,7 @@ def steps_note() -> str:
     for optimizer, state in list(_states.items()):
         if state.team is None or not getattr(optimizer, "built", False):
             continue
-        steps = int(_numpy(optimizer.iterations))
+        steps = int(current().to_numpy(optimizer.iterations))
         parts.append(f"{steps} training steps ({optimizer.name} updates) on team {state.team}")
     if not parts:
         return ""
@@ -304,7 +222,7 @@ def share_accumulators(optimizer, team: int) -> None:
     ]
     if not accumulators or mc.get_nranks() == 1:
         return
-    averaged = mc.gradients([tf.convert_to_tensor(a) for a in accumulators], team)
+    averaged = current().average([keras.ops.convert_to_tensor(a) for a in accumulators], team)
     for a, value in zip(accumulators, averaged):
         a.assign(value)
 

@@ -8,8 +8,9 @@ signatures. The first time a model is used in a session (or after `compile` gave
 optimizer, or `set_team` a new team) the wrapper:
 
 * registers the model's optimizer on the model's team (0 unless `set_team` said other),
-* turns off `jit_compile` (XLA cannot compile ml_comm's ops) and makes Keras trace the
-  train step anew (a step traced before `init` would call the plain optimizer),
+* on TensorFlow turns off `jit_compile` (XLA cannot compile ml_comm's TensorFlow ops;
+  on JAX and torch it stays as it is) and makes Keras trace the train step anew (a step
+  traced before `init` would call the plain optimizer),
 * broadcasts rank 0's weights (model and built optimizer) when the model is built.
 
 Then: only rank 0 prints progress; `fit` and `evaluate` get a GlobalMetrics callback in
@@ -29,14 +30,15 @@ import weakref
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from .. import api as mc
 from ..core.errors import MLCommError
 from . import apply
 from .apply import broadcast_model_weights
+from .backend import current
 from .callbacks import StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
+from .model_check import check_same_model
 from .teams import forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
@@ -88,11 +90,12 @@ def prepare(model) -> int | None:
         state = apply.state_of(optimizer)
         state.team = team
         state.model = weakref.ref(model)
-        if model.jit_compile:
-            model.jit_compile = False  # ml_comm's ops have no XLA kernels
+        if model.jit_compile and not current().KEEPS_JIT:
+            model.jit_compile = False  # ml_comm's TensorFlow ops have no XLA kernels
         if getattr(model, "compiled", False):
             model.make_train_function(force=True)
     if model.built:
+        check_same_model(model, team)  # before the broadcast: the ranks hold one model
         broadcast_model_weights(model)
     return team
 
@@ -155,11 +158,16 @@ def _fit(original):
         arguments = bound.arguments
         # Backups and checkpoints on rank 0, every rank stopping together on a signal.
         arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team)
+        if not current().BROADCAST_IN_TRACE:
+            arguments["callbacks"].insert(0, _WeightsAtStart())
         stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
         _agree_on_steps(arguments, team, stopper)
         try:
             return original(*bound.args, **bound.kwargs)
         except Exception as exc:
+            translated = current().ml_comm_error(exc)  # raised inside a compiled step
+            if translated is not None:
+                raise translated from exc
             _explain_finite_check_with_loss_scaling(self, exc)
             if isinstance(exc, MLCommError):
                 raise
@@ -229,12 +237,37 @@ def _predict(original):
 
 
 def _train_on_batch(original):
+    bind = _binder(original)
+
     @functools.wraps(original)
     def train_on_batch(self, *args, **kwargs):
+        if not current().BROADCAST_IN_TRACE and not _built_for_training(self):
+            bound = bind(self, args, kwargs)
+            if bound is not None and team_of(self) is not None:
+                # Keras builds the model in its train_on_batch, then reads the weights
+                # into the compiled step: build it first, so that rank 0's go in.
+                a = bound.arguments
+                self._symbolic_build(data_batch=(a["x"], a.get("y"), a.get("sample_weight")))
         prepare(self)
         return original(self, *args, **kwargs)
 
     return train_on_batch
+
+
+def _built_for_training(model) -> bool:
+    optimizer = getattr(model, "optimizer", None)
+    return model.built and (optimizer is None or optimizer.built)
+
+
+class _WeightsAtStart(keras.callbacks.Callback):
+    """Rank 0's weights once `fit` has built the model, before its first step reads them
+    (backends that cannot broadcast inside a traced step: JAX, torch)."""
+
+    def on_train_begin(self, logs=None):
+        optimizer = getattr(self.model, "optimizer", None)
+        state = apply.known(optimizer) if optimizer is not None else None
+        if state is not None and state.team is not None and state.pending_broadcast:
+            broadcast_model_weights(self.model)
 
 
 # ---------------------------------------------------------------- equal steps per epoch
@@ -247,9 +280,9 @@ def _local_steps(arguments) -> tuple[int, int]:
     steps_per_epoch = arguments.get("steps_per_epoch")
     if steps_per_epoch is not None:
         return int(steps_per_epoch), -1
-    if isinstance(x, tf.data.Dataset):
-        cardinality = int(x.cardinality())
-        return (cardinality if cardinality >= 0 else -1), -1
+    batches = current().batches_of(x)  # tf.data, a torch DataLoader
+    if batches is not None:
+        return batches, -1
     if isinstance(x, keras.utils.PyDataset):
         try:
             return int(len(x)), -1
@@ -268,9 +301,14 @@ def _sample_count(x) -> int:
     if x is None:
         return -1
     leaves = keras.tree.flatten(x)
-    if not leaves or not all(isinstance(a, (np.ndarray, tf.Tensor)) for a in leaves):
+    if not leaves or not all(_is_array(a) for a in leaves):
         return -1
     return int(leaves[0].shape[0])
+
+
+def _is_array(value) -> bool:
+    """A NumPy array or a tensor of the backend (Keras slices either into batches)."""
+    return isinstance(value, np.ndarray) or keras.ops.is_tensor(value)
 
 
 def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
@@ -321,7 +359,7 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
         dropped = _listing(s - fewest for s in all_steps)
         what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     else:
-        arguments["x"] = arguments["x"].take(fewest)  # a tf.data.Dataset
+        arguments["x"] = current().first_batches(arguments["x"], fewest)  # tf.data, DataLoader
         dropped = _listing(s - fewest for s in all_steps)
         what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     if rank == 0:

@@ -18,6 +18,7 @@ from importlib import metadata
 
 import numpy as np
 
+from ..core import compression, settings
 from ..core.spans import spans
 from ..core.version import VERSION
 from . import launch
@@ -76,7 +77,50 @@ def rank_facts(MPI) -> dict:
         "tasks": launch.launcher_tasks(),
         "network": launch.network_variables(),
         "cpus": sorted(os.sched_getaffinity(0)),
+        "settings": {k: v for k, v in os.environ.items() if k.startswith(settings.PREFIX)},
+        "bad value": _bad_value(),
     }
+
+
+def _bad_value() -> str:
+    """The message of the first ML_COMM_* variable whose value init would refuse, or ""."""
+    try:
+        settings.check_all()
+        compression.from_env()
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+def settings_lines(facts: list[dict]) -> tuple[list[str], list[str]]:
+    """(report lines, problems): every ML_COMM_* variable of rank 0's environment, as
+    init reads it; names that are no setting, values init refuses, other ranks' others."""
+    env = facts[0]["settings"]
+    unknown = settings.unknown(env)
+    lines, problems = [], []
+    for name in sorted(env):
+        if name in unknown:
+            close = unknown[name]
+            hint = f"did you mean {close}?" if close else "no setting is close"
+            lines.append(f"setting        {name}={env[name]}  NOT A SETTING ({hint})")
+            problems.append(f"{name} is not a setting of ml_comm and does nothing ({hint})")
+        elif name in settings.BY_NAME:
+            lines.append(f"setting        {name}={env[name]}")
+        else:
+            lines.append(f"setting        {name}={env[name]}  (the test suite's)")
+    known = sum(1 for name in env if name in settings.BY_NAME)
+    lines.append(
+        f"settings       {known} of {len(settings.SETTINGS)} set; the others at their defaults "
+        "(docs: Environment variables)"
+    )
+    for f in facts:
+        if f["bad value"]:
+            problems.append(f"rank {f['rank']}: {f['bad value']}")
+    differ = [str(f["rank"]) for f in facts if f["settings"] != env]
+    if differ:
+        ranks = f"rank{'s' if len(differ) > 1 else ''} {', '.join(differ)}"
+        problems.append(f"{ranks}: other ML_COMM_* variables than rank 0's")
+    return lines, problems
 
 
 def core_lines(facts: list[dict]) -> list[str]:
@@ -119,7 +163,11 @@ def core_lines(facts: list[dict]) -> list[str]:
 
 
 def test_reduction(mc, rank: int, size: int) -> tuple[bool, float]:
-    """Average (rank + 1) * i over the ranks: exactly (size + 1) / 2 * i, float32."""
+    """Average (rank + 1) * i over the ranks: exactly (size + 1) / 2 * i, float32.
+    Variables that are no setting leave the environment first: they do nothing, and the
+    report lists them (init would warn about them too, or refuse them)."""
+    for name in settings.unknown():
+        del os.environ[name]
     mc.init(1, 1, TEST_ELEMENTS)
     try:
         x = (rank + 1) * np.arange(TEST_ELEMENTS, dtype=np.float32)
@@ -177,6 +225,9 @@ def report(facts: list[dict], size: int, env: dict[str, str]) -> tuple[list[str]
             "Slurm on a cluster use the site's MPI: docs/install.md, 'Which MPI'"
         )
     lines += core_lines(facts)
+    said, wrong = settings_lines(facts)
+    lines += said
+    problems += wrong
     for f in facts:
         lines.append(
             f"rank {f['rank']:<9} {f['host']} pid {f['pid']} {f['core'].path or '(path unknown)'}"
@@ -188,11 +239,12 @@ def run(mc) -> int:
     """The report, rank 0 printing it; `mc` is the public API (init, average, ...), which
     the command line hands down (it sits above this layer)."""
     MPI = mc.init_mpi()
+    launch.quiet_alone()  # the report gives the rank count
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     mine = rank_facts(MPI)
     facts = comm.gather(mine, root=0)
-    ok_here = mine["same"] and not launch.mislaunched(size)
+    ok_here = mine["same"] and not launch.mislaunched(size) and not mine["bad value"]
     can_reduce = comm.allreduce(ok_here, op=MPI.LAND)
     exact, seconds = test_reduction(mc, rank, size) if can_reduce else (False, 0.0)
     exact = comm.allreduce(exact, op=MPI.LAND)

@@ -16,6 +16,7 @@ import time
 
 from ..core import settings
 from ..core.errors import MLCommError
+from ..core.output import say
 from . import library as mpi_library
 
 OPT_OUT = "ML_COMM_ALLOW_ONE_RANK"
@@ -34,6 +35,11 @@ TASK_COUNT_VARIABLES = (
     ("MV2_COMM_WORLD_SIZE", "MVAPICH's mpirun_rsh"),
     ("MPI_LOCALNRANKS", "Hydra's mpiexec (tasks on this node)"),
 )
+
+_said_alone = False
+
+# A task's rank in the job, as launchers tell it before MPI starts.
+RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
 
 # Variables that choose or tune the network of the common MPIs and fabrics. Narrow on
 # purpose: launchers also set variables of these families that only describe the task
@@ -74,6 +80,17 @@ def launcher_tasks(env: dict[str, str] | None = None) -> list[tuple[str, int, st
     return found
 
 
+def launcher_rank(env: dict[str, str] | None = None) -> int:
+    """This task's rank as its launcher set it (0 when no launcher did), without MPI."""
+    env = os.environ if env is None else env
+    names = RANK_VARIABLES + (("SLURM_PROCID",) if "SLURM_STEP_ID" in env else ())
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def network_variables(env: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     return {k: v for k, v in sorted(env.items()) if k.startswith(NETWORK_PREFIXES)}
@@ -98,6 +115,27 @@ def mislaunched(mpi_size: int, env: dict[str, str] | None = None) -> list[tuple[
     if mpi_size != 1 or not any(count > 1 for _, count, _ in tasks):
         return []
     return tasks
+
+
+def say_if_alone(MPI) -> None:
+    """One line, once per process, when no launcher started this process and MPI has it
+    as its only rank: it trains alone, which may be meant (a first try) or not."""
+    global _said_alone
+    if _said_alone or MPI.COMM_WORLD.Get_size() != 1 or launcher_tasks():
+        return
+    if any(os.environ.get(name) for name in RANK_VARIABLES):
+        return
+    _said_alone = True
+    say(
+        "ml_comm: 1 rank: no launcher started this process, so it trains alone; "
+        "`mpiexec -n N python SCRIPT` (or srun) runs it on N ranks"
+    )
+
+
+def quiet_alone() -> None:
+    """A caller that reports the rank count itself (--check) needs no such line."""
+    global _said_alone
+    _said_alone = True
 
 
 def check_launch(MPI) -> None:

@@ -1,12 +1,12 @@
-"""TensorFlow binding: broadcast and gradients as TensorFlow ops (and the collectives of
-collectives.py: allgather, reducescatter, alltoall, allreduce with any op).
+"""TensorFlow ops: `ml_comm.broadcast` and `ml_comm.gradients` after
+`ml_comm.init(..., framework="tensorflow")`, and the collectives below (allgather,
+reducescatter, alltoall, allreduce with any op), which take and return tensors
+([TensorFlow](tensorflow.md), [Collectives](collectives.md#tensorflow)).
 
-`ml_comm.init(..., framework="tensorflow")` makes the session's backend
-(backend.py here: it loads the op library, building it on first use, see
-build.py), which routes `ml_comm.broadcast` and `ml_comm.gradients` here.
-Eager mode runs one fused op per dtype; in graphs (tf.function, tf.compat.v1)
-every gradient gets its own op of a keyed group, so each is reduced as soon as
-backprop produced it.
+Eager mode runs one fused op per dtype; in graphs (tf.function, tf.compat.v1) every
+gradient gets its own op of a keyed group, so each is reduced as soon as backprop
+produced it. The op library is compiled on first use and cached
+([The op library](tensorflow.md#the-op-library)).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipeline
 # and their codes, for the mask of a call's dtypes that ranks compare.
 CODES = {tf.as_dtype(name): code for code, name in _dtypes.NAMES.items()}
 SUPPORTED = tuple(CODES)
+# The ones the reductions take (bool is only moved).
+REDUCED = tuple(tf.as_dtype(d) for d in _dtypes.REDUCED_CODES)
 
 
 def _dense(value) -> tf.Tensor:
@@ -32,12 +34,14 @@ def _dense(value) -> tf.Tensor:
     return tf.convert_to_tensor(value)
 
 
-def _by_dtype(tensors: dict[int, tf.Tensor]) -> dict[tf.DType, list[int]]:
+def _by_dtype(tensors: dict[int, tf.Tensor], reduces: bool) -> dict[tf.DType, list[int]]:
     groups: dict[tf.DType, list[int]] = {}
+    allowed = REDUCED if reduces else SUPPORTED
     for i, t in tensors.items():
-        if t.dtype not in SUPPORTED:
-            names = ", ".join(d.name for d in SUPPORTED)
-            raise TypeError(f"ml_comm cannot reduce dtype {t.dtype.name}; supported: {names}")
+        if t.dtype not in allowed:
+            names = ", ".join(d.name for d in allowed)
+            what = "reduce" if reduces else "move"
+            raise TypeError(f"ml_comm cannot {what} dtype {t.dtype.name}; supported: {names}")
         groups.setdefault(t.dtype, []).append(i)
     return groups
 
@@ -59,7 +63,7 @@ def gradients(
     dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
     result: list = [None] * len(grads)
     pipelined = is_pipelined(ksteps, max_steps)
-    groups = _by_dtype(dense)
+    groups = _by_dtype(dense, reduces=True)
     # Each dtype's op says which part of the call it is and all the call's dtypes: ranks
     # whose lists hold other dtypes fail at the first part instead of one op waiting.
     parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
@@ -108,11 +112,20 @@ def gradients(
                 ]
             # The waits are async (they block no thread) and keep program order;
             # the submits do not (unordered.py): each runs once its gradient exists.
-            outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
+            graph = tf.compat.v1.get_default_graph()
+            # A tf.compat.v1 Session runs only what a fetch needs, and may fetch part of
+            # the outputs: there each wait needs every submit of its group (else the
+            # group waits forever for the submits of outputs not fetched), and the next
+            # group waits for this one to end (else a fetch of the next one would open
+            # this one again without its submits). Within tf.function every op runs.
+            whole = not graph.building_function
+            with tf.control_dependencies([token for _, token in submits] if whole else []):
+                outs = [ops.ml_comm_group_wait(buffer, token) for buffer, token in submits]
             # What makes the request orders the next group: the opener, or for one small
             # tensor, which its submit reduces then and there (ReducedBySubmit), the submit.
             first = opener if len(tensors) > 1 else submits[0][0]
-            _last_anchor[tf.compat.v1.get_default_graph()][team_handle] = first.op
+            anchor = [o.op for o in outs] if whole else first.op
+            _last_anchor[graph][team_handle] = anchor
         for i, out in zip(layout, outs):
             result[i] = out
     return result
@@ -131,7 +144,7 @@ def broadcast(values, team_handle: int, root: int):
     # gradient groups, or running them would run the broadcast too. Its
     # dtype groups are chained among themselves to keep one order on all ranks.
     previous: list = []
-    for _dtype, idx in _by_dtype(dense).items():
+    for _dtype, idx in _by_dtype(dense, reduces=False).items():
         with tf.control_dependencies(previous):
             outs = ops.ml_comm_broadcast_n(
                 [dense[i] for i in idx], team_handle=team_handle, root=root

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import tensorflow as binding
 from .._core import ffi
+from ..core.output import say
 from ..core.session import Session
 
 
@@ -15,7 +16,8 @@ class TensorFlowBackend:
 
     def __init__(self, session: Session):
         binding.check_version()
-        binding.load_ops()
+        # Rank 0 says when the ops are compiled (minutes, once) and how far it got.
+        binding.load_ops(say if session.rank == 0 else None)
         self.session = session
         # The ids the ops carry: a graph built for an earlier session fails with a message.
         self.team_ids = binding.set_live_teams(

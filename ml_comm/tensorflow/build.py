@@ -1,74 +1,76 @@
-"""Build and cache the TensorFlow op library.
+"""Compile the TensorFlow op library into its cache (core/op_cache.py: where, and the key).
 
-The ops (ops/*.cc) are compiled against the TensorFlow that is
-installed, with the flags from tf.sysconfig, and linked to ml_comm's own core
-module. The result is cached under a key made of everything that must match
-(TensorFlow version and flags, compiler, ml_comm version, the sources, the core
-module's file), so upgrading any of them builds a new library instead of ever
-loading a stale one ("undefined symbol"). Ranks that start together build once:
-the first takes a file lock, the others wait for it and load its result.
+The ops (ops/*.cc) are compiled against the TensorFlow that is installed, with the
+flags from tf.sysconfig, each source by its own compiler at once (as many as this
+process has cores), and linked to ml_comm's own core module. Ranks that start together
+build once: the first takes a file lock, the others wait for it and load its result.
+The process that says (rank 0, or `python -m ml_comm build-tf`) prints the notice
+(op_cache.notice: what, where, that it is once) and a line per compiled source; waiting
+for another process's build, a line every WAIT_REPORT_SECONDS.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from ..core import settings
+from ..core import op_cache
 from ..core.errors import MLCommError
 
-PACKAGE = Path(__file__).resolve().parent.parent
-OPS_DIR = Path(__file__).resolve().parent / "ops"
+RETRY = op_cache.AHEAD
+# Without news from the compilers (or from the process building) for this long, say so.
+WAIT_REPORT_SECONDS = 30.0
+
+# A process that does not speak for the job tries the lock this much later: ranks that
+# start together then leave the compile to the one that reports its progress.
+QUIET_DELAY_SECONDS = 2.0
+
+Say = Callable[[str], None]
 
 
-def op_sources() -> list[Path]:
-    return sorted(OPS_DIR.glob("*.cc"))
-
-
-RETRY = "python -m ml_comm build-tf"
+def library_path() -> Path:
+    return op_cache.library_path()
 
 
 def header_dir() -> Path:
-    """The public C header: shipped in the package, or csrc/include in a checkout."""
-    for d in (PACKAGE / "include", PACKAGE.parent / "csrc" / "include"):
-        if (d / "ml_comm.h").exists():
-            return d
-    raise MLCommError("ml_comm.h not found next to the package; reinstall ml_comm")
+    found = op_cache.header_dir()
+    if found is None:
+        raise MLCommError("ml_comm.h not found next to the package; reinstall ml_comm")
+    return found
 
 
-def cache_dir() -> Path:
-    base = settings.get("ML_COMM_CACHE_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "ml_comm"
+def compile_command(source: Path, output: Path) -> list[str]:
+    import tensorflow as tf
+
+    return [
+        op_cache.compiler(),
+        *op_cache.CXX_FLAGS,
+        *tf.sysconfig.get_compile_flags(),
+        f"-I{header_dir()}",
+        "-c",
+        str(source),
+        "-o",
+        str(output),
+    ]
 
 
-def compiler() -> str:
-    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "g++"
-
-
-def build_command(output: Path) -> list[str]:
+def link_command(objects: list[Path], output: Path) -> list[str]:
     import tensorflow as tf
 
     from .. import _core
 
     core = Path(_core.__file__).resolve()
     return [
-        compiler(),
+        op_cache.compiler(),
         "-shared",
         "-fPIC",
-        "-O2",
-        "-std=c++17",
-        "-Wno-deprecated-declarations",
-        *tf.sysconfig.get_compile_flags(),
-        f"-I{header_dir()}",
-        *(str(source) for source in op_sources()),
+        *(str(o) for o in objects),
         "-o",
         str(output),
         *tf.sysconfig.get_link_flags(),
@@ -79,67 +81,101 @@ def build_command(output: Path) -> list[str]:
     ]
 
 
-def cache_key() -> str:
-    import tensorflow as tf
-
-    from .. import _core
-    from ..core.version import VERSION
-
-    core = Path(_core.__file__).resolve()
+def _run(cmd: list[str], verbose: bool) -> subprocess.CompletedProcess:
+    if verbose:
+        print("+", " ".join(cmd), flush=True)
     try:
-        cxx = subprocess.run([compiler(), "--version"], capture_output=True, text=True).stdout
-    except OSError:
-        cxx = "no compiler"
-    h = hashlib.sha256()
-    for part in (
-        tf.__version__,
-        getattr(tf, "__git_version__", ""),
-        " ".join(build_command(Path("out.so"))),
-        cxx.splitlines()[0] if cxx else "",
-        VERSION,
-        str(core),
-        str(core.stat().st_mtime_ns),
-    ):
-        h.update(part.encode())
-        h.update(b"\0")
-    for source in sorted(OPS_DIR.glob("*.[ch]*")):
-        h.update(source.read_bytes())
-    h.update((header_dir() / "ml_comm.h").read_bytes())
-    return f"tf{tf.__version__}-{h.hexdigest()[:16]}"
+        return subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        raise MLCommError(
+            f"cannot run the C++ compiler ({exc}); install g++ and run: {RETRY}"
+        ) from exc
 
 
-def library_path() -> Path:
-    return cache_dir() / f"ml_comm_tf_ops-{cache_key()}.so"
+def _failed(cmd: list[str], run: subprocess.CompletedProcess) -> MLCommError:
+    return MLCommError(
+        "building ml_comm's TensorFlow ops failed:\n"
+        f"{' '.join(cmd)}\n{run.stderr.strip()}\n"
+        f"Fix the cause above, then retry with: {RETRY}"
+    )
 
 
-def build(force: bool = False, verbose: bool = False) -> Path:
-    """Return the cached op library, compiling it first if needed."""
+def _compile_all(folder: Path, say: Say | None, verbose: bool) -> list[Path]:
+    """Every source to an object in `folder`, several compilers at once; progress to say."""
+    sources = op_cache.op_sources()
+    commands = {s: compile_command(s, folder / f"{s.stem}.o") for s in sources}
+    start = time.monotonic()
+    jobs = max(1, min(len(sources), len(os.sched_getaffinity(0))))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        pending = {pool.submit(_run, commands[s], verbose): s for s in sources}
+        done = 0
+        while pending:
+            finished, _ = wait(pending, timeout=WAIT_REPORT_SECONDS, return_when=FIRST_COMPLETED)
+            elapsed = time.monotonic() - start
+            if not finished and say is not None:
+                say(
+                    f"ml_comm: still compiling the TensorFlow ops ({done} of {len(sources)} "
+                    f"sources done, {elapsed:.0f} s)"
+                )
+            for future in finished:
+                source = pending.pop(future)
+                run = future.result()
+                if run.returncode != 0:
+                    raise _failed(commands[source], run)
+                done += 1
+                if say is not None:
+                    say(
+                        f"ml_comm: compiled {source.name} ({done} of {len(sources)}, "
+                        f"{elapsed:.0f} s)"
+                    )
+    return [folder / f"{s.stem}.o" for s in sources]
+
+
+def _lock(lock, say: Say | None) -> None:
+    """Take the build lock; while another process holds it, say so now and then."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    start = last = time.monotonic()
+    if say is not None:
+        say("ml_comm: another process is compiling the TensorFlow ops; waiting for it")
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.5)
+        if say is not None and time.monotonic() - last >= WAIT_REPORT_SECONDS:
+            last = time.monotonic()
+            say(f"ml_comm: still waiting for the TensorFlow ops' compile ({last - start:.0f} s)")
+
+
+def build(force: bool = False, verbose: bool = False, say: Say | None = None) -> Path:
+    """Return the cached op library, compiling it first if needed. `say` prints the
+    notice and the progress (the rank that speaks for the job passes output.say)."""
     target = library_path()
     if target.exists() and not force:
         return target
+    if say is not None:
+        op_cache.announce(say)
+    else:
+        time.sleep(QUIET_DELAY_SECONDS)  # the rank that speaks takes the lock, and reports
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _lock(lock, say)  # released when the file closes
         if target.exists() and not force:
             return target  # another rank built it while we waited
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so.tmp")
-        os.close(fd)
-        cmd = build_command(Path(tmp))
-        if verbose:
-            print("+", " ".join(cmd), flush=True)
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True)
-        except OSError as exc:
-            os.unlink(tmp)
-            raise MLCommError(
-                f"cannot run the C++ compiler ({exc}); install g++ and run: {RETRY}"
-            ) from exc
-        if run.returncode != 0:
-            os.unlink(tmp)
-            raise MLCommError(
-                "building ml_comm's TensorFlow ops failed:\n"
-                f"{' '.join(cmd)}\n{run.stderr.strip()}\n"
-                f"Fix the cause above, then retry with: {RETRY}"
-            )
-        os.replace(tmp, target)
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix="build-") as folder:
+            objects = _compile_all(Path(folder), say, verbose)
+            output = Path(folder) / target.name
+            cmd = link_command(objects, output)
+            run = _run(cmd, verbose)
+            if run.returncode != 0:
+                raise _failed(cmd, run)
+            os.replace(output, target)
+        if say is not None:
+            say(f"ml_comm: TensorFlow ops compiled in {time.monotonic() - start:.0f} s: {target}")
     return target

@@ -26,11 +26,12 @@ _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _live: list[tuple[int, object]] = []
 
 
-def load_ops():
-    """Load (building if needed) the op library; idempotent."""
+def load_ops(say: build.Say | None = None):
+    """Load (building if needed, with notice and progress to `say`) the op library;
+    idempotent."""
     global _ops, _lib
     if _ops is None:
-        path = build.build()
+        path = build.build(say=say)
         unordered.install()  # submits run as their gradients appear (see unordered.py)
         _ops = tf.load_op_library(str(path))
         _lib = ctypes.CDLL(str(path))
@@ -83,9 +84,12 @@ def _chain(team_handle: int):
 
     Groups of one team must open in the same order on all ranks; TensorFlow may
     run independent ops in any order, so each new group waits for the first
-    member of the previous one in the same graph.
+    member of the previous one in the same graph (in a tf.compat.v1 graph, for all
+    of it: a list of ops).
     """
     graph = tf.compat.v1.get_default_graph()
     anchors = _last_anchor.setdefault(graph, {})
     previous = anchors.get(team_handle)
-    return [previous] if previous is not None else []
+    if previous is None:
+        return []
+    return list(previous) if isinstance(previous, list) else [previous]

@@ -74,8 +74,8 @@ static void *rank_main(void *p) {
 
 static void run_job(int n, rank_fn fn, void *arg) {
     job j = {n, mlc_loopback_create(n), fn, arg, {{0}}};
-    pthread_t th[MAX_RANKS];
-    rank_arg args[MAX_RANKS];
+    pthread_t *th = calloc(n, sizeof *th);
+    rank_arg *args = calloc(n, sizeof *args);
     pthread_barrier_init(&j.barrier, NULL, (unsigned)n);
     for (int r = 0; r < n; r++) {
         args[r] = (rank_arg){&j, r};
@@ -84,6 +84,8 @@ static void run_job(int n, rank_fn fn, void *arg) {
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
     pthread_barrier_destroy(&j.barrier);
     mlc_loopback_destroy(j.lb);
+    free(th);
+    free(args);
 }
 
 /* ---- allreduce: every algorithm of the table, every count and dtype ---- */
@@ -536,7 +538,7 @@ static void nonfinite_rank(job *j, int rank, mlc_tp *tp) {
     }
     if (rc != MLC_ERR_NONFINITE || a.nonfinite_ranks != bad || a.nonfinite_rank != 1 || a.nonfinite_tensor != 1)
         fail(message, j->n, rank, 0, a.nonfinite_ranks, bad);
-    for (int r = 1; r < j->n; r += 2) {
+    for (int r = 1; r < j->n && r < 16; r += 2) { /* as many as a message holds */
         char want[64];
         snprintf(want, sizeof want, "rank %d tensor %d (and 1 more of its tensors)", r, r % 3);
         if (!strstr(message, want)) fail(message, j->n, rank, r, 0, 0);
@@ -639,11 +641,11 @@ static void sizes_vary_judge(void) {
         in.row_elements = 3;
         mlc_sign(&in, 0, (mlc_signature *)(slots + r * bytes));
     }
-    if (mlc_judge(slots, bytes, 3, 0, &a) != MLC_OK) fail(a.message, 3, -1, 0, 1, 0);
+    if (mlc_judge(slots, bytes, 3, 0, 0, &a) != MLC_OK) fail(a.message, 3, -1, 0, 1, 0);
     int64_t starts[2] = {0, 3};
     mlc_sign_input in = plain_input(&t[0], starts); /* rank 2 did not say its sizes vary */
     mlc_sign(&in, 0, (mlc_signature *)(slots + 2 * bytes));
-    if (mlc_judge(slots, bytes, 3, 0, &a) != MLC_ERR_MISMATCH ||
+    if (mlc_judge(slots, bytes, 3, 0, 0, &a) != MLC_ERR_MISMATCH ||
         !strstr(a.message, "ranks 0-1 submitted 1 tensor, rows of 3 float32") ||
         !strstr(a.message, "rank 2 submitted 1 tensor, 3 float32 elements (average)"))
         fail(a.message, 3, -1, 1, 0, 0);
@@ -729,6 +731,98 @@ static void direct_bits_rank(job *j, int rank, mlc_tp *tp) {
     if (fabs(results[rank][5] - want / j->n) > 1e-5) fail("direct average", j->n, rank, 5, results[rank][5], want / j->n);
 }
 
+static void nothing_left(job *j, int rank, const char *what);
+
+/* ---- calls that differ: the ranks behind fail, the furthest check again ---- */
+
+typedef struct call_case {
+    int marked;      /* steps marked (step, call) or not (the team's call count) */
+    int lag0, lagn;  /* how many calls rank 0 and rank n-1 are behind the others */
+} call_case;
+
+static int lag_of(const call_case *c, int rank, int n) {
+    return rank == 0 ? c->lag0 : rank == n - 1 ? c->lagn : 0;
+}
+
+/* Call k (0..lag) of a rank lag calls behind: where it stands. The last is where the
+ * others are. */
+static mlc_call_id call_at(const call_case *c, int lag, int k) {
+    const int64_t behind = lag - k; /* 0 for the last */
+    if (c->marked) return (mlc_call_id){7 - behind, behind ? 1 : 0, 0, ""};
+    return (mlc_call_id){0, 40 - behind, 0, ""};
+}
+
+/* Each rank makes its lag calls that the others skipped, then the call they are all at.
+ * The calls behind fail, naming the ranks furthest on and how far; the furthest check
+ * again, and the last call of every rank is one exchange, its direct sum exact. */
+static void calls_rank(job *j, int rank, mlc_tp *tp) {
+    const call_case *c = j->arg;
+    const int n = j->n, lag = lag_of(c, rank, n);
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", n, rank, -1, 0, 0);
+    float data[3][4];
+    mlc_tensor t[3];
+    int64_t starts[3][2];
+    mlc_agreement a[3];
+    for (int k = 0; k <= lag; k++) {
+        for (int i = 0; i < 4; i++) data[k][i] = (float)value(rank, i + k);
+        t[k] = (mlc_tensor){data[k], NULL, 4};
+        starts[k][0] = 0;
+        starts[k][1] = 4;
+        mlc_sign_input in = plain_input(&t[k], starts[k]);
+        in.op = MLC_OP_SUM;
+        in.direct = 1;
+        in.algorithm = MLC_ALG_DIRECT;
+        in.call = call_at(c, lag, k);
+        memset(&a[k], 0, sizeof a[k]);
+        mlc_agree_register(&ag, &a[k], k + 1, &in);
+    }
+    char message[MLC_MSG_LEN], want[160];
+    for (int k = 0; k <= lag; k++) {
+        const int rc = mlc_agree_verdict(&ag, &a[k], message);
+        if (k == lag) {
+            if (rc != MLC_OK) fail(message, n, rank, k, rc, MLC_OK);
+            for (int i = 0; i < 4 && n > 1; i++) {
+                double sum = 0;
+                for (int r = 0; r < n; r++) sum += value(r, i + lag_of(c, r, n));
+                if (data[k][i] != (float)sum) fail("calls: the realigned sum", n, rank, i, data[k][i], sum);
+            }
+            continue;
+        }
+        const mlc_call_id mine = call_at(c, lag, k), best = call_at(c, 0, 0);
+        if (c->marked)
+            snprintf(want, sizeof want, "at step %lld, call 0 on this team, this rank at step %lld, call %lld (%lld step%s behind)",
+                     (long long)best.step, (long long)mine.step, (long long)mine.index,
+                     (long long)(best.step - mine.step), best.step - mine.step == 1 ? "" : "s");
+        else
+            snprintf(want, sizeof want, "at call %lld on this team, this rank at call %lld (%lld call%s behind)",
+                     (long long)best.index, (long long)mine.index, (long long)(best.index - mine.index),
+                     best.index - mine.index == 1 ? "" : "s");
+        if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, n, rank, k, rc, MLC_ERR_MISMATCH);
+    }
+    nothing_left(j, rank, "calls: left posted, queued");
+    mlc_agree_destroy(&ag);
+    atomic_fetch_add(&checks, 1);
+}
+
+/* Rank n-1 marks no steps, or calls from another thread: every rank fails, naming both. */
+static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
+    const int origin = *(int *)j->arg, last = rank == j->n - 1;
+    float data[4] = {0};
+    mlc_tensor t = {data, NULL, 4};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    if (origin) in.call = (mlc_call_id){3, 0, last ? 2 : 1, ""}, strcpy(in.call.origin_name, last ? "B" : "A");
+    else in.call = (mlc_call_id){last ? 0 : 3, 0, 0, ""};
+    mlc_agreement a;
+    char message[MLC_MSG_LEN], want[96];
+    int rc = check_request(tp, &in, &a, message, j);
+    if (origin) snprintf(want, sizeof want, "rank %d called from thread 'B'", j->n - 1);
+    else snprintf(want, sizeof want, "rank %d mark no steps", j->n - 1);
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, origin, rc, MLC_ERR_MISMATCH);
+}
+
 /* ---- the stall watchdog names the late rank ---- */
 
 typedef struct stall_case {
@@ -740,12 +834,28 @@ typedef struct late_inputs {
     mlc_agree *ag;
     mlc_agreement *a;
     const mlc_sign_input *in;
+    mlc_loopback *lb;
+    int n, rank;
 } late_inputs;
+
+/* The late rank comes once every other rank has announced that it waits (its arrival
+ * notice is queued here), and three warning intervals later: by then each has warned,
+ * however slowly a loaded machine ran them. A fixed sleep raced with them under load. */
+static void arrive_late(mlc_loopback *lb, int n, int rank, double warn) {
+    while (mlc_loopback_queued_tag(lb, rank, MLC_AGREE_NOTICE_TAG) < n - 1) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    const double until = mlc_now() + 3 * warn;
+    while (mlc_now() < until) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
 
 static void *give_inputs_late(void *p) {
     late_inputs *l = p;
-    struct timespec ts = {1, 500 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    arrive_late(l->lb, l->n, l->rank, l->ag->dog.warn);
     mlc_agree_ready(l->ag, l->a, l->in);
     return NULL;
 }
@@ -764,15 +874,12 @@ static void stall_rank(job *j, int rank, mlc_tp *tp) {
     memset(&a, 0, sizeof a);
     char message[MLC_MSG_LEN];
     pthread_t helper;
-    late_inputs l = {&ag, &a, &in};
+    late_inputs l = {&ag, &a, &in, j->lb, j->n, rank};
     if (rank == c->late && c->not_ready) {
         mlc_agree_register(&ag, &a, 1, NULL);
         pthread_create(&helper, NULL, give_inputs_late, &l);
     } else {
-        if (rank == c->late) {
-            struct timespec ts = {1, 500 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
+        if (rank == c->late) arrive_late(j->lb, j->n, rank, ag.dog.warn);
         mlc_agree_register(&ag, &a, 1, &in);
     }
     int rc = mlc_agree_verdict(&ag, &a, message);
@@ -833,6 +940,15 @@ static void stall_job(int n, int late, int not_ready) {
         }
     }
     free(text);
+}
+
+/* A tag beyond what every MPI accepts fails on the loopback transport, naming the limit. */
+static void tag_limit_rank(job *j, int rank, mlc_tp *tp) {
+    char byte = 0;
+    mlc_tp_req req;
+    if (mlc_tp_isend(tp, &byte, 1, rank, MLC_TP_TAG_UB + 1, &req) != MLC_ERR_MPI || !strstr(tp->message, "outside 0..32767"))
+        fail(tp->message, j->n, rank, 0, 0, 1);
+    if (mlc_tp_irecv(tp, &byte, 1, rank, -1, &req) != MLC_ERR_MPI) fail("negative tag", j->n, rank, 0, 0, 1);
 }
 
 /* ---- collectives of rows: allgatherv, reduce-scatterv, alltoallv ---- */
@@ -1091,7 +1207,79 @@ static void rows_cases(int n) {
             }
 }
 
+/* The cases of the call rule at n ranks. */
+static void call_cases(int n) {
+    for (int marked = 0; marked < 2; marked++) {
+        call_case one = {marked, 1, 0}, two = {marked, 2, 1};
+        run_job(n, calls_rank, &one);
+        if (n > 2) run_job(n, calls_rank, &two);
+    }
+    int steps = 0, origin = 1;
+    run_job(n, call_kinds_rank, &steps);
+    run_job(n, call_kinds_rank, &origin);
+}
+
+/* Every rank agrees, three requests in a row (a direct one among them): the verdicts, the
+ * direct sum, and at most 2 ceil(log2 n) messages per rank and request. */
+static void happy_rank(job *j, int rank, mlc_tp *tp) {
+    mlc_agree ag;
+    mlc_agree_init(&ag);
+    if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
+    float data[3][5];
+    mlc_tensor t[3];
+    int64_t starts[3][2];
+    mlc_agreement a[3];
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 5; i++) data[k][i] = (float)value(rank, i);
+        t[k] = (mlc_tensor){data[k], NULL, 5};
+        starts[k][0] = 0;
+        starts[k][1] = 5;
+        mlc_sign_input in = plain_input(&t[k], starts[k]);
+        in.op = MLC_OP_SUM;
+        in.direct = k == 1;
+        memset(&a[k], 0, sizeof a[k]);
+        mlc_agree_register(&ag, &a[k], k + 1, &in);
+    }
+    char message[MLC_MSG_LEN];
+    for (int k = 0; k < 3; k++) {
+        if (mlc_agree_verdict(&ag, &a[k], message) != MLC_OK) fail(message, j->n, rank, k, 0, 0);
+        if (a[k].messages > message_bound(j->n)) fail("happy messages", j->n, rank, k, a[k].messages, message_bound(j->n));
+    }
+    for (int i = 0; i < 5; i++)
+        if (data[1][i] != (float)expected(MLC_FLOAT32, MLC_OP_SUM, j->n, i))
+            fail("happy direct sum", j->n, rank, i, data[1][i], expected(MLC_FLOAT32, MLC_OP_SUM, j->n, i));
+    nothing_left(j, rank, "happy: left posted, queued");
+    mlc_agree_destroy(&ag);
+}
+
+/* Past 33 ranks, where a batch of 64 requests once ran out: every failure path of the
+ * agreement (a mismatch named, bad arguments, NaN/Inf, the call rule, rings sent ahead
+ * completed after a mismatch, the tag limit) and its happy path, at each n given. */
+static int scale_main(int argc, char **argv) {
+    for (int k = 2; k < argc; k++) {
+        const int n = atoi(argv[k]);
+        if (n < 2) continue;
+        run_job(n, happy_rank, NULL);
+        run_job(n, agree_rank, NULL);
+        int odd = 0;
+        run_job(n, bad_args_rank, &odd);
+        run_job(n, nonfinite_rank, NULL);
+        call_cases(n);
+        for (int p = 0; p < 3; p++) {
+            ahead_case c = {p, -1, 0, 0, 0};
+            run_job(n, ahead_mismatch_rank, &c);
+        }
+        run_job(n, tag_limit_rank, NULL);
+        printf("loopback_test scale: %d ranks done\n", n);
+        fflush(stdout);
+    }
+    int f = atomic_load(&failures);
+    printf("loopback_test scale: %d failures: %s\n", f, f ? "FAILED" : "ok");
+    return f ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "scale")) return scale_main(argc, argv);
     int max_ranks = argc > 1 ? atoi(argv[1]) : MAX_RANKS;
     if (max_ranks < 1 || max_ranks > MAX_RANKS) max_ranks = MAX_RANKS;
     for (int n = 1; n <= max_ranks; n++) {
@@ -1123,7 +1311,10 @@ int main(int argc, char **argv) {
         if (n > 1) {
             stall_job(n, n - 1, 0);
             stall_job(n, n / 2, 1);
+            call_cases(n);
+            run_job(n, happy_rank, NULL);
         }
+        run_job(n, tag_limit_rank, NULL);
     }
     sizes_vary_judge();
     run_job(3, failing_send_rank, NULL);

@@ -67,3 +67,30 @@ def test_a_mislaunch_is_reported_and_fails():
     assert "test reduction not run" in out, out
     # The bundled wheel under Slurm gets its note.
     assert "note           this is the MPICH wheel bundled" in out, out
+
+
+def test_the_settings_in_effect_are_listed_and_a_misspelt_one_fails():
+    job = check_job(2, ML_COMM_STALL_ABORT_SECONDS="60", ML_COMM_COMPRESION="bf16")
+    assert job.returncode == 1, job.detail()
+    out = job.stdout
+    assert re.search(r"^setting +ML_COMM_STALL_ABORT_SECONDS=60$", out, re.M), out
+    assert re.search(r"^setting +ML_COMM_CHECK_SKIP_TF=1$", out, re.M), out
+    assert re.search(
+        r"^setting +ML_COMM_COMPRESION=bf16  NOT A SETTING \(did you mean ML_COMM_COMPRESSION\?\)$",
+        out,
+        re.M,
+    ), out
+    assert re.search(r"^settings +2 of \d+ set; the others at their defaults", out, re.M), out
+    assert "PROBLEM: ML_COMM_COMPRESION is not a setting of ml_comm" in out, out
+    assert re.search(r"over 2 ranks: exact", out), out  # the misspelt name does nothing
+    assert "warning: ignoring" not in job.stderr, job.detail()  # the report says it
+
+
+def test_a_value_init_would_refuse_is_a_problem():
+    job = check_job(2, ML_COMM_COMPRESSION="bf17")
+    assert job.returncode == 1, job.detail()
+    out = job.stdout
+    assert re.search(r"^setting +ML_COMM_COMPRESSION=bf17$", out, re.M), out
+    for rank in (0, 1):
+        assert f"PROBLEM: rank {rank}: environment variable ML_COMM_COMPRESSION must be" in out
+    assert "test reduction not run" in out, out

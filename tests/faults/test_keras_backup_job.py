@@ -6,7 +6,8 @@ bit on every rank (op determinism on, no shuffling). The same with Adam and
 gradient_accumulation_steps=2, resumed from a backup taken after an odd number of
 micro-steps (mid-cycle).
 
-Plain pytest around `mpiexec -n 2 python scripts/keras_backup.py ...` (ml_comm/keras/callbacks.py).
+Plain pytest around `mpiexec -n 2 python scripts/keras_backup.py ...` (ml_comm/keras/callbacks.py),
+on the Keras backend KERAS_BACKEND names (tools/dev.py runs it on JAX and torch too).
 """
 
 from __future__ import annotations

@@ -55,6 +55,11 @@ DTYPES = [
     np.dtype(np.int64),
 ]
 DTYPE_IDS = [d.name for d in DTYPES]
+# The 8- and 16-bit integers (Horovod's types): sums and products wrap around, as NumPy's.
+SMALL_INTS = [np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16)]
+# Every dtype the reductions take, and every dtype the collectives move (bool is only moved).
+REDUCED_DTYPES = DTYPES + SMALL_INTS
+MOVED_DTYPES = REDUCED_DTYPES + [np.dtype(np.bool_)]
 
 # Element counts as functions of the rank count n (known only at run time).
 # 20011 float32 elements are ~313 segments of 256 bytes and exceed MSGLEN.
@@ -87,6 +92,8 @@ _OFFSET = {
     np.dtype(ml_dtypes.bfloat16): 0,
     np.dtype(np.int32): 2**28,
     np.dtype(np.int64): 2**55,
+    **{d: 0 for d in SMALL_INTS},
+    np.dtype(np.bool_): 0,
 }
 
 
@@ -146,8 +153,10 @@ def make_input(rank: int, shape, dtype, seed: int = 0) -> np.ndarray:
     off = _OFFSET[dtype]
     if off:
         v = v + (np.arange(count, dtype=np.int64) % 3 - 1) * off
-    if dtype.kind == "i" or dtype == np.float64:
-        out = v.astype(dtype)
+    if dtype == np.bool_:
+        out = v % 2 == 1
+    elif dtype.kind in "iu" or dtype == np.float64:
+        out = v.astype(dtype)  # unsigned: negative values wrap around
     else:
         out = v.astype(np.float32).astype(dtype)
     return out.reshape(shape)
@@ -157,9 +166,11 @@ def average_of(stack: np.ndarray, dtype, nranks: int) -> np.ndarray:
     """The exact result the library promises for the rank-wise average of `stack`
     (axis 0 = rank)."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "i":
-        s = stack.astype(np.int64).sum(axis=0)
-        out = np.sign(s) * (np.abs(s) // nranks)  # C division: truncate toward zero
+    if dtype.kind in "iu":
+        # The sum wraps around in the dtype (as the core's does), then C division:
+        # truncate toward zero.
+        s = stack.astype(np.int64).sum(axis=0).astype(dtype).astype(np.int64)
+        out = np.sign(s) * (np.abs(s) // nranks)
     elif dtype in (np.float32, np.float64):
         out = np.sum(stack, axis=0, dtype=dtype) / dtype.type(nranks)
     else:  # float16 / bfloat16: accumulate and divide in float32, round once

@@ -32,15 +32,14 @@ pytestmark = pytest.mark.mpi
 
 UNSUPPORTED = [
     np.dtype(np.complex64),
-    np.dtype(np.uint8),
-    np.dtype(np.bool_),
+    np.dtype(np.uint32),
     np.dtype(object),
-    np.dtype(np.int16),
     np.dtype(np.uint64),
-    np.dtype(np.float128) if hasattr(np, "float128") else np.dtype(np.int8),
+    np.dtype(np.float128) if hasattr(np, "float128") else np.dtype(np.complex128),
     np.dtype("datetime64[s]"),
 ]
-SUPPORTED_LIST = "float32, float64, float16, bfloat16, int32, int64"
+REDUCED_LIST = "float32, float64, float16, bfloat16, int32, int64, uint8, int8, uint16, int16"
+SUPPORTED_LIST = REDUCED_LIST + ", bool"
 ALGS = r"0 \(auto\), 1 \(ring\), 2 \(recursive_doubling\), 3 \(rabenseifner\)"
 CONTIGUOUS_HINT = (
     r"is not contiguous; ml_comm reduces it in place as one block "
@@ -225,10 +224,22 @@ def _cases() -> list[Case]:
     cases += [
         Case("gradients([0-d complex128])", lambda s: mc.gradients([np.zeros((), np.complex128)]),
              TypeError, r"^ml_comm cannot reduce dtype complex128"),
-        Case("gradients([empty uint8])", lambda s: mc.gradients([np.zeros((0,), np.uint8)]),
-             TypeError, r"^ml_comm cannot reduce dtype uint8"),
-        Case("average(empty int8)", lambda s: mc.average(np.zeros((0,), np.int8)), TypeError,
-             r"^ml_comm cannot reduce dtype int8"),
+        Case("gradients([empty uint32])", lambda s: mc.gradients([np.zeros((0,), np.uint32)]),
+             TypeError, r"^ml_comm cannot reduce dtype uint32"),
+        Case("average(empty uint64)", lambda s: mc.average(np.zeros((0,), np.uint64)), TypeError,
+             r"^ml_comm cannot reduce dtype uint64"),
+    ]
+    # --- bool is moved, never reduced: every reduction names it and what moves it
+    bool_msg = (r"^ml_comm cannot reduce dtype bool \(broadcast, allgather and alltoall move "
+                rf"it\); reductions take {REDUCED_LIST}$")
+    flags = np.dtype(np.bool_)
+    cases += [
+        Case("gradients([bool])", lambda s: mc.gradients([bad_array(flags)]), TypeError, bool_msg),
+        Case("gradients([ok, bool])", lambda s: mc.gradients([x(s), bad_array(flags)]),
+             TypeError, bool_msg),
+        Case("average(bool)", lambda s: mc.average(bad_array(flags)), TypeError, bool_msg),
+        Case("allreduce_sum(bool)", lambda s: mc.allreduce_sum(bad_array(flags)), TypeError,
+             bool_msg),
     ]
     # fmt: on
     return cases
@@ -290,7 +301,7 @@ def test_failed_calls_modify_nothing(session):
         lambda: mc.broadcast([*good, x(s, 20)[::2]]),
         lambda: mc.broadcast([*good, ro], root=s.nranks - 1),
         lambda: mc.broadcast(good, root=s.nranks),
-        lambda: mc.gradients([*good, np.zeros(3, np.uint8)]),
+        lambda: mc.gradients([*good, np.zeros(3, np.uint32)]),
         lambda: mc.gradients(good, team=NTEAMS),
     ):
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
+from mpi_helpers import DTYPES, MOVED_DTYPES, Checks, make_input
 
 import ml_comm as mc
 
@@ -34,7 +34,7 @@ def check_broadcast(c: Checks, session, specs, root, tag=""):
     c.same_on_all_ranks(values, f"{tag} root={root}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", MOVED_DTYPES, ids=str)
 def test_every_root(session, dtype):
     c = Checks()
     specs = [(s, dtype, i) for i, s in enumerate(shapes_for(session.nranks))]

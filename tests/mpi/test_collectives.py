@@ -10,7 +10,15 @@ import time
 import numpy as np
 import pytest
 from ml_comm._core import ffi, lib
-from mpi_helpers import DTYPE_IDS, DTYPES, Checks, make_input
+from mpi_helpers import (
+    DTYPE_IDS,
+    DTYPES,
+    MOVED_DTYPES,
+    REDUCED_DTYPES,
+    Checks,
+    average_of,
+    make_input,
+)
 
 import ml_comm as mc
 from ml_comm.api import _active
@@ -30,7 +38,7 @@ def rows_input(rank: int, rows: int, dtype, seed: int = 0) -> np.ndarray:
     return make_input(rank, (rows, *ROW_SHAPE), dtype, seed)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", MOVED_DTYPES, ids=str)
 def test_allgather_uneven_first_dimension(session, dtype):
     c = Checks()
     n = session.nranks
@@ -58,16 +66,16 @@ def reduced(op: str, stack: np.ndarray, dtype) -> np.ndarray:
         return stack.min(axis=0)
     if op == "max":
         return stack.max(axis=0)
+    # Integer sums and products wrap around in the dtype, as NumPy's (int64 first, then cut).
+    wide = np.int64 if dtype.kind in "iu" else np.float64
     if op == "product":
-        wide = np.int64 if dtype.kind == "i" else np.float64
         return stack.astype(wide).prod(axis=0).astype(dtype)
-    wide = np.int64 if dtype.kind == "i" else np.float64
     total = stack.astype(wide).sum(axis=0)
     if op == "sum":
         return total.astype(dtype)
     n = stack.shape[0]
-    if dtype.kind == "i":
-        return (np.sign(total) * (np.abs(total) // n)).astype(dtype)
+    if dtype.kind in "iu":
+        return average_of(stack, dtype, n)
     if dtype == np.float64:
         return np.sum(stack, axis=0, dtype=dtype) / dtype.type(n)
     if dtype == np.float32:
@@ -88,7 +96,7 @@ def skip_half_average(op: str, dtype) -> None:
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", REDUCED_DTYPES, ids=str)
 def test_allreduce_every_op(session, dtype, op):
     skip_half_average(op, dtype)
     c = Checks()
@@ -105,7 +113,7 @@ def test_allreduce_every_op(session, dtype, op):
 
 
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", REDUCED_DTYPES, ids=str)
 def test_reducescatter_rows_not_divisible(session, dtype, op):
     skip_half_average(op, dtype)
     c = Checks()
@@ -122,7 +130,7 @@ def test_reducescatter_rows_not_divisible(session, dtype, op):
     c.finish()
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("dtype", MOVED_DTYPES, ids=str)
 def test_alltoall_uneven_splits(session, dtype):
     c = Checks()
     n, r = session.nranks, session.rank
@@ -481,8 +489,14 @@ def bad_splits(rank: int, last: int, n: int) -> dict[str, tuple]:
         "too few": (n, good[:-1], f"{n - 1} splits for {n} ranks"),
         "negative": (n, [-1] + [1] * (n - 2) + [2], "splits[0] is -1, negative"),
         "sum": (n + 2, good, f"splits add up to {n} rows, the input has {n + 2}"),
-        "floats": (n, [1.0] * n, "splits are not a 1-D list of integers"),
+        "floats": (n, [1.0] * n, "splits are not a 1-D list of 64-bit integers"),
         "uneven": (n + 1, None, f"no splits, and its {n + 1} rows do not divide by the {n} ranks"),
+        # From 3 ranks their int64 sum wraps around to the 6 rows of the input.
+        "overflow": (
+            6,
+            [2**63 - 1, 2**63 - 1, 8] + [0] * (n - 3) if n >= 3 else [2**63 - 1, 1],
+            "splits add up to more than 2^63-1 rows (at splits[1] = ",
+        ),
     }
     return {
         k: (v if rank == last else (n, good if v[1] is not None else None, v[2]))
@@ -490,7 +504,9 @@ def bad_splits(rank: int, last: int, n: int) -> dict[str, tuple]:
     }
 
 
-@pytest.mark.parametrize("case", ["too many", "too few", "negative", "sum", "floats", "uneven"])
+@pytest.mark.parametrize(
+    "case", ["too many", "too few", "negative", "sum", "floats", "uneven", "overflow"]
+)
 def test_alltoall_bad_splits_fail_on_every_rank(pair, case):
     """Splits that are wrong on one rank fail the call on every rank at once (not after
     the stall warning), naming that rank and what was wrong; the team keeps working."""
@@ -553,4 +569,24 @@ def test_bad_arguments_raise_before_sending(session):
     c.raises(ValueError, mc.alltoall, np.ones(4), splits=[5] * session.nranks, words=("add up",))
     c.raises(TypeError, mc.allgather, np.ones(2, np.complex64), words=("dtype",))
     still_works(c, session)
+    c.finish()
+
+
+def test_bool_is_moved_never_reduced(session):
+    """bool travels (allgather, alltoall, broadcast) but a reduction of it fails on every
+    rank before anything is sent, naming the dtype; the team keeps working."""
+    c = Checks()
+    flags = make_input(session.rank, (4,), np.bool_)
+    for name, call in [
+        ("allreduce", lambda: mc.allreduce(flags, op="max")),
+        ("reducescatter", lambda: mc.reducescatter(flags, op="sum")),
+        ("average", lambda: mc.average(flags.copy())),
+        ("gradients", lambda: mc.gradients([flags])),
+    ]:
+        with pytest.raises(TypeError, match="cannot reduce dtype bool") as raised:
+            call()
+        c.true("broadcast, allgather and alltoall" in str(raised.value), f"{name}: {raised.value}")
+    c.equal(
+        mc.allreduce(np.ones(3, np.int8), op="sum"), np.full(3, session.nranks, np.int8), "after"
+    )
     c.finish()

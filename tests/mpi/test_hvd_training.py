@@ -193,3 +193,32 @@ def test_keras_fit_with_callbacks(hvd_session):  # noqa: F811
     if rank == 0:  # evaluate on rank 0 alone: per rank, as in Horovod, no collective
         model.evaluate(x, y, verbose=0)
     c.finish()
+
+
+@pytest.mark.parametrize("optimizer,correction", [("adam", None), ("sgd", None), ("sgd", True)])
+def test_momentum_correction_warns_only_when_asked_for_and_meaningful(
+    hvd_session,  # noqa: F811
+    optimizer,
+    correction,
+):
+    """The default says nothing, nor does an optimizer without momentum; momentum_correction
+    =True with SGD's momentum warns once, on rank 0 only."""
+    import warnings
+
+    rank, n = hvd_session
+    c = Checks()
+    opt = keras.optimizers.Adam(0.01) if optimizer == "adam" else keras.optimizers.SGD(0.01, 0.9)
+    model = linear_model()
+    model.compile(optimizer=hvdk.DistributedOptimizer(opt), loss="mse")
+    asked = {} if correction is None else {"momentum_correction": correction}  # None: default
+    x = np.ones((8, 2), np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warmup = hvdk.callbacks.LearningRateWarmupCallback(
+            initial_lr=0.01, warmup_epochs=1, **asked
+        )
+        model.fit(x, x[:, :1], batch_size=4, epochs=2, callbacks=[warmup], verbose=0)
+    said = [str(w.message) for w in caught if "momentum_correction" in str(w.message)]
+    warned = correction is True and optimizer == "sgd" and rank == 0
+    c.true(len(said) == (1 if warned else 0), f"warnings: {said}")
+    c.finish()

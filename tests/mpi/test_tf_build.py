@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import ml_comm as mc
+from ml_comm.core import op_cache
 from ml_comm.core.errors import MLCommError
 from ml_comm.tensorflow import build
 
@@ -76,19 +77,31 @@ def libraries(d) -> list:
 
 def test_build_cache_and_rebuilds(cache, monkeypatch):
     assert not cache.exists()
-    # first use: builds into the empty cache directory
-    path = build.build()
+    monkeypatch.setattr(op_cache, "_announced", False)
+    # first use: builds into the empty cache directory, saying so and how far it got
+    said: list[str] = []
+    path = build.build(say=said.append)
+    assert said[0] == op_cache.notice(), said
+    assert str(cache) in said[0] and "once" in said[0] and build.RETRY in said[0]
+    sources = op_cache.op_sources()
+    for k, source in enumerate(sources):
+        assert any(f"compiled {source.name} (" in line for line in said), said
+        assert any(f"({k + 1} of {len(sources)}, " in line for line in said), said
+    assert said[-1].startswith("ml_comm: TensorFlow ops compiled in ") and str(path) in said[-1]
     assert path.parent == cache
     assert path == build.library_path()
     assert path.exists()
     assert f"tf{tf.__version__}" in path.name
     assert libraries(cache) == [path.name]
     assert not list(cache.glob("*.tmp")), "a temporary file was left behind"
+    assert not list(cache.glob("build-*")), "a build folder was left behind"
     mtime = path.stat().st_mtime_ns
     assert set(OP_NAMES) <= ops_in(path)
 
-    # second use: the same file, not rebuilt
-    again = build.build()
+    # second use: the same file, not rebuilt, nothing said
+    said.clear()
+    again = build.build(say=said.append)
+    assert said == []
     assert again == path
     assert again.stat().st_mtime_ns == mtime
     assert libraries(cache) == [path.name]
@@ -99,7 +112,7 @@ def test_build_cache_and_rebuilds(cache, monkeypatch):
     assert rebuilt == path and rebuilt.exists()
 
     # a TensorFlow patch upgrade changes the key: a new library, built and loadable
-    monkeypatch.setattr(tf, "__version__", "2.21.99")
+    monkeypatch.setattr(op_cache, "tensorflow_version", lambda folder: "2.21.99")
     upgraded = build.library_path()
     assert upgraded != path
     assert "tf2.21.99" in upgraded.name
@@ -123,4 +136,4 @@ def test_compiler_failure_says_what_to_run(cache, monkeypatch):
         build.build()
     assert build.RETRY in str(info.value)
     assert libraries(cache) == []
-    assert not list(cache.glob("*.tmp"))
+    assert not list(cache.glob("*.tmp")) and not list(cache.glob("build-*"))

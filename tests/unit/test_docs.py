@@ -4,6 +4,7 @@ for the API reference, and the README's links lead somewhere."""
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_MODULES = ("ml_comm", "ml_comm.keras", "ml_comm.tensorflow", "ml_comm.data")
+# A source file or a docs/ page named in a docstring (links to pages are fine).
+FILE_NAME = re.compile(r"\b[\w/]+\.py\b|\bdocs/[\w-]+\.md\b")
 
 SETTINGS_MODULE = """
 from dataclasses import dataclass
@@ -61,8 +64,75 @@ def test_site_builds_in_strict_mode(tmp_path):
     assert table.count("<td><code>ML_COMM_") == len(rows)  # one row per setting
     assert [s.name for s in rows if f"<td><code>{s.name}</code></td>" not in table] == []
     reference = (tmp_path / "reference" / "index.html").read_text()
-    for name in ("ml_comm.gradients", "ml_comm.keras.init", "ml_comm.data.equal_steps"):
+    for name in (
+        "ml_comm.gradients",
+        "ml_comm.keras.init",
+        "ml_comm.data.equal_steps",
+        "ml_comm.horovod.tensorflow.DistributedOptimizer",
+        "ml_comm.horovod.tensorflow.DistributedGradientTape",
+        "ml_comm.horovod.tensorflow.broadcast_variables",
+        "ml_comm.horovod.tensorflow.rank",  # a process query, imported from basics
+        "ml_comm.horovod.tensorflow.keras.size",
+        "ml_comm.horovod.tensorflow.keras.DistributedOptimizer",
+        "ml_comm.horovod.tensorflow.keras.callbacks.LearningRateWarmupCallback",
+        "ml_comm.horovod.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback",
+    ):
         assert f'id="{name}"' in reference, name
+    # the public calls first, the TensorFlow binding's internals not at all
+    assert reference.index('id="ml_comm.init"') < reference.index('id="ml_comm.MLCommError"')
+    for internal in ("load_ops", "reset_pipelines", "set_live_teams", "check_version"):
+        assert f'id="ml_comm.tensorflow.{internal}"' not in reference, internal
+    # the home page shows the README's three starts and the Horovod front end
+    home = (tmp_path / "index.html").read_text()
+    for shown in ("import ml_comm.keras as mk", "@tf.function", "msglen=8 * 4 + 4"):
+        assert shown in html.unescape(re.sub(r"<[^>]+>", "", home)), shown
+    assert "python -m ml_comm.horovod" in home
+    offline(tmp_path)
+
+
+def offline(site: Path) -> None:
+    """Nothing loads from the network; code is highlighted at build time; the search index
+    is also a script, for a site opened from its files."""
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?:[^"]+)"', text)
+        assert not remote, f"{page.relative_to(site)} loads {remote}"
+    assert "{" in (site / "css" / "pygments.css").read_text()
+    assert 'class="codehilite"' in (site / "keras" / "index.html").read_text()
+    script = (site / "search" / "search_index.js").read_text()
+    assert script.startswith("window.mlCommSearchIndex = {")
+    assert "js/offline_search.js" in (site / "index.html").read_text()
+
+
+def test_the_navbar_has_few_entries():
+    """Six top-level entries fit a 1280 px navbar on one line (checked in Chromium)."""
+    config = (ROOT / "mkdocs.yml").read_text()
+    nav = config.split("\nnav:\n", 1)[1].split("\n\n", 1)[0]
+    assert len(re.findall(r"^  - ", nav, flags=re.M)) <= 6, nav
+
+
+def test_reference_docstrings_link_pages_rather_than_name_files():
+    griffe = pytest.importorskip("griffe", reason="griffe is not installed (the `docs` extra)")
+    package = griffe.load("ml_comm", search_paths=[str(ROOT)], resolve_aliases=True)
+    named = []
+    shown = re.findall(r"^::: (\S+)", (ROOT / "docs" / "reference.md").read_text(), re.M)
+    # The Horovod modules list the process queries as `*basics.__all__`: basics' own too.
+    for module_name in [*shown, "ml_comm.horovod.basics"]:
+        module = package if module_name == "ml_comm" else package[module_name[8:]]
+        objects = [module] if module_name in shown else []  # basics' own is not shown
+        exported = module.exports is not None
+        for name in module.exports if exported else module.members:
+            if not isinstance(name, str):  # `*basics.__all__`: basics is scanned itself
+                continue
+            member = module.members.get(name)
+            if member is not None and not name.startswith("_"):
+                if exported or not member.is_alias:  # the reference shows these
+                    objects.append(member)
+        for obj in objects:
+            text = obj.docstring.value if obj.docstring else ""
+            for found in FILE_NAME.findall(re.sub(r"\]\([^)]*\)", "]", text)):
+                named.append(f"{obj.path}: {found}")
+    assert not named, named
 
 
 def test_variable_table_has_a_row_per_setting(tmp_path):

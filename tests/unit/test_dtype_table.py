@@ -23,6 +23,7 @@ def test_numpy_table_is_the_cores():
         assert dtype.name == CORE_NAMES[code]
         assert dtype.itemsize == lib.mlc_dtype_size(code)
         assert (dtype.kind == "f" or dtype.name == "bfloat16") == bool(lib.mlc_dtype_is_float(code))
+        assert (dtype.kind != "b") == bool(lib.mlc_dtype_is_reducible(code))
     assert _dtypes.FLOATS == {n for c, n in enumerate(CORE_NAMES) if lib.mlc_dtype_is_float(c)}
     assert _dtypes.SUPPORTED == ", ".join(CORE_NAMES)
 
@@ -32,6 +33,7 @@ def test_out_of_range_codes():
         assert ffi.string(lib.mlc_dtype_name(code)) == b"unknown"
         assert lib.mlc_dtype_size(code) == 0
         assert lib.mlc_dtype_is_float(code) == 0
+        assert lib.mlc_dtype_is_reducible(code) == 0
 
 
 def test_tensorflow_and_keras_tables_are_the_cores():
@@ -42,10 +44,14 @@ def test_tensorflow_and_keras_tables_are_the_cores():
 
     assert ml_comm.tensorflow.SUPPORTED == tuple(tf.as_dtype(n) for n in CORE_NAMES)
     assert [d.as_numpy_dtype for d in ml_comm.tensorflow.SUPPORTED] == list(_dtypes.CODES)
-    assert ml_comm.keras.apply.SUPPORTED_DTYPES == frozenset(ml_comm.tensorflow.SUPPORTED)
+    assert ml_comm.keras.apply.SUPPORTED_DTYPES == frozenset(CORE_NAMES)
 
 
-OPS = ("MlCommGroupSubmit", "MlCommGroupWait", "MlCommAllreduceN", "MlCommBroadcastN")
+REDUCING_OPS = (
+    "MlCommGroupOpen", "MlCommGroupSubmit", "MlCommGroupWait", "MlCommAllreduceN",
+    "MlCommPipelinedAllreduceN", "MlCommAllreduceOp", "MlCommReducescatter",
+)  # fmt: skip
+MOVING_OPS = ("MlCommBroadcastN", "MlCommAllgather", "MlCommAlltoall")
 
 
 def test_tf_ops_accept_exactly_the_cores_dtypes():
@@ -55,10 +61,18 @@ def test_tf_ops_accept_exactly_the_cores_dtypes():
     from ml_comm import tensorflow as binding
 
     binding.load_ops()
-    want = {tf.as_dtype(n).as_datatype_enum for n in CORE_NAMES}
-    for name in (*OPS, "MlCommPipelinedAllreduceN"):
-        (attr,) = [a for a in op_def_registry.get(name).attr if a.name == "T"]
-        assert set(attr.allowed_values.list.type) == want, name
+    every = {tf.as_dtype(n).as_datatype_enum for n in CORE_NAMES}
+    reduced = {
+        tf.as_dtype(n).as_datatype_enum
+        for c, n in enumerate(CORE_NAMES)
+        if lib.mlc_dtype_is_reducible(c)
+    }
+    assert reduced == every - {tf.bool.as_datatype_enum}
+    for names, want in ((MOVING_OPS, every), (REDUCING_OPS, reduced)):
+        for name in names:
+            (attr,) = [a for a in op_def_registry.get(name).attr if a.name == "T"]
+            assert set(attr.allowed_values.list.type) == want, name
+    assert binding.REDUCED == tuple(tf.as_dtype(d) for d in _dtypes.REDUCED_CODES)
 
 
 def test_no_second_list_in_the_sources():

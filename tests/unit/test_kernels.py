@@ -22,7 +22,8 @@ def test_kernels_match_reference_bits(tmp_path, flags):
     exe = tmp_path / "kernels_test"
     cmd = [cc, "-O3", "-std=gnu11", "-Wall", "-Wextra", "-Werror", f"-I{CSRC}",
            f"-I{CSRC / 'include'}", *flags, str(ROOT / "tests/c/kernels_test.c"),
-           str(CSRC / "base/reduce.c"), str(CSRC / "base/dtype.c"), "-o", str(exe)]  # fmt: skip
+           str(CSRC / "base/reduce.c"), str(CSRC / "base/reduce_ops.c"), str(CSRC / "base/dtype.c"),
+           "-o", str(exe)]  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "0 failures: ok" in run.stdout, run.stdout + run.stderr

@@ -1,6 +1,7 @@
 """The C core's layers run one way (docs/developer.md).
 
     team -> agree, plan -> algos -> transport -> base
+    pipeline -> base (the pipelined step: front ends and the scale model link it)
 
 A file may include and call files of its own layer and of the layers below; nothing calls
 upward except through a function pointer handed down (the transport's progress hook, the
@@ -21,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-RANK = {"base": 0, "transport": 1, "algos": 2, "agree": 3, "plan": 3, "team": 4}
+RANK = {"base": 0, "transport": 1, "algos": 2, "agree": 3, "plan": 3, "pipeline": 3, "team": 4}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -9,8 +9,11 @@ root; the agreement exchange (agreement, a mismatch naming the rank, direct allr
 and bit-identical on every rank, ranks whose compression differs, each setting of the plan and
 of config_team's schedule named with its values and ranks, the stop flag, NaN/Inf counts, a
 kind whose sizes vary by rank, at most 2 ceil(log2 n) messages per rank where the ranks agree,
-a late rank and a rank whose inputs come late named by every waiting rank's stall warning) and
-an exchange whose send fails leaving no receive posted. Built with the
+a late rank and a rank whose inputs come late named by every waiting rank's stall warning, the
+call rule: ranks behind the furthest call fail naming how far, the furthest check again and the
+ranks realign) and an exchange whose send fails leaving no receive posted; the transport refuses
+tags that MPI would. At 33-256 ranks (past the 64 requests an MPI call once tested at a time):
+every failure path of the agreement and its happy path. Built with the
 system C compiler from the layers it uses, none of which includes MPI, and also under
 AddressSanitizer (1-8 ranks; 1-16 with ML_COMM_LONG_TESTS=1).
 """
@@ -74,3 +77,16 @@ def test_algorithms_and_agreement_on_loopback(tmp_path, flags, max_ranks):
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"1-{max_ranks} ranks" in run.stdout and "0 failures: ok" in run.stdout
+
+
+def test_agreement_past_33_ranks_on_loopback(tmp_path):
+    """The agreement at 2, 33, 34, 64, 65, 128 and 256 ranks as threads: its happy path
+    (at most 2 ceil(log2 n) messages per rank and request, a direct sum exact), a mismatch
+    named, bad arguments, NaN/Inf, ranks at different calls realigning, rings sent ahead
+    completed after a mismatch (the table's pairwise windows), MPI's tag limit."""
+    exe = build(tmp_path / "loopback_test", "-O2")
+    sizes = ["2", "33", "34", "64", "65", "128", "256"]
+    run = subprocess.run([str(exe), "scale", *sizes], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "loopback_test scale: 256 ranks done" in run.stdout
+    assert "0 failures: ok" in run.stdout

@@ -7,13 +7,14 @@ without MPI, through the core's cffi module.
 from __future__ import annotations
 
 import pytest
-from ml_comm._core import ffi, lib
+from core_internals import ffi, lib
 
 KIB, MIB = 1024, 1024 * 1024
 TEAM = dict(
     algorithm=lib.MLC_ALG_AUTO, nthreads=2, chunk_bytes=256 * KIB, window_segments=16,
     latency_bytes=512 * KIB, inline_bytes=4 * MIB, direct_bytes=4 * KIB,
     rabenseifner_bytes=0,  # never: the tests below see the ring's rule alone
+    submit_bytes=1 * MIB,
 )  # fmt: skip
 RABENSEIFNER_BYTES = 8 * MIB
 
@@ -255,3 +256,19 @@ def test_the_ring_up_to_64_ranks_or_while_its_blocks_fill_a_step(nranks):
     big = dict(chunk_bytes=8 * MIB, is_group=1, blocking=0)
     assert plan(10, nranks=512, **big).algorithm == lib.MLC_ALG_RING
     assert plan(10, nranks=513, **big).algorithm == lib.MLC_ALG_RABENSEIFNER
+
+
+@pytest.mark.parametrize(
+    "ntensors, total, inline, want",
+    [
+        (1, 256 * KIB, 4 * MIB, 1),  # one small tensor: its submit reduces it
+        (1, 1 * MIB // 4, 4 * MIB, 1),  # float32 elements: exactly submit_bytes
+        (1, 1 * MIB // 4 + 1, 4 * MIB, 0),  # one element more: a keyed group
+        (2, 1000, 4 * MIB, 0),  # several tensors overlap with backprop: a group
+        (1, 1000, 1000, 0),  # over the inline threshold
+    ],
+)
+def test_a_group_of_one_small_tensor_is_reduced_by_its_submit(ntensors, total, inline, want):
+    p = plan(total, ntensors=ntensors, is_group=1, blocking=0, in_place=0, inline_bytes=inline)
+    assert p.by_submit == want
+    assert plan(total, ntensors=ntensors).by_submit == 0  # not a group: nothing to decide

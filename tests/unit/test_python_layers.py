@@ -27,10 +27,12 @@ RANK = {
     "mpi": 1,
     "arrays": 2,
     "tensorflow": 3,
+    "jax": 3,
     "api": 4,
     "keras": 5,
     "tfcnn": 5,
     "horovod": 5,
+    "torch": 5,
     "top": 6,
 }
 TOP_MODULES = {"ml_comm", "ml_comm.__main__", "ml_comm.data", "ml_comm.errors"}

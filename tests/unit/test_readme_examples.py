@@ -1,5 +1,7 @@
 """The Python examples of the README and of the user guide's pages run as written, at 2
-ranks, and the README's Quick start block holds exactly the two commands CI relies on.
+ranks (the README's three starts print one result line: ranks, loss before and after,
+weights identical), and the README's Quick start block holds exactly the two commands CI
+relies on.
 
 In these pages every ```python block is a complete script; fragments are fenced without a
 language."""
@@ -32,6 +34,7 @@ def python_blocks() -> dict[str, str]:
 
 
 BLOCKS = python_blocks()
+RESULT = re.compile(r"^ranks: 2, loss (\d+\.\d+) -> (\d+\.\d+), weights identical: True$", re.M)
 
 
 def test_quick_start_has_two_commands_and_ci_runs_the_second():
@@ -53,6 +56,11 @@ def test_python_example_runs_at_two_ranks(name, tmp_path):
         timeout=180,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    if name.startswith("README.md"):  # the three starts: one result line, rank 0's
+        results = RESULT.findall(run.stdout)
+        assert len(results) == 1, run.stdout + run.stderr
+        before, after = (float(v) for v in results[0])
+        assert after < before, run.stdout
 
 
 def test_readme_has_the_three_starts():

@@ -9,7 +9,7 @@ import itertools
 import random
 
 import pytest
-from ml_comm._core import ffi, lib
+from core_internals import ffi, lib
 
 SIZES = range(1, 17)
 

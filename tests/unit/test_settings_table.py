@@ -182,3 +182,56 @@ def test_bad_values_name_the_variable_and_the_value(name, value, message):
 def test_a_name_outside_the_table_is_refused():
     with pytest.raises(KeyError, match="ML_COMM_NOT_A_SETTING is not in ml_comm's table"):
         settings.get("ML_COMM_NOT_A_SETTING")
+
+
+def test_a_misspelt_name_gets_the_closest_setting():
+    env = {
+        "ML_COMM_COMPRESION": "bf16",
+        "ML_COMM_STALL_ABORT_SECOND": "60",
+        "ML_COMM_CACHEDIR": "/tmp",
+        "ML_COMM_FOO": "1",
+        "ML_COMM_CHUNK_BYTES": "65536",  # a setting
+        "ML_COMM_TEST_COMM": "dup",  # the test suite's
+        "ML_COMM_SKIP_TESTBED": "1",
+        "OTHER_COMPRESION": "bf16",
+    }
+    assert settings.unknown(env) == {
+        "ML_COMM_CACHEDIR": "ML_COMM_CACHE_DIR",
+        "ML_COMM_COMPRESION": "ML_COMM_COMPRESSION",
+        "ML_COMM_FOO": None,
+        "ML_COMM_STALL_ABORT_SECOND": "ML_COMM_STALL_ABORT_SECONDS",
+    }
+    assert settings.unknown_text(
+        {"ML_COMM_COMPRESION": "ML_COMM_COMPRESSION", "ML_COMM_FOO": None}
+    ) == (
+        "ML_COMM_COMPRESION (did you mean ML_COMM_COMPRESSION?), ML_COMM_FOO (no setting is close)"
+    )
+
+
+# Names that tests make up or misspell on purpose.
+MADE_UP = {"ML_COMM_NOT_A_SETTING", "ML_COMM_ONE", "ML_COMM_TWO", "ML_COMM_FOO", "ML_COMM_CACHEDIR"}
+MISSPELT = {"ML_COMM_COMPRESION", "ML_COMM_STALL_ABORT_SECOND"}
+
+
+def test_the_test_suites_and_tools_variables_are_not_called_unknown():
+    """Every ML_COMM_* name the tests and tools read is a setting or a developer variable,
+    so that running the suite with them set warns of nothing."""
+    files = [p for d in ("tests", "tools") for p in (ROOT / d).rglob("*.py")]
+    files += [ROOT / ".ci" / "run"]
+    named = {
+        name
+        for path in files
+        if path.is_file()
+        for name in NAME.findall(path.read_text(errors="replace"))
+    }
+    misspelt = set(settings.unknown(dict.fromkeys(named, "1"))) - MADE_UP - MISSPELT
+    assert not misspelt, f"add to settings.DEVELOPER_VARIABLES or the table: {misspelt}"
+
+
+def test_a_bad_compression_is_a_setting_error():
+    from ml_comm.core import compression
+
+    with pytest.raises(settings.SettingError, match="ML_COMM_COMPRESSION must be 'none', 'bf16'"):
+        compression.from_env({"ML_COMM_COMPRESSION": "bf17"})
+    assert issubclass(settings.SettingError, MLCommError)
+    assert issubclass(settings.SettingError, ValueError)

@@ -98,7 +98,7 @@ class RowsKernel : public AsyncOpKernel {
 }  // namespace
 
 REGISTER_OP("MlCommAllreduceOp")
-    .ML_COMM_LIST_OP("reduced")
+    .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
     .Attr("op: int")
     .Doc("Reduce a list of tensors of one dtype over all ranks with op (MLC_OP_*).");
 
@@ -169,7 +169,7 @@ REGISTER_KERNEL_BUILDER(Name("MlCommAllgather").Device(tensorflow::DEVICE_CPU), 
 REGISTER_OP("MlCommReducescatter")
     .Input("tensor: T")
     .Output("reduced: T")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .Attr("team_handle: int")
     .Attr("op: int")
     .SetIsStateful()

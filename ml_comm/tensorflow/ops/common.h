@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -50,7 +51,12 @@ using Dtypes = std::tuple<Dtype<MLC_FLOAT32, tensorflow::DT_FLOAT, float>,
                           Dtype<MLC_FLOAT16, tensorflow::DT_HALF, Eigen::half>,
                           Dtype<MLC_BFLOAT16, tensorflow::DT_BFLOAT16, tensorflow::bfloat16>,
                           Dtype<MLC_INT32, tensorflow::DT_INT32, int32_t>,
-                          Dtype<MLC_INT64, tensorflow::DT_INT64, int64_t>>;
+                          Dtype<MLC_INT64, tensorflow::DT_INT64, int64_t>,
+                          Dtype<MLC_UINT8, tensorflow::DT_UINT8, uint8_t>,
+                          Dtype<MLC_INT8, tensorflow::DT_INT8, int8_t>,
+                          Dtype<MLC_UINT16, tensorflow::DT_UINT16, uint16_t>,
+                          Dtype<MLC_INT16, tensorflow::DT_INT16, int16_t>,
+                          Dtype<MLC_BOOL, tensorflow::DT_BOOL, bool>>;
 static_assert(std::tuple_size_v<Dtypes> == MLC_NUM_DTYPES, "one row per dtype of ml_comm.h");
 
 // Calls f(row) for every row of Dtypes, in the core's order.
@@ -59,14 +65,18 @@ void ForEachDtype(F &&f) {
   std::apply([&](auto... row) { (f(row), ...); }, Dtypes{});
 }
 
-// The ops' type attribute, "T: {float, double, ...}", from Dtypes.
-inline std::string TypeAttr() {
+// The ops' type attribute, "T: {float, double, ...}", from Dtypes: every dtype for the
+// ops that move values, the ones the core reduces (mlc_dtype_is_reducible: not bool)
+// for the ops that reduce.
+inline std::string TypeAttr(bool reduces = false) {
   std::string names;
   ForEachDtype([&](auto row) {
+    if (reduces && !mlc_dtype_is_reducible(row.core)) return;
     names += (names.empty() ? "" : ", ") + tensorflow::DataTypeString(row.tf);
   });
   return "T: {" + names + "}";
 }
+inline std::string ReducedTypeAttr() { return TypeAttr(true); }
 
 // Which part of the caller's gradients() call an op is (one op or group per dtype):
 // the core compares it across ranks, so lists whose dtypes differ fail on every rank
@@ -102,19 +112,20 @@ class HeldTeam {
   mlc_team *team_ = nullptr;
 };
 
-// The list ops' registration: N tensors of one dtype in, N out shaped as them, on the
-// team the id team_handle names. Use: REGISTER_OP(name).ML_COMM_LIST_OP("reduced").Attr(...)
+// The list ops' registration: N tensors of one dtype in (types: TypeAttr() or
+// ReducedTypeAttr()), N out shaped as them, on the team the id team_handle names.
+// Use: REGISTER_OP(name).ML_COMM_LIST_OP("reduced", ReducedTypeAttr()).Attr(...)
 inline tensorflow::Status ListShapes(tensorflow::shape_inference::InferenceContext *c) {
   for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
   return absl::OkStatus();
 }
-#define ML_COMM_LIST_OP(outputs)     \
-  Input("tensors: N * T")            \
-      .Output(outputs ": N * T")     \
-      .Attr("N: int >= 1")           \
-      .Attr(TypeAttr())              \
-      .Attr("team_handle: int")      \
-      .SetIsStateful()               \
+#define ML_COMM_LIST_OP(outputs, types) \
+  Input("tensors: N * T")               \
+      .Output(outputs ": N * T")        \
+      .Attr("N: int >= 1")              \
+      .Attr(types)                      \
+      .Attr("team_handle: int")         \
+      .SetIsStateful()                  \
       .SetShapeFn(ListShapes)
 
 // An asynchronous kernel on the team its team_handle attribute names, held while Start

@@ -175,13 +175,6 @@ extern "C" int64_t mlc_tf_pending_tokens() {
 
 namespace {
 
-// A group of one tensor of at most kRunsHereBytes (and the team's inline_bytes)
-// is reduced by its submit, then and there: the hand-off to the team's threads and
-// back costs more than the transfer at these sizes, and with one tensor there is
-// nothing to overlap. Above 1 MiB the team's threads, several lanes at once,
-// measured faster (benchmarks/RESULTS.md). Counts and settings decide, so every
-// rank takes the same path.
-constexpr int64_t kRunsHereBytes = 1 << 20;
 // The step's id, which the step's opener and its submits share, so that the core pairs
 // them in whatever order they run (never 0: the core's "no step").
 int64_t StepOf(OpKernelContext *ctx) {
@@ -189,19 +182,17 @@ int64_t StepOf(OpKernelContext *ctx) {
   return id != 0 ? id : 1;
 }
 
+// Whether the core's plan has this gradient's submit reduce it then and there (a group of
+// one small tensor: mlc_team_group_by_submit), as every rank's plan says alike.
 bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataType dtype) {
-  if (counts.size() != 1) return false;
-  mlc_team_settings settings;
-  mlc_team_get_settings(team, &settings);
-  const int64_t bytes = counts[0] * static_cast<int64_t>(tensorflow::DataTypeSize(dtype));
-  return bytes <= kRunsHereBytes && bytes <= settings.inline_bytes;
+  return mlc_team_group_by_submit(team, static_cast<int>(counts.size()), counts.data(), CoreDtype(dtype));
 }
 
 }  // namespace
 
 REGISTER_OP("MlCommGroupOpen")
     .Output("opener: int64")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .Attr("team_handle: int")
     .Attr("group_key: int")
     .Attr("counts: list(int)")
@@ -277,7 +268,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Input("tensor: T")
     .Output("buffer: T")
     .Output("token: int64")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .Attr("team_handle: int")
     .Attr("group_key: int")
     .Attr("index: int")
@@ -402,7 +393,7 @@ REGISTER_OP("MlCommGroupWait")
     .Input("buffer: T")
     .Input("token: int64")
     .Output("reduced: T")
-    .Attr(TypeAttr())
+    .Attr(ReducedTypeAttr())
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc("The result of an MlCommGroupSubmit, once the reduction has filled its buffer.");
@@ -475,7 +466,9 @@ void AddInto(Tensor *out, const Tensor &in) {
 
 void Add(Tensor *out, const Tensor &in) {
   ForEachDtype([&](auto row) {  // the ops' type constraint admits no other dtype
-    if (out->dtype() == row.tf) AddInto<typename decltype(row)::type>(out, in);
+    using Element = typename decltype(row)::type;
+    if constexpr (!std::is_same_v<Element, bool>)  // never reduced
+      if (out->dtype() == row.tf) AddInto<Element>(out, in);
   });
 }
 
@@ -510,7 +503,7 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
 }
 
 REGISTER_OP("MlCommAllreduceN")
-    .ML_COMM_LIST_OP("reduced")
+    .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
     .Attr("average: bool = true")
     .ML_COMM_CALL_PART_ATTRS
     .Doc("Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.");
@@ -534,7 +527,7 @@ class AllreduceNOp : public TeamKernel {
 REGISTER_KERNEL_BUILDER(Name("MlCommAllreduceN").Device(tensorflow::DEVICE_CPU), AllreduceNOp);
 
 REGISTER_OP("MlCommBroadcastN")
-    .ML_COMM_LIST_OP("broadcast")
+    .ML_COMM_LIST_OP("broadcast", TypeAttr())
     .Attr("root: int")
     .Doc("Every rank receives root's values of the tensors.");
 

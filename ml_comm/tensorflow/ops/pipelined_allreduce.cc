@@ -1,18 +1,13 @@
 // MlCommPipelinedAllreduceN: gradients() on a pipelined team (config_team with
 // ksteps < max_steps). Each call finds its pipeline, keyed by team, dtype and the
-// tensors' element counts (so a retraced graph continues the same one), and asks
-// the core's mlc_step_phase what to return:
-//   SYNC            reduce the inputs into the outputs, as MlCommAllreduceN does
-//   PIPELINE_START  outputs are zeros; copy the inputs into new staging tensors
-//                   and start their in-place average
-//   PIPELINED       outputs are the previous call's staging tensors, averaged;
-//                   then as PIPELINE_START
-//   DRAIN           reduce the inputs into the outputs, then add the previous
-//                   call's average
-// No thread blocks: when the previous call's reduction is still running, the
-// rest of the call runs from that reduction's completion callback. The staging
-// tensors of a call are handed out as the next call's outputs, so nothing is
-// copied back.
+// tensors' element counts (so a retraced graph continues the same one); the core's
+// pipelined step (mlc_pipeline_next, csrc/pipeline/pipeline.c) says what the call does,
+// and this op moves the tensors: it finishes the previous call's reduction (its staging
+// tensors), reduces the inputs now, or starts their reduction on new staging tensors, and
+// returns what the turn says (this call's average, zeros, the previous average, or both).
+// No thread blocks: when the previous call's reduction is still running, the rest of the
+// call runs from that reduction's completion callback. The staging tensors of a call are
+// handed out as the next call's outputs, so nothing is copied back.
 
 #include <condition_variable>
 #include <functional>
@@ -27,7 +22,8 @@ namespace {
 
 struct Pipeline {
   std::mutex mutex;
-  int64_t calls = 0;
+  mlc_pipeline state{};           // the core's: what each call does (its handle: this)
+  bool configured = false;
   std::vector<Tensor> staging;    // averaged in place by the request in flight
   bool running = false;           // that request has not finished yet
   int status = MLC_OK;            // how it finished
@@ -63,7 +59,7 @@ void StagingDone(void *user, int status) {
 }  // namespace
 
 REGISTER_OP("MlCommPipelinedAllreduceN")
-    .ML_COMM_LIST_OP("reduced")
+    .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
     .Attr("ksteps: int")
     .Attr("max_steps: int")
     .Attr("average: bool = true")
@@ -92,8 +88,12 @@ class PipelinedAllreduceNOp : public TeamKernel {
     for (int i = 0; i < inputs.size(); ++i) counts.push_back(inputs[i].NumElements());
     auto p = FindPipeline(PipelineKey(team_handle_, CoreDtype(inputs[0].dtype()), counts));
     std::unique_lock<std::mutex> lock(p->mutex);
-    int phase = mlc_step_phase(p->calls++, ksteps_, max_steps_);
-    if (phase == MLC_STEP_SYNC) {
+    if (!p->configured) {
+      mlc_pipeline_init(&p->state, ksteps_, max_steps_);
+      p->configured = true;
+    }
+    const mlc_pipeline_turn turn = mlc_pipeline_next(&p->state);
+    if (!turn.finish && turn.reduce_now) {  // nothing in flight to return: this call's average
       lock.unlock();
       AllreduceList(ctx, team, Op(), part_, {}, std::move(done));
       return;
@@ -103,10 +103,10 @@ class PipelinedAllreduceNOp : public TeamKernel {
                           "ml_comm: two calls of one pipelined gradients() ran at once; give "
                           "each model its own team"),
                       done);
-    auto rest = [this, ctx, team, p, phase, done = std::move(done)]() mutable {
-      Continue(ctx, team, p, phase, std::move(done));
+    auto rest = [this, ctx, team, p, turn, done = std::move(done)]() mutable {
+      Continue(ctx, team, p, turn, std::move(done));
     };
-    if (p->running) {  // StagingDone runs the rest of this call
+    if (turn.finish && p->running) {  // StagingDone runs the rest of this call
       p->resume = std::move(rest);
       return;
     }
@@ -116,16 +116,16 @@ class PipelinedAllreduceNOp : public TeamKernel {
 
  private:
   // The previous call's reduction has finished (or there was none).
-  void Continue(OpKernelContext *ctx, mlc_team *team, std::shared_ptr<Pipeline> p, int phase,
-                DoneCallback done) {
+  void Continue(OpKernelContext *ctx, mlc_team *team, std::shared_ptr<Pipeline> p,
+                mlc_pipeline_turn turn, DoneCallback done) {
     std::vector<Tensor> previous;
-    int previous_status;
-    {
+    int previous_status = MLC_OK;
+    if (turn.finish) {
       std::lock_guard<std::mutex> lock(p->mutex);  // StagingDone writes them on another thread
       previous = std::move(p->staging);
       p->staging.clear();
-      // The failure is this call's to report, once: reset before returning, so that the
-      // next call enters the pipeline afresh (zeros), as the NumPy pipeline does.
+      // The failure is this call's to report, once; it starts nothing, so the next call
+      // finds no reduction and enters the pipeline afresh (zeros), as the core says.
       previous_status = p->status;
       p->status = MLC_OK;
     }
@@ -133,7 +133,8 @@ class PipelinedAllreduceNOp : public TeamKernel {
                       tensorflow::errors::Internal("ml_comm pipelined allreduce failed: ",
                                                    Failure(team, previous_status)),
                       done);
-    if (phase == MLC_STEP_DRAIN) {
+    if (turn.reduce_now) {  // MLC_RESULT_BOTH adds the previous average; NOW has none
+      if (turn.result != MLC_RESULT_BOTH) previous.clear();
       AllreduceList(ctx, team, Op(), part_, std::move(previous), std::move(done));
       return;
     }
@@ -144,7 +145,7 @@ class PipelinedAllreduceNOp : public TeamKernel {
     std::vector<Tensor> staging(inputs.size());
     std::vector<mlc_tensor> tensors(inputs.size());
     for (int i = 0; i < inputs.size(); ++i) {
-      if (previous.size() == static_cast<size_t>(inputs.size())) {
+      if (turn.result == MLC_RESULT_PREVIOUS) {
         outputs.set(i, previous[i]);
       } else {  // entering the pipeline: nothing to return yet
         Tensor *zeros = nullptr;
@@ -163,6 +164,7 @@ class PipelinedAllreduceNOp : public TeamKernel {
       p->staging = std::move(staging);
       p->running = true;
       p->status = MLC_OK;
+      mlc_pipeline_started(&p->state, p.get());
     }
     auto *owner = new std::shared_ptr<Pipeline>(p);
     int rc = mlc_team_allreduce_async_part(

@@ -28,9 +28,10 @@
 namespace ml_comm_tf {
 namespace {
 
-constexpr size_t kPooledFromBytes = size_t{256} << 10;  // smaller results fault little
-constexpr size_t kHugeFromBytes = size_t{4} << 20;
-constexpr size_t kHugePageBytes = size_t{2} << 20;
+// ml_comm.h's, as NumPy's pool takes them.
+constexpr size_t kPooledFromBytes = MLC_RESULT_POOL_BYTES;
+constexpr size_t kHugeFromBytes = MLC_HUGE_FROM_BYTES;
+constexpr size_t kHugePageBytes = MLC_HUGE_PAGE_BYTES;
 constexpr size_t kPageBytes = 4096;
 
 class ResultAllocator : public tensorflow::Allocator {

@@ -15,7 +15,7 @@ epochs (default 5); ML_COMM_TEST_ACCUMULATE=K: Adam with gradient_accumulation_s
 and 7 batches per epoch (each epoch's backup then ends mid-cycle when K is even);
 ML_COMM_TEST_CATCH_AT_INIT=1: catch the stop signals from init on
 (as docs/faults.md advises where a signal may come during start-up), not only from fit on.
-TOKEN is only there for the test's process search.
+TOKEN is only there for the test's process search. Any Keras backend (KERAS_BACKEND).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ mc.init_mpi()  # before TensorFlow (docs/launch.md)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 import ml_comm.keras as mk  # noqa: E402
 
@@ -75,7 +74,10 @@ def main() -> int:
     backup_dir, out_dir = sys.argv[1], sys.argv[2]
     signal_at = [int(a) for a in sys.argv[3:6]] if len(sys.argv) > 4 else None
     keras.utils.set_random_seed(7)
-    tf.config.experimental.enable_op_determinism()
+    if keras.backend.backend() == "tensorflow":  # JAX and torch on CPU are deterministic
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     mk.init(1, 1)
     if os.environ.get("ML_COMM_TEST_CATCH_AT_INIT") == "1":
         mc.catch_stop_signals()

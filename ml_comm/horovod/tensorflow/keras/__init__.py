@@ -1,4 +1,4 @@
-"""`horovod.tensorflow.keras` on ml_comm, for Keras 3 (docs/horovod.md)."""
+"""`horovod.tensorflow.keras` on ml_comm, for Keras 3 ([Coming from Horovod](horovod.md))."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ... import keras3, ops
+from ... import basics, keras3, ops
 from ...basics import *  # noqa: F403  (the process queries and build flags)
 from ...compression import Compression
 from ...ops import (
@@ -99,5 +99,22 @@ def load_model(
     return model
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "np")]
+# Every public name, listed (the API reference reads this statically).
+__all__ = [
+    *basics.__all__,
+    "Average",
+    "Compression",
+    "DistributedOptimizer",
+    "ProcessSet",
+    "Sum",
+    "add_process_set",
+    "allgather",
+    "allreduce",
+    "broadcast",
+    "broadcast_global_variables",
+    "global_process_set",
+    "load_model",
+    "reducescatter",
+    "remove_process_set",
+]
 del np

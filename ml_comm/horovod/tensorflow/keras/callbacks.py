@@ -7,3 +7,11 @@ from ...callbacks import (  # noqa: F401
     LearningRateWarmupCallback,
     MetricAverageCallback,
 )
+
+__all__ = [
+    "BestModelCheckpoint",
+    "BroadcastGlobalVariablesCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+    "MetricAverageCallback",
+]

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The 2-node test bed at 2 Gbit/s, each node's rank on a core of its own:
+#  1. a DDP step with ResNet-50's gradients, ml_comm's hook against gloo, alternating in
+#     each run (benchmarks/ddp_step.py), three runs: ddp_r{1,2,3}.txt
+#  2. Keras fit of ResNet-50 on 1 and 2 nodes on TensorFlow (.venv), JAX and torch
+#     (.venv-jax, .venv-torch: tools/dev.py keras-backends makes them)
+#     (benchmarks/keras_backends_scaling.py): keras.jsonl, one RESULT line per run.
+# As root; the test bed is taken down at the end.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out=benchmarks/results/testbed_backends
+export OUT=$out
+flock -x /work/testbed.lock bash -c '
+  set -euo pipefail
+  trap "tools/testbed.sh down >/dev/null 2>&1 || true" EXIT
+  tools/testbed.sh up
+  eval "$(tools/testbed.sh env)"
+  tools/testbed.sh shape 2gbit
+  step() { flock -x /work/bench.lock srun --ntasks-per-node=1 --mpi=pmi2 --time=20 "$@"; }
+  for r in 1 2 3; do
+    GLOO_SOCKET_IFNAME=eth0 step -N 2 tools/pin_to_node_core.sh .venv-torch/bin/python -P \
+      benchmarks/ddp_step.py --steps 20 --json $OUT/ddp_r$r.json 2>/dev/null | tee $OUT/ddp_r$r.txt
+  done
+  : > $OUT/keras.jsonl
+  for venv in .venv:tensorflow .venv-jax:jax .venv-torch:torch; do
+    for n in 1 2; do
+      KERAS_BACKEND=${venv#*:} step -N $n tools/pin_to_node_core.sh ${venv%%:*}/bin/python -P \
+        benchmarks/keras_backends_scaling.py 2>/dev/null | grep RESULT | tee -a $OUT/keras.jsonl
+    done
+  done
+  tools/testbed.sh status > $OUT/testbed_status.txt 2>&1 || true
+'

@@ -1,0 +1,62 @@
+/* Caller-level calls: where the thread that drives a team stands in its program, which
+ * every request of its call carries and the ranks compare (agree/signature.c's rule).
+ *
+ * A call's place is counted on entry, before anything can fail: a call that fails on one
+ * rank before it reaches the others (an argument only that rank finds wrong, another
+ * thread inside the team) still takes its place there, so that the others' matching
+ * request is found behind at their next call instead of pairing with another. Marked
+ * steps count their calls apart from the unmarked ones, so ranks realigned in one stay
+ * aligned in the other. One thread at a time is inside a call on a team; its own calls
+ * may nest (they carry the outer call's identity). */
+#include <stdio.h>
+
+#include "team.h"
+
+int mlc_team_begin_call(mlc_team *team, int64_t step, uint64_t origin, const char *origin_name, char *err,
+                        size_t errlen) {
+    if (!team || step < 0) return MLC_ERR_ARG;
+    const pthread_t me = pthread_self();
+    pthread_mutex_lock(&team->lock);
+    int64_t index;
+    if (step == 0) {
+        index = ++team->call.count;
+    } else {
+        if (step != team->call.step) team->call.step = step, team->call.next = 0;
+        index = team->call.next++;
+    }
+    if (team->call.depth > 0 && !pthread_equal(team->call.thread, me)) {
+        if (err && errlen)
+            snprintf(err, errlen, "team %d is in use by thread '%s' on this rank: one thread at a time drives a "
+                     "team (thread '%s' needs a team of its own: init(nteams=...))", team->agree.dog.team_id,
+                     team->call.id.origin_name, origin_name ? origin_name : "");
+        pthread_mutex_unlock(&team->lock);
+        return MLC_ERR_STATE;
+    }
+    if (team->call.depth++ == 0) {
+        team->call.thread = me;
+        team->call.id = (mlc_call_id){step, index, origin, ""};
+        if (origin_name) snprintf(team->call.id.origin_name, sizeof team->call.id.origin_name, "%s", origin_name);
+    }
+    pthread_mutex_unlock(&team->lock);
+    return MLC_OK;
+}
+
+void mlc_team_end_call(mlc_team *team) {
+    if (!team) return;
+    pthread_mutex_lock(&team->lock);
+    if (team->call.depth > 0 && pthread_equal(team->call.thread, pthread_self())) team->call.depth--;
+    pthread_mutex_unlock(&team->lock);
+}
+
+void mlc_team_forget_call(mlc_team *team) {
+    if (!team) return;
+    pthread_mutex_lock(&team->lock);
+    if (team->call.id.step == 0 && team->call.count > 0) team->call.count--;
+    else if (team->call.id.step != 0 && team->call.next > 0) team->call.next--;
+    pthread_mutex_unlock(&team->lock);
+}
+
+mlc_call_id mlc_call_of(const mlc_team *team) {
+    if (team->call.depth > 0 && pthread_equal(team->call.thread, pthread_self())) return team->call.id;
+    return (mlc_call_id){0};
+}

@@ -1,0 +1,109 @@
+"""Where each team's caller stands: the identity that the core signs with every request a
+Python call makes (csrc/team/calls.c, mlc_team_begin_call).
+
+A call of the NumPy-level API on a team carries (step, place, thread):
+- with steps marked (`ml_comm.step(n)`): the step's number and the call's place among the
+  step's calls on that team; a rank that left a step early (an exception) or skipped a
+  call is found at its next call, on every rank, and the ranks realign;
+- without: step 0 and the call's place among the team's calls, counted on entry, so that a
+  call that raised on one rank before it reached the others is found at the next;
+- the calling thread's name: two threads that drive one team, in another order on another
+  rank, fail instead of pairing their calls. One thread at a time drives a team: a second
+  thread that calls while the first is inside a call on it raises at once.
+
+Requests that a framework's ops submit from their own threads carry no identity.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .._core import ffi, lib
+from .errors import MLCommError
+from .status import ERR_LEN, text
+
+
+def _origin(thread: threading.Thread) -> tuple[int, bytes]:
+    """A digest of the thread's name, the same on every rank for threads created alike;
+    0 for threads Python did not start (a framework's), whose names say nothing."""
+    if isinstance(thread, threading._DummyThread):
+        return 0, b""
+    name = thread.name.encode(errors="replace")
+    return zlib.crc32(name) or 1, name
+
+
+class _Thread(threading.local):
+    """Per thread: the step it marked (0: none), the last it marked, and its name as calls
+    carry it (made again only when the thread is renamed)."""
+
+    step = 0
+    last_step = 0
+
+    def __init__(self) -> None:
+        self.thread = threading.current_thread()
+        self.named = None
+        self.origin, self.name = 0, ffi.NULL
+        self.err = ffi.new(f"char[{ERR_LEN}]")
+
+    def identity(self) -> tuple[int, object]:
+        if self.thread.name != self.named:
+            self.named = self.thread.name
+            origin, name = _origin(self.thread)
+            self.origin, self.name = origin, ffi.new("char[]", name)
+        return self.origin, self.name
+
+
+class Calls:
+    def __init__(self) -> None:
+        self._thread = _Thread()
+
+    @contextmanager
+    def step(self, number: int | None) -> Iterator[int]:
+        """Mark the calling thread's calls inside the block as step `number` (None: the
+        thread's previous step + 1)."""
+        mine = self._thread
+        if number is None:
+            number = mine.last_step + 1
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise ValueError(f"step: the step number must be an int >= 1, got {number!r}")
+        if mine.step:
+            raise MLCommError(f"step({number}) inside step({mine.step}): steps do not nest")
+        mine.step = mine.last_step = number
+        try:
+            yield number
+        finally:
+            mine.step = 0
+
+    def calling(self, team: int, handle) -> _Call:
+        """One call on `team` (its handle), as a `with` block: counted, refused while another
+        thread is inside a call on it, and signed with where this thread stands."""
+        return _Call(self._thread, team, handle)
+
+    @staticmethod
+    def forget(handle) -> None:
+        """The calling thread's call raised an earlier call's failure (a pipelined team's
+        reduction in flight) before it submitted anything: it takes no place."""
+        lib.mlc_team_forget_call(handle)
+
+
+class _Call:
+    """Calls.calling's block: a class with two calls into the core, not a generator, for a
+    call of 8 bytes takes a few microseconds in all."""
+
+    __slots__ = ("mine", "team", "handle")
+
+    def __init__(self, mine: _Thread, team: int, handle) -> None:
+        self.mine, self.team, self.handle = mine, team, handle
+
+    def __enter__(self) -> None:
+        mine = self.mine
+        origin, name = mine.identity()
+        if lib.mlc_team_begin_call(self.handle, mine.step, origin, name, mine.err, ERR_LEN):
+            raise MLCommError(text(mine.err))
+
+    def __exit__(self, *exc) -> bool:
+        lib.mlc_team_end_call(self.handle)
+        return False

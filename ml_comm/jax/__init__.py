@@ -1,0 +1,83 @@
+"""JAX binding: `ml_comm.gradients` on JAX arrays, eagerly and inside `jax.jit`.
+
+`ml_comm.init(..., framework="jax")` makes the session's backend (backend.py here). A
+call averages its gradients in one XLA custom call (the FFI handler of ffi/average.cc,
+built on first use against the installed jaxlib, see build.py and handler.py): XLA's
+host buffers go straight to the core, which writes the averages into the call's result
+buffers, so a jitted train step keeps its compiled form and nothing is copied through
+Python. Where the handler cannot be built, the same call goes through an ordered
+`jax.experimental.io_callback` into the NumPy path (copies in and out; the reason is
+printed once).
+
+The gradients are grouped by dtype, one request of the core per dtype (each part in the
+core's fused layout order, core/layout.py), as the NumPy and TensorFlow paths do, so
+ranks may mix front ends on one team.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from ..core import dtypes as _dtypes
+from ..core.layout import fused_order
+from . import handler
+
+__all__ = ["average", "is_traced"]
+
+
+def is_traced(values) -> bool:
+    """Whether any of `values` is a tracer (the call is being traced by jit/grad)."""
+    return any(isinstance(v, jax.core.Tracer) for v in values)
+
+
+def _groups(arrays: dict[int, jax.Array]) -> list[list[int]]:
+    """List indices grouped by dtype (first-seen order), each group in fused layout order."""
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for i, a in arrays.items():
+        dtype = np.dtype(a.dtype)
+        _dtypes.code_of(dtype)  # TypeError naming the dtypes the core reduces
+        by_dtype.setdefault(dtype, []).append(i)
+    return [fused_order([arrays[i].ndim for i in idx], idx) for idx in by_dtype.values()]
+
+
+def average(
+    grads,
+    team_id: int | None,
+    host_average: Callable[[list[np.ndarray]], list[np.ndarray]],
+) -> list:
+    """The list averaged over the team's ranks, same order, shapes and dtypes; None stays
+    None. team_id: the FFI handler's live id of the team (None: the handler is not
+    loaded, io_callback with host_average, the NumPy path's average of a list)."""
+    if not isinstance(grads, (list, tuple)):
+        raise TypeError(f"gradients takes a list of JAX arrays, got {type(grads).__name__}")
+    arrays = {i: jax.numpy.asarray(g) for i, g in enumerate(grads) if g is not None}
+    result: list = [None] * len(grads)
+    if not arrays:
+        return result
+    if team_id is None:  # the NumPy path groups and lays out the list itself
+        order = list(arrays)
+    else:
+        groups = _groups(arrays)
+        order = [i for group in groups for i in group]
+    flat = [arrays[i] for i in order]
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in flat]
+    if team_id is not None:
+        # Each result may take its operand's buffer (XLA copies first where the operand
+        # lives on): in a train step the gradients are reduced where backprop left them,
+        # in memory XLA has touched before, instead of into fresh pages.
+        aliases = {i: i for i in range(len(flat))}
+        call = jax.ffi.ffi_call(
+            handler.TARGET, shapes, has_side_effect=True, input_output_aliases=aliases
+        )
+        sizes = np.array([len(group) for group in groups], np.int64)
+        outs = call(*flat, team_id=np.int64(team_id), part_sizes=sizes)
+    else:
+        outs = jax.experimental.io_callback(
+            lambda *xs: host_average([np.asarray(x) for x in xs]), shapes, *flat, ordered=True
+        )
+    for i, out in zip(order, outs):
+        result[i] = out
+    return result

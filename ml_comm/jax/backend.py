@@ -1,0 +1,61 @@
+"""The JAX backend (framework="jax"): gradients take and return JAX arrays, eagerly or
+inside jax.jit (see __init__.py); broadcast is eager (see core/backend.py for the
+interface). Host-side work (broadcast, the io_callback fallback) goes through the NumPy
+backend of the same session."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._core import ffi
+from ..arrays.numpy_backend import NumpyBackend
+from ..core.errors import MLCommError
+from ..core.session import Session, is_pipelined
+from . import average, handler, is_traced
+
+
+class JaxBackend:
+    name = "jax"
+    nonblocking_ops = False  # the custom call blocks XLA's thread until the team is done
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.host = NumpyBackend(session)
+        self.team_ids: list[int] | None = None
+        if handler.load():
+            self.team_ids = handler.set_live_teams(
+                [int(ffi.cast("uintptr_t", t)) for t in session.teams]
+            )
+
+    def gradients(self, grads, team: int) -> list:
+        self.session.team(team)  # a bad team id fails here, not inside a compiled step
+        config = self.session.configs[team]
+        if is_pipelined(config.ksteps, config.max_steps):
+            raise MLCommError(
+                f"team {team} is pipelined (config_team ksteps < max_steps), which the JAX "
+                "backend does not do: JAX's compiled step needs this step's average; use a "
+                "synchronous team (ksteps >= max_steps)"
+            )
+        team_id = None if self.team_ids is None else self.team_ids[team]
+        return average(grads, team_id, lambda arrays: self.host.gradients(arrays, team))
+
+    def broadcast(self, values, root: int, team: int = 0):
+        import jax.numpy as jnp
+
+        values = list(values)
+        if is_traced(values):
+            raise MLCommError(
+                "broadcast takes concrete JAX arrays (eagerly), not values being traced by "
+                "jax.jit: broadcast the weights before the first compiled step"
+            )
+        arrays = [np.array(v) for v in values]  # host copies, written in place
+        self.host.broadcast(arrays, root, team)
+        return [jnp.asarray(a) for a in arrays]
+
+    def restart(self, team: int) -> None:
+        self.host.restart(team)
+
+    def close(self) -> None:
+        if self.team_ids is not None:
+            handler.set_live_teams([])  # compiled steps of these teams fail cleanly from now on
+        self.host.close()

@@ -1,0 +1,175 @@
+// The XLA FFI handler behind ml_comm.jax.gradients: a custom call inside JAX's compiled
+// step that hands XLA's host buffers to the core (no copy into Python and back, as
+// jax.experimental.io_callback would make) and returns when the team has averaged them.
+//
+// Operands: the gradients, grouped by dtype (one part per dtype, each part's tensors in
+// the core's fused layout order: ml_comm/core/layout.py); results: one buffer per
+// operand, of its shape and dtype. Attributes: team_id (a live id registered by
+// mlc_jax_set_live_teams, never reused, so a step compiled for an earlier session fails
+// with a message instead of using a freed team) and part_sizes (tensors per part). The
+// core decides everything else (algorithm, inline or on its threads): this file only
+// converts buffers and calls its public entry points.
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+extern "C" {
+#include <stddef.h>
+#include <stdint.h>
+#include "ml_comm.h"
+}
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+std::mutex live_mutex;
+std::unordered_map<int64_t, uintptr_t> live_teams;
+
+// The team behind a live id, held (mlc_team_acquire) while the call uses it, so that
+// finalize() on another thread waits for the use instead of freeing the team under it.
+class HeldTeam {
+ public:
+  explicit HeldTeam(int64_t id) {
+    std::lock_guard<std::mutex> lock(live_mutex);  // finalize unregisters before it destroys
+    auto found = live_teams.find(id);
+    if (found == live_teams.end()) return;
+    mlc_team *team = reinterpret_cast<mlc_team *>(found->second);
+    if (mlc_team_acquire(team) == MLC_OK) team_ = team;
+  }
+  ~HeldTeam() {
+    if (team_) mlc_team_release(team_);
+  }
+  HeldTeam(const HeldTeam &) = delete;
+  HeldTeam &operator=(const HeldTeam &) = delete;
+  mlc_team *get() const { return team_; }
+
+ private:
+  mlc_team *team_ = nullptr;
+};
+
+// XLA's element types that the core reduces (enum mlc_dtype); -1: none.
+int CoreDtype(ffi::DataType type) {
+  switch (type) {
+    case ffi::DataType::F32: return MLC_FLOAT32;
+    case ffi::DataType::F64: return MLC_FLOAT64;
+    case ffi::DataType::F16: return MLC_FLOAT16;
+    case ffi::DataType::BF16: return MLC_BFLOAT16;
+    case ffi::DataType::S32: return MLC_INT32;
+    case ffi::DataType::S64: return MLC_INT64;
+    default: return -1;
+  }
+}
+
+// "ml_comm (status 7, ranks disagree on the request): <the core's text>": Python finds
+// the status again in the framework's error (ml_comm/keras/backend/errors.py).
+ffi::Error Failure(int status, const std::string &text) {
+  std::string message = "ml_comm (status " + std::to_string(status) + ", " +
+                        mlc_status_name(status) + "): " + text;
+  auto code = status == MLC_ERR_MISMATCH ? ffi::ErrorCode::kFailedPrecondition
+                                         : ffi::ErrorCode::kInternal;
+  return ffi::Error(code, message);
+}
+
+ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t team_id,
+                   ffi::Span<const int64_t> part_sizes) {
+  HeldTeam held(team_id);
+  if (!held.get()) {
+    return Failure(MLC_ERR_STATE,
+                   "gradients failed: this compiled step belongs to ml_comm teams that no "
+                   "longer exist (finalize ran since it was traced); trace it again after "
+                   "ml_comm's init");
+  }
+  if (args.size() != rets.size()) {
+    return Failure(MLC_ERR_ARG, "gradients failed: one result per gradient expected");
+  }
+  size_t total = 0;
+  for (int64_t n : part_sizes) total += static_cast<size_t>(n);
+  if (total != args.size()) {
+    return Failure(MLC_ERR_ARG, "gradients failed: part sizes do not add up to the gradients");
+  }
+  std::vector<mlc_tensor> tensors(args.size());
+  std::vector<int> codes(part_sizes.size());
+  int call_dtypes = 0;
+  size_t at = 0;
+  for (size_t part = 0; part < part_sizes.size(); ++part) {
+    for (int64_t k = 0; k < part_sizes[part]; ++k, ++at) {
+      auto in = args.get<ffi::AnyBuffer>(at);
+      auto out = rets.get<ffi::AnyBuffer>(at);
+      if (in.has_error()) return in.error();
+      if (out.has_error()) return out.error();
+      int code = CoreDtype(in->element_type());
+      if (code < 0) return Failure(MLC_ERR_ARG, "gradients failed: a dtype the core does not reduce");
+      if (k == 0) codes[part] = code;
+      if (code != codes[part]) return Failure(MLC_ERR_ARG, "gradients failed: a part of mixed dtypes");
+      tensors[at].data = (*out)->untyped_data();
+      // XLA hands the input's own buffer as the result where it may (the call aliases
+      // each result to its operand): then the average is made in place.
+      tensors[at].source = in->untyped_data() == tensors[at].data ? nullptr : in->untyped_data();
+      tensors[at].count = static_cast<int64_t>(in->element_count());
+    }
+    call_dtypes |= 1 << codes[part];
+  }
+  const int nparts = static_cast<int>(part_sizes.size());
+  mlc_team *team = held.get();
+  if (nparts == 1) {  // the common call: blocking, so small ones may run on this thread
+    char err[512] = {0};
+    int rc = mlc_team_allreduce_part(team, tensors.data(), static_cast<int>(tensors.size()),
+                                     codes[0], MLC_OP_AVERAGE, 0, 1, call_dtypes, err, sizeof err);
+    if (rc != MLC_OK) return Failure(rc, std::string("gradients failed: ") + err);
+    return ffi::Error::Success();
+  }
+  // One request per dtype, all in flight at once; every one is waited for.
+  std::vector<mlc_request *> requests;
+  int first_status = MLC_OK;
+  std::string text;
+  at = 0;
+  for (int part = 0; part < nparts; ++part) {
+    mlc_request *request = nullptr;
+    int rc = mlc_team_allreduce_async_part(team, tensors.data() + at,
+                                           static_cast<int>(part_sizes[part]), codes[part],
+                                           MLC_OP_AVERAGE, part, nparts, call_dtypes, nullptr,
+                                           nullptr, &request);
+    at += static_cast<size_t>(part_sizes[part]);
+    if (rc != MLC_OK) {
+      if (first_status == MLC_OK) {
+        char err[512] = {0};
+        first_status = rc;
+        text = mlc_team_last_error(team, err, sizeof err);
+      }
+      break;
+    }
+    requests.push_back(request);
+  }
+  for (mlc_request *request : requests) {
+    int rc = mlc_request_wait(request);
+    if (rc != MLC_OK && first_status == MLC_OK) {
+      first_status = rc;
+      text = mlc_request_message(request);
+    }
+    mlc_request_free(request);
+  }
+  if (first_status != MLC_OK) return Failure(first_status, "gradients failed: " + text);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MlCommAverage, Average,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<int64_t>("team_id")
+                                  .Attr<ffi::Span<const int64_t>>("part_sizes"));
+
+// The teams whose calls may run (init), or none (finalize): ids[i] names handles[i].
+extern "C" void mlc_jax_set_live_teams(const int64_t *ids, const uintptr_t *handles, int n) {
+  std::lock_guard<std::mutex> lock(live_mutex);
+  live_teams.clear();
+  for (int i = 0; i < n; ++i) live_teams[ids[i]] = handles[i];
+}

@@ -1,0 +1,65 @@
+"""The Keras hook on Keras' JAX backend: gradients through ml_comm's JAX backend (init's
+framework="jax": one XLA custom call per update inside the compiled step, see
+ml_comm/jax), so a model's jit_compile stays on. Weights are broadcast eagerly before
+the first compiled step (fit's start, train_on_batch's first call): the step's state is
+read from the variables before it runs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .... import api as mc
+from .... import jax as binding
+from ....core.errors import MLCommError
+from .. import accumulation
+from ..errors import from_runtime_error
+
+FRAMEWORK = "jax"
+KEEPS_JIT = True
+BROADCAST_IN_TRACE = False
+
+
+def average(grads: list, team: int) -> list:
+    return mc.gradients(grads, team)
+
+
+def accumulate_then_average(optimizer, team, steps: int, grads: list, variables) -> list:
+    return accumulation.accumulate_then_average(average, optimizer, team, steps, grads, variables)
+
+
+def is_eager(grads) -> bool:
+    return not binding.is_traced([g for g in grads if g is not None])
+
+
+def to_numpy(value) -> np.ndarray:
+    import keras
+
+    return np.asarray(keras.ops.convert_to_numpy(value))
+
+
+def broadcast_values(values: list, root: int, team: int) -> list:
+    import keras
+
+    return mc.broadcast([keras.ops.convert_to_tensor(v) for v in values], root, team)
+
+
+def sync_before_first_update(optimizer, state, grads, variables, broadcast_eagerly):
+    raise MLCommError(
+        "ml_comm.keras: the first update of this optimizer is being traced (jax.jit) before "
+        "rank 0's weights were broadcast; the compiled step reads the weights before it "
+        "runs. Call ml_comm.keras.broadcast_weights(model) (or build the model) before the "
+        "first compiled step; fit and train_on_batch do it themselves"
+    )
+
+
+def batches_of(x) -> int | None:
+    return None
+
+
+def first_batches(x, count: int):
+    raise TypeError(f"no datasets to cut on the JAX backend: {type(x).__name__}")
+
+
+def ml_comm_error(exc: BaseException) -> MLCommError | None:
+    """The MLCommError behind a failed compiled step (the custom call's status), else None."""
+    return from_runtime_error(exc)

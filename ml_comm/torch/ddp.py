@@ -1,0 +1,105 @@
+"""A DistributedDataParallel communication hook over ml_comm's core.
+
+DDP groups gradients into buckets and calls the hook with each bucket as backprop fills
+it, in bucket order (DDP launches its buckets in index order on every rank, which fits
+ml_comm's rule that every rank submits a team's requests in the same order). The hook
+submits the bucket's flat buffer to the team as one asynchronous in-place average
+(arrays/requests.py: mlc_team_allreduce_async_part) and returns a torch Future at once;
+one waiting thread per averager waits for the requests in submission order and
+completes each Future with its bucket, or with the request's MLCommError (ranks whose
+buckets differ fail on every rank, naming what each submitted). The buffer's memory is
+handed over without a copy for CPU tensors; others go through a host copy.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from .. import api as mc
+from ..arrays.requests import submit_average, wait_all
+from ..core.errors import MLCommError
+from ..core.session import is_pipelined
+
+
+def _host(tensor: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's own memory as a NumPy array (bfloat16 as ml_dtypes' type)."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+class BucketAverager:
+    """Averages flat gradient buffers over the ranks on one team, asynchronously, in the
+    order they are submitted. `register_ddp_hook` makes one per model."""
+
+    def __init__(self, team: int = 0):
+        session = mc._active()
+        self.handle = session.team(team)
+        config = session.configs[team]
+        if is_pipelined(config.ksteps, config.max_steps):
+            raise MLCommError(
+                f"team {team} is pipelined (config_team ksteps < max_steps); DDP applies each "
+                "step's own average: use a synchronous team for the DDP hook"
+            )
+        self.team = team
+        self._pending: queue.Queue = queue.Queue()
+        self._waiter = threading.Thread(target=self._wait_in_order, daemon=True)
+        self._waiter.start()
+
+    def submit(self, tensor: torch.Tensor) -> torch.futures.Future:
+        """Start averaging `tensor` (1-D, contiguous) in place; the Future's value is it."""
+        future: torch.futures.Future = torch.futures.Future()
+        on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
+        array = _host(on_host.detach())
+        try:
+            request, keep = submit_average(self.handle, [array], [array], in_place=True)
+        except MLCommError as exc:
+            future.set_exception(exc)
+            return future
+        self._pending.put((request, keep, tensor, on_host, future))
+        return future
+
+    def _wait_in_order(self) -> None:
+        while True:
+            item = self._pending.get()
+            if item is None:
+                return
+            request, _keep, tensor, on_host, future = item
+            errors = wait_all([request])  # the GIL is released while the core waits
+            if errors:
+                future.set_exception(MLCommError("DDP bucket average failed: " + errors[0]))
+                continue
+            if on_host is not tensor:
+                tensor.copy_(on_host)
+            future.set_result(tensor)
+
+    def close(self) -> None:
+        """Stop the waiting thread once every submitted bucket is done."""
+        self._pending.put(None)
+        self._waiter.join()
+
+
+def _hook(averager: BucketAverager, bucket):
+    """DDP's comm hook: returns a torch.futures.Future of the averaged bucket. (No return
+    annotation: DDP compares it with the type itself, and this module's annotations are
+    strings.)"""
+    return averager.submit(bucket.buffer())
+
+
+def register_ddp_hook(model: torch.nn.parallel.DistributedDataParallel, team: int = 0):
+    """Make `model` (a DistributedDataParallel) average its gradient buckets with ml_comm
+    on `team` instead of its process group's allreduce. Call once, after ml_comm.init and
+    before the first backward pass. Returns the BucketAverager."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        raise TypeError(
+            f"register_ddp_hook takes a torch.nn.parallel.DistributedDataParallel, "
+            f"got {type(model).__name__}"
+        )
+    averager = BucketAverager(team)
+    model.register_comm_hook(averager, _hook)
+    return averager

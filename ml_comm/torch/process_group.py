@@ -1,0 +1,74 @@
+"""torch.distributed's process group from an MPI launch (`mpiexec -n N`, `srun`).
+
+DDP needs a process group; PyTorch's wheels have no MPI backend
+(`torch.distributed.is_mpi_available()` is False), and gloo's rendezvous wants
+MASTER_ADDR and MASTER_PORT. Here rank 0 opens the rendezvous store (a TCPStore on a
+free port it chooses) and hands its address to the other ranks over MPI: the loopback
+address when every rank runs on rank 0's host, else the address rank 0's host name
+resolves to (the launch's hosts, as srun and mpiexec name them). Rank and size are
+MPI's.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from ..core.errors import MLCommError
+from ..mpi.init import init_mpi
+
+LOOPBACK = "127.0.0.1"
+
+
+def _rendezvous_host(comm) -> str:
+    """The address of rank 0's host that every rank reaches (collective)."""
+    hosts = comm.allgather(socket.gethostname())
+    if len(set(hosts)) == 1:
+        return LOOPBACK
+    if comm.rank != 0:
+        return ""
+    address = socket.gethostbyname(hosts[0])
+    if address.startswith("127."):
+        raise MLCommError(
+            f"init_process_group: rank 0's host name {hosts[0]!r} resolves to {address}, a "
+            "loopback address that ranks on other hosts cannot reach; name the hosts so "
+            "that they resolve to their network addresses (/etc/hosts, DNS)"
+        )
+    return address
+
+
+def init_process_group(backend: str = "gloo", timeout_s: float = 300.0, comm=None) -> None:
+    """Start torch.distributed's default process group over the MPI launch's ranks
+    (collective over comm, default MPI's COMM_WORLD)."""
+    if dist.is_initialized():
+        raise MLCommError("init_process_group: torch.distributed is initialised already")
+    comm = comm if comm is not None else init_mpi().COMM_WORLD
+    rank, size = comm.rank, comm.size
+    host = _rendezvous_host(comm)
+    timeout = timedelta(seconds=timeout_s)
+    store = None
+    port = 0
+    if rank == 0:
+        try:
+            store = dist.TCPStore(
+                host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False
+            )
+            port = store.port
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it
+            port = -1
+            failure = exc
+    host, port = comm.bcast((host, port), root=0)
+    if port < 0:
+        if rank == 0:
+            raise MLCommError(f"init_process_group: rank 0 cannot open a store: {failure}")
+        raise MLCommError("init_process_group: rank 0 could not open the rendezvous store")
+    if store is None:
+        store = dist.TCPStore(host, port, size, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)
+
+
+def destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,257 @@
+"""ml_comm.keras on the Keras backend KERAS_BACKEND names: each guarantee of the hook,
+checked exactly at 1-3 ranks (small integer inputs, so sums and means are exact in
+float32 and results are compared bit for bit, or against one process on the global
+batch within float32 rounding).
+
+    KERAS_BACKEND=jax timeout 300 .venv-jax/bin/mpiexec -n 3 .venv-jax/bin/python -P \
+        -m pytest -q --with-mpi -p no:cacheprovider tests/backends
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import keras
+import numpy as np
+import pytest
+from mpi_helpers import Checks, comm_world
+
+import ml_comm as mc
+import ml_comm.keras as mk
+
+pytestmark = pytest.mark.mpi
+BACKEND = keras.backend.backend()
+B = 4  # rows per rank and step
+
+
+@pytest.fixture(scope="module")
+def session():
+    comm_world().barrier()
+    mk.init(nthread_per_team=2, nteams=2, msglen=256)
+    yield mc.get_rank(), mc.get_nranks()
+    mk.finalize()
+
+
+def dense_model(seed: int, units: int = 2, lr: float = 0.125, accumulate=None, **compile_kwargs):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(units)])
+    optimizer = keras.optimizers.SGD(lr, gradient_accumulation_steps=accumulate)
+    model.compile(optimizer=optimizer, loss="mse", **compile_kwargs)
+    return model
+
+
+def same(checks: Checks, actual, expected, what: str) -> None:
+    checks.true(actual == expected, f"{what}: {actual}, want {expected}")
+
+
+def weights(model) -> list[np.ndarray]:
+    return [np.asarray(w) for w in model.get_weights()]
+
+
+def calls(team: int = 0) -> int:
+    return mc.team_stats(team)["calls"]
+
+
+def int_data(rows: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, size=(rows, 3)).astype(np.float32)
+    y = rng.integers(-2, 3, size=(rows, 2)).astype(np.float32)
+    return x, y
+
+
+def shares(x, nranks: int, rank: int):
+    """This rank's B rows of each global batch of nranks * B."""
+    return x.reshape(-1, nranks, B, x.shape[-1])[:, rank].reshape(-1, x.shape[-1])
+
+
+def test_first_update_takes_rank0_weights(session):
+    rank, nranks = session
+    checks = Checks()
+    rank0 = comm_world().bcast(weights(dense_model(0)), root=0)
+    model = dense_model(seed=rank, lr=0.0)  # lr 0: the weights stay what the first update saw
+    x, y = int_data(B)
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0)
+    for i, (w, w0) in enumerate(zip(weights(model), rank0)):
+        checks.equal(w, w0, f"weight {i} after fit with lr 0")
+    # A model built by fit itself (no Input): its weights exist only once fit runs.
+    keras.utils.set_random_seed(rank)
+    lazy = keras.Sequential([keras.layers.Dense(2)])
+    lazy.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    lazy.fit(x, y, batch_size=B, epochs=1, verbose=0)
+    checks.same_on_all_ranks(weights(lazy), "a model built inside fit")
+    checks.finish()
+
+
+def test_gradients_averaged_once_per_apply(session):
+    rank, nranks = session
+    checks = Checks()
+    mean = (nranks + 1) / 2  # of rank + 1
+    g = keras.ops.full((3,), rank + 1.0)
+    v = keras.Variable(np.zeros(3, np.float32))
+    opt = keras.optimizers.SGD(1.0)
+    opt.apply([g], [v])  # the first update also broadcasts v from rank 0
+    before = calls()
+    opt.apply([g], [v])
+    same(checks, calls() - before, 1, "reductions for one apply")
+    checks.equal(keras.ops.convert_to_numpy(v), np.full(3, -2 * mean, np.float32), "2 applies")
+
+    # Accumulation over 2 micro-steps: nothing applied after the first, one reduction in all.
+    v = keras.Variable(np.zeros(3, np.float32))
+    opt = keras.optimizers.SGD(1.0, gradient_accumulation_steps=2)
+    opt.apply([g], [v])
+    checks.equal(keras.ops.convert_to_numpy(v), np.zeros(3, np.float32), "first micro-step")
+    opt.apply([g * 3], [v])
+    checks.equal(keras.ops.convert_to_numpy(v), np.full(3, -2 * mean, np.float32), "an update")
+    before = calls()
+    opt.apply([g], [v])
+    opt.apply([g * 3], [v])
+    same(checks, calls() - before, 1, "reductions for 2 micro-steps")
+    checks.equal(keras.ops.convert_to_numpy(v), np.full(3, -4 * mean, np.float32), "2 updates")
+    checks.finish()
+
+
+def test_fit_with_accumulation_equals_one_process(session):
+    rank, nranks = session
+    checks = Checks()
+    x, y = int_data(4 * nranks * B)
+    model = dense_model(rank, accumulate=2)
+    mk.broadcast_weights(model)
+    reference = dense_model(0, accumulate=2)
+    reference.set_weights(weights(model))
+    mk.set_team(reference, None)  # one process on the global batches
+    model.fit(
+        shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
+    )
+    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
+    for i, (w, ref) in enumerate(zip(weights(model), weights(reference))):
+        checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"weight {i}: {w} vs {ref}")
+    checks.same_on_all_ranks(weights(model), "weights after fit with accumulation")
+    checks.finish()
+
+
+def test_evaluate_reports_all_ranks_data(session):
+    rank, nranks = session
+    checks = Checks()
+    model = dense_model(0)
+    model.set_weights([np.ones((3, 2), np.float32), np.zeros(2, np.float32)])
+    x, y = int_data(B * (1 + 2 * nranks), seed=1)
+    counts = [B * (1 + r) for r in range(nranks)]  # uneven shards: 4, 8, 12 rows
+    start = sum(counts[:rank])
+    mine = slice(start, start + counts[rank])
+    used = slice(0, sum(counts))
+    metrics = model.evaluate(x[mine], y[mine], batch_size=B, verbose=0, return_dict=True)
+    expected = float(np.mean((x[used] @ np.ones((3, 2)) - y[used]) ** 2))
+    checks.true(abs(metrics["loss"] - expected) < 1e-6, f"loss {metrics['loss']} vs {expected}")
+    checks.finish()
+
+
+class Batches(keras.utils.PyDataset):
+    def __init__(self, count: int):
+        super().__init__()
+        self.count = count
+        self.x, self.y = int_data(count * B, seed=2)
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, i):
+        return self.x[i * B : (i + 1) * B], self.y[i * B : (i + 1) * B]
+
+
+def uneven_inputs(rank: int):
+    """(what, fit's data arguments) with 2 + rank batches of B on this rank."""
+    x, y = int_data((2 + rank) * B, seed=3)
+    yield "NumPy arrays", {"x": x, "y": y, "batch_size": B}
+    yield "a PyDataset", {"x": Batches(2 + rank)}
+    if BACKEND == "torch":
+        import torch
+
+        data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+        yield "a torch DataLoader", {"x": torch.utils.data.DataLoader(data, batch_size=B)}
+
+
+def test_uneven_data_cut_to_the_fewest_batches(session):
+    rank, nranks = session
+    checks = Checks()
+    for what, data in uneven_inputs(rank):
+        model = dense_model(rank)
+        model.fit(**data, epochs=2, shuffle=False, verbose=0)
+        iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        same(checks, iterations, 4, f"{what}: optimizer steps in 2 epochs of 2 batches")
+        checks.same_on_all_ranks(weights(model), f"{what}: weights")
+    checks.finish()
+
+
+class StopOnLastRank(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if mc.get_rank() == mc.get_nranks() - 1 and batch == 1:
+            self.model.stop_training = True
+
+
+def test_a_callback_on_one_rank_stops_every_rank(session):
+    rank, nranks = session
+    checks = Checks()
+    model = dense_model(rank)
+    x, y = int_data(5 * B)
+    model.fit(x, y, batch_size=B, epochs=3, callbacks=[StopOnLastRank()], verbose=0)
+    iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+    same(checks, iterations, 2, "steps before the stop")
+    checks.same_on_all_ranks(weights(model), "weights after the stop")
+    checks.finish()
+
+
+def test_models_that_differ_fail_on_every_rank_naming_them(session):
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank to differ from")
+    checks = Checks()
+    model = dense_model(0, units=2 + rank)  # rank r: 3 x (2 + r) weights
+    x, y = int_data(B)
+    y = np.ones((B, 2 + rank), np.float32)
+    checks.raises(
+        mc.MLCommError,
+        model.fit,
+        x,
+        y,
+        batch_size=B,
+        verbose=0,
+        words=("rank 1",),
+    )
+    checks.finish()
+
+
+def test_two_models_on_two_teams(session):
+    rank, nranks = session
+    checks = Checks()
+    generator, discriminator = dense_model(rank), dense_model(rank + 10)
+    mk.set_team(generator, 0)
+    mk.set_team(discriminator, 1)
+    x, y = int_data(B)
+    before = calls(1)
+    for _ in range(2):
+        generator.train_on_batch(x, y)
+        discriminator.train_on_batch(x * 2, y)
+    same(checks, calls(1) - before, 2, "team 1's reductions (the discriminator's updates)")
+    checks.same_on_all_ranks(weights(generator), "generator")
+    checks.same_on_all_ranks(weights(discriminator), "discriminator")
+    checks.finish()
+
+
+def test_jit_compile_stays_where_the_backend_allows(session):
+    rank, nranks = session
+    if BACKEND == "torch" and not os.environ.get("ML_COMM_LONG_TESTS"):
+        pytest.skip("torch.compile takes a minute here: with ML_COMM_LONG_TESTS=1")
+    checks = Checks()
+    model = dense_model(rank, jit_compile=True)
+    x, y = int_data(2 * B)
+    model.fit(x, y, batch_size=B, verbose=0)
+    same(checks, bool(model.jit_compile), BACKEND != "tensorflow", "jit_compile after fit")
+    checks.same_on_all_ranks(weights(model), "weights")
+    checks.finish()
+
+
+def test_tensorflow_only_on_its_own_backend(session):
+    if BACKEND == "tensorflow":
+        pytest.skip("the TensorFlow backend imports TensorFlow")
+    assert "tensorflow" not in sys.modules
