@@ -752,7 +752,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--reproduce",
         action="store_true",
-        help="run the published targets (project_targets.py); exit 1 when one is missed",
+        help="run the published targets (project_targets.py); exit 3 when one is missed",
     )
     p.add_argument("--ablate", action="store_true", help="with --reproduce: each term off in turn")
     p.add_argument(
