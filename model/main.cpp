@@ -3,11 +3,16 @@
 //   mlcsim PLATFORM.xml --nodes N [options] sweep SIZE...      allreduce of each size
 //   mlcsim PLATFORM.xml --nodes N [options] train TENSORS_FILE  training steps
 //
-// Hosts must be named node-0 .. node-(N-1) (tools/project_platforms.py writes such
-// files). TENSORS_FILE: one line per gradient in the order backprop produces them,
-// "index elements backward_seconds" (index: the tensor's place in the request's
-// layout; the seconds of backprop before it arrives); --forward S is the forward
-// pass and the update. Prints one JSON object.
+// Hosts must be named node-0 .. node-(H-1) (tools/project_platforms.py writes such
+// files); rank r runs on host r / --ranks-per-node, or on the host --placement FILE
+// gives it (one host index per line, by rank). TENSORS_FILE: one line per gradient in
+// the order backprop produces them, "index elements backward_seconds" (index: the
+// tensor's place in the request's layout; the seconds of backprop before it arrives);
+// --forward S is the forward pass and the update. --compute-factors FILE: one line per
+// rank, each step's factor on that rank's compute (the node terms' noise, written by
+// tools/project_noise.py). --pcie-bps B: gradients cross PCIe at B bytes/s each way
+// (device_copies.hpp). --horovod: Horovod's fusion and cycle instead of ml_comm's team
+// (horovod_cycle.hpp). Prints one JSON object.
 #include <simgrid/s4u.hpp>
 
 #include <cmath>
@@ -16,10 +21,13 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <random>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "device_copies.hpp"
+#include "horovod_cycle.hpp"
 #include "team_mirror.hpp"
 
 namespace sg4 = simgrid::s4u;
@@ -34,11 +42,16 @@ struct Run {
     std::vector<int64_t> counts;                 // train: elements per tensor, layout order
     std::vector<int> order;                      // train: tensor indices in arrival order
     std::vector<double> backward;                // train: seconds before each arrival
-    double forward_s = 0, jitter = 0;
-    std::vector<double> jitter_samples;          // measured step times over their mean
+    double forward_s = 0;
+    std::vector<std::vector<double>> compute_factors; // [rank][step]; empty: 1
     int steps = 3, iters = 2;
     bool pipelined = false;
     bool after_backprop = false; // one blocking allreduce of every gradient after backprop
+    int ranks_per_node = 1;
+    std::vector<int> placement;  // host index of each rank; empty: rank / ranks_per_node
+    double pcie_bytes_per_s = 0; // 0: the gradients are in host memory
+    bool horovod = false;
+    HorovodParams hvd;
 };
 
 Run run;
@@ -48,6 +61,7 @@ std::vector<std::vector<double>> step_ends;      // [rank][step]
 std::vector<std::vector<double>> backprop_ends;  // [rank][step]
 std::vector<std::vector<double>> comm_starts, step_starts;
 std::vector<std::shared_ptr<Request>> last_requests; // rank 0's, per step
+std::unique_ptr<HorovodCycle> horovod;
 
 double compute(double seconds) {
     if (seconds <= 0) return 0;
@@ -70,42 +84,56 @@ void sweep_rank(int rank, Team &team) {
     }
 }
 
+double compute_factor(int rank, int step) {
+    if (run.compute_factors.empty()) return 1.0;
+    return run.compute_factors[rank][step];
+}
+
 void train_rank(int rank, Team &team) {
-    std::mt19937_64 rng(1000003ULL * rank + 17);
-    std::normal_distribution<double> spread(1.0, run.jitter);
-    std::uniform_int_distribution<size_t> pick(0, std::max<size_t>(1, run.jitter_samples.size()) - 1);
+    DeviceCopies copies(team, run.pcie_bytes_per_s);
     // The core's pipelined step decides what each step waits for (csrc/pipeline): its
     // handles are the requests in flight, kept alive here.
     mlc_pipeline pipeline;
     mlc_pipeline_init(&pipeline, run.pipelined ? 0 : run.steps, run.steps);
     std::map<void *, std::shared_ptr<Request>> in_flight;
     for (int s = 0; s < run.steps; s++) {
-        // Each node's compute in each step: a measured step time drawn at random, or a
-        // normal draw; independent across nodes, so every step waits for its slowest.
-        double scale = !run.jitter_samples.empty() ? run.jitter_samples[pick(rng)]
-                       : run.jitter > 0            ? std::max(0.5, spread(rng))
-                                                   : 1.0;
+        // This node's compute in this step: the node terms' factor (its speed, the step's
+        // detours, the run's), so every synchronous step waits for its slowest node.
+        const double scale = compute_factor(rank, s);
         step_starts[rank][s] = sg4::Engine::get_clock();
         compute(run.forward_s * scale);
         std::shared_ptr<Request> req;
         for (size_t k = 0; k < run.order.size(); k++) {
             compute(run.backward[k] * scale);
-            if (run.after_backprop) continue;
+            if (run.horovod) horovod->ready(run.order[k]);
+            if (run.after_backprop || run.horovod) continue;
             if (k == 0) req = team.submit(run.counts, true, false);
-            team.arrive(*req, run.order[k]);
+            copies.arrive(req, run.order[k], run.counts[run.order[k]]);
         }
         backprop_ends[rank][s] = sg4::Engine::get_clock();
+        if (run.horovod) {
+            horovod->wait_step();
+            comm_starts[rank][s] = backprop_ends[rank][s];
+            step_ends[rank][s] = sg4::Engine::get_clock();
+            continue;
+        }
         if (run.after_backprop) { // what a script calling MPI_Allreduce on a flat buffer does
             int64_t total = 0;
             for (auto c : run.counts) total += c;
             req = team.submit({total}, false, true);
         }
+        // The reduced gradients go back to the device once their request is done.
         const mlc_pipeline_turn turn = mlc_pipeline_next(&pipeline);
         if (turn.finish) {
-            team.wait(*in_flight[turn.finish]);
+            const std::shared_ptr<Request> done = in_flight[turn.finish];
             in_flight.erase(turn.finish);
+            team.wait(*done);
+            copies.copy_back(*done, stats[rank]);
         }
-        if (turn.reduce_now) team.wait(*req);
+        if (turn.reduce_now) {
+            team.wait(*req);
+            copies.copy_back(*req, stats[rank]);
+        }
         if (turn.start) {
             in_flight[req.get()] = req;
             mlc_pipeline_started(&pipeline, req.get());
@@ -115,6 +143,7 @@ void train_rank(int rank, Team &team) {
         step_ends[rank][s] = sg4::Engine::get_clock();
     }
     for (auto &[handle, req] : in_flight) team.wait(*req);
+    copies.shutdown();
 }
 
 // As benchmarks/train_scaling.py: the share of rank 0's batch time that falls inside
@@ -163,18 +192,40 @@ int algorithm_id(const char *name) {
 }
 
 void usage() {
-    std::fprintf(stderr, "usage: mlcsim PLATFORM --nodes N [options] sweep BYTES... | train TENSORS_FILE\n");
+    std::fprintf(stderr, "usage: mlcsim PLATFORM --nodes RANKS [options] sweep BYTES... | train TENSORS_FILE\n");
     std::exit(2);
 }
 
-void read_jitter_samples(const char *path) {
+// One line per rank: that rank's compute factor in each step.
+void read_compute_factors(const char *path) {
     std::ifstream f(path);
-    double x;
-    while (f >> x) run.jitter_samples.push_back(x);
-    if (run.jitter_samples.empty()) {
-        std::fprintf(stderr, "mlcsim: %s holds no step-time samples\n", path);
+    std::string line;
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        std::vector<double> row;
+        double x;
+        while (in >> x) row.push_back(x);
+        if (!row.empty()) run.compute_factors.push_back(row);
+    }
+}
+
+// Horovod's fused allreduce: "bytes seconds" per line, bytes rising.
+void read_allreduce_table(const char *path) {
+    std::ifstream f(path);
+    double b, t;
+    while (f >> b >> t) run.hvd.allreduce_s.push_back({b, t});
+    for (size_t k = 1; k < run.hvd.allreduce_s.size(); k++)
+        if (run.hvd.allreduce_s[k].first <= run.hvd.allreduce_s[k - 1].first) run.hvd.allreduce_s.clear();
+    if (run.hvd.allreduce_s.empty()) {
+        std::fprintf(stderr, "%s: need lines \"bytes seconds\", bytes rising\n", path);
         std::exit(2);
     }
+}
+
+void read_placement(const char *path) {
+    std::ifstream f(path);
+    int h;
+    while (f >> h) run.placement.push_back(h);
 }
 
 void read_tensors(const char *path) {
@@ -232,8 +283,15 @@ int main(int argc, char **argv) {
         else if (a == "--comm-weight") node.comm_weight = arg_double(argv, i);
         else if (a == "--compute-on-core") node.compute_on_core = true;
         else if (a == "--forward") run.forward_s = arg_double(argv, i);
-        else if (a == "--jitter") run.jitter = arg_double(argv, i);
-        else if (a == "--jitter-samples") read_jitter_samples(argv[++i]);
+        else if (a == "--compute-factors") read_compute_factors(argv[++i]);
+        else if (a == "--ranks-per-node") run.ranks_per_node = std::atoi(argv[++i]);
+        else if (a == "--placement") read_placement(argv[++i]);
+        else if (a == "--pcie-bps") run.pcie_bytes_per_s = arg_double(argv, i);
+        else if (a == "--horovod") run.horovod = true;
+        else if (a == "--fusion-threshold") run.hvd.fusion_bytes = arg_double(argv, i);
+        else if (a == "--cycle") run.hvd.cycle_s = arg_double(argv, i);
+        else if (a == "--negotiation") run.hvd.negotiation_s = arg_double(argv, i);
+        else if (a == "--allreduce-table") read_allreduce_table(argv[++i]);
         else if (a == "--steps") run.steps = std::atoi(argv[++i]);
         else if (a == "--iters") run.iters = std::atoi(argv[++i]);
         else if (a == "--pipelined") run.pipelined = true;
@@ -255,13 +313,33 @@ int main(int argc, char **argv) {
     sweep_times.assign(run.sizes.size(), std::vector<double>(n, 0));
     step_ends.assign(n, std::vector<double>(run.steps, 0));
     backprop_ends = comm_starts = step_starts = step_ends;
+    if (!run.compute_factors.empty()) {
+        bool fits = (int)run.compute_factors.size() == n;
+        for (auto &row : run.compute_factors) fits = fits && (int)row.size() >= run.steps;
+        if (!fits) {
+            std::fprintf(stderr, "--compute-factors: need %d lines of at least %d factors\n", n, run.steps);
+            return 2;
+        }
+    }
+    if (!run.placement.empty() && (int)run.placement.size() != n) {
+        std::fprintf(stderr, "--placement: need %d host indices, got %zu\n", n, run.placement.size());
+        return 2;
+    }
+    if (run.ranks_per_node < 1) usage();
     for (int r = 0; r < n; r++) {
-        sg4::Host *h = e.host_by_name_or_null("node-" + std::to_string(r));
+        const int host = run.placement.empty() ? r / run.ranks_per_node : run.placement[r];
+        sg4::Host *h = e.host_by_name_or_null("node-" + std::to_string(host));
         if (!h) {
-            std::fprintf(stderr, "%s has no host node-%d for %d nodes\n", platform, r, n);
+            std::fprintf(stderr, "%s has no host node-%d for rank %d\n", platform, host, r);
             return 2;
         }
         sg4::Actor::create("rank" + std::to_string(r), h, [r] { rank_main(r); });
+    }
+    if (run.horovod && run.mode == "train") {
+        std::vector<int64_t> bytes;
+        for (auto c : run.counts) bytes.push_back(4 * c);
+        horovod = std::make_unique<HorovodCycle>(n, bytes, run.hvd);
+        sg4::Actor::create("horovod", e.host_by_name("node-0"), [] { horovod->coordinator_main(run.steps); });
     }
     e.run();
     FILE *out = stdout;
@@ -278,13 +356,15 @@ int main(int argc, char **argv) {
     } else {
         std::fprintf(out, ", \"steps\": [");
         for (int s = 0; s < run.steps; s++) {
-            double end = 0, bwd = 0, start = 0, prev = 0, done = last_requests[s]->t_done;
+            double end = 0, bwd = 0, start = 0, prev = 0, done = 0;
             for (int r = 0; r < n; r++) {
+                done = std::max(done, step_ends[r][s]); // Horovod's: every allreduce of the step
                 end = std::max(end, step_ends[r][s]);
                 bwd += backprop_ends[r][s] / n;
                 start += comm_starts[r][s] / n;
                 prev = std::max(prev, s ? step_ends[r][s - 1] : 0.0);
             }
+            if (!run.horovod) done = last_requests[s]->t_done;
             std::fprintf(out,
                          "%s{\"end_s\": %.9g, \"step_s\": %.9g, \"backprop_end_s\": %.9g, \"comm_start_s\": %.9g, "
                          "\"comm_done_s\": %.9g}",
@@ -292,6 +372,7 @@ int main(int argc, char **argv) {
         }
         std::fprintf(out, "], \"hidden_fraction\": %.6f, \"batches_before_backprop_end\": %.6f", hidden_fraction(),
                      batches_before_backprop_end());
+        if (horovod) std::fprintf(out, ", \"horovod_allreduces\": %lld", (long long)horovod->allreduces());
     }
     std::fprintf(out, ", \"simulated_s\": %.9g}\n", sg4::Engine::get_clock());
     return 0;

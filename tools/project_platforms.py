@@ -8,6 +8,9 @@ aries     Cray XC's dragonfly (docs/scale.md, SCALE-ANCHORS): 4 nodes per router
           of 384 nodes joined by `blue` cables; SimGrid 3.32 routes minimally.
 fattree   100 Gbit/s EDR InfiniBand, two levels of 32-port leaves up to 1,024 nodes, three
           levels of 16 beyond.
+roce25    Horovod's published benchmark network: 25 Gbit/s per server (RoCE), a switch
+          that never limits (the fabric is not described), ranks of one server joined
+          by PCIe Gen3 x16 (the loopback).
 """
 
 from __future__ import annotations
@@ -32,11 +35,21 @@ class Network:
 
 ARIES = Network(9.7e9, 100e-9)  # per-flow MPI streaming rate; ~100 ns per router hop
 EDR = Network(12.5e9, 100e-9)  # 4X EDR data rate; CODES' 60 ns router delay, rounded up
+ROCE25 = Network(25e9 / 8, 100e-9)  # the line rate Horovod's benchmark states
+PCIE_GEN3_X16_BPS = 11.7e9  # bandwidthTest on a P100 (project_targets: [MW])
 NODES_PER_ARIES_GROUP = 384
 MAX_BLUE_LINKS_SIMGRID_RUNS = 8
 
 
-def cluster(topology: str, params: str, nodes: int, net: Network, speed: str, cores: int) -> str:
+def cluster(
+    topology: str,
+    params: str,
+    nodes: int,
+    net: Network,
+    speed: str,
+    cores: int,
+    loopback_bps: float = 100e9,
+) -> str:
     topo = f' topology="{topology}" topo_parameters="{params}"' if topology else ""
     backbone = "" if topology else ' bb_bw="1000GBps" bb_lat="0us"'
     return (
@@ -44,7 +57,7 @@ def cluster(topology: str, params: str, nodes: int, net: Network, speed: str, co
         f'<cluster id="c" prefix="node-" suffix="" radical="0-{nodes - 1}" speed="{speed}"'
         f' core="{cores}" bw="{net.bytes_per_s:.6g}Bps" lat="{net.latency_s:.6g}s"'
         f' sharing_policy="SPLITDUPLEX"{backbone}{topo}'
-        f' loopback_bw="100GBps" loopback_lat="0us"/>\n</zone>\n</platform>\n'
+        f' loopback_bw="{loopback_bps:.6g}Bps" loopback_lat="0us"/>\n</zone>\n</platform>\n'
     )
 
 
@@ -73,8 +86,17 @@ def fattree_params(nodes: int) -> tuple[str, int]:
     return "3;16,16,16;1,16,16;1,1,1", 4096
 
 
+def simgrid_cfg(kind: str) -> list[str]:
+    """SimGrid options a platform needs besides the model's own. The target networks move
+    bytes by RDMA (Aries, InfiniBand, RoCE): no TCP acknowledgements flow back, so no
+    cross-traffic (SimGrid adds a share of each flow in the reverse direction, for TCP);
+    leaving it out also spares the solver a third of a large run's time. The test bed's
+    links are TCP and keep it."""
+    return [] if kind == "testbed" else ["--cfg=network/crosstraffic:0"]
+
+
 def platform_xml(kind: str, nodes: int, net: Network | None = None, cores: int = 1) -> str:
-    """The platform file's text for `nodes` ranks (a topology may hold more hosts)."""
+    """The platform file's text for `nodes` hosts (a topology may hold more)."""
     speed = "1Gf"
     if kind == "testbed":
         assert net is not None
@@ -85,4 +107,6 @@ def platform_xml(kind: str, nodes: int, net: Network | None = None, cores: int =
     if kind == "fattree":
         params, hosts = fattree_params(nodes)
         return HEAD + cluster("FAT_TREE", params, hosts, net or EDR, speed, cores)
-    raise ValueError(f"unknown platform {kind!r} (testbed, aries, fattree)")
+    if kind == "roce25":
+        return HEAD + cluster("", "", nodes, net or ROCE25, speed, cores, PCIE_GEN3_X16_BPS)
+    raise ValueError(f"unknown platform {kind!r} (testbed, aries, fattree, roce25)")

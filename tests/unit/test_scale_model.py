@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import project  # noqa: E402
+import project_noise  # noqa: E402
 import project_platforms  # noqa: E402
 from simgrid_packages import missing  # noqa: E402
 
@@ -94,104 +95,92 @@ def test_training_counts_every_tensor(built, tmp_path):
     assert all(s["step_s"] >= 0.05 for s in out["steps"])
 
 
-def test_resnet50_layout():
-    counts = project.resnet50_tensors()
-    assert len(counts) == 161
-    assert sum(counts) == 25_557_032
-
-
-def test_measured_jitter_multiplies_each_nodes_compute(built, tmp_path):
-    # Step times drawn from a file: all 1.0 is no jitter at all; all 2.0 doubles every
-    # node's forward and backward time in every step (the 0.05 s of compute and the
-    # communication that it does not hide: 0.0525 s a step without jitter).
+def train(nodes: int, lines: str, tmp_path: Path, extra: list[str], hosts: int | None = None):
     tensors = tmp_path / "t.txt"
-    tensors.write_text("0 262144 0.01\n1 262144 0.01\n2 1000 0.01\n")
+    tensors.write_text(lines)
     net = project_platforms.Network(250e6, 20e-6)
-    plat = project.write_platform(project_platforms.platform_xml("testbed", 3, net), tmp_path)
-    runs = {}
-    for name, extra in [("plain", []), ("one", ["1.0"]), ("two", ["2.0"])]:
-        args = [*project.node_args(NODE), "--forward", "0.02", "--steps", "4"]
-        if extra:
-            (tmp_path / name).write_text("\n".join(extra) + "\n")
-            args += ["--jitter-samples", str(tmp_path / name)]
-        runs[name] = project.mlcsim(plat, 3, [*args, "train", str(tensors)])
-    assert runs["one"]["steps"] == runs["plain"]["steps"]
-    assert project.mean_step(runs["plain"]) >= 0.05
-    assert project.mean_step(runs["two"]) >= 0.1  # twice the compute, 0.05 s a step
+    xml = project_platforms.platform_xml("testbed", hosts or nodes, net)
+    plat = project.write_platform(xml, tmp_path)
+    args = [*project.node_args(NODE), *extra, "train", str(tensors)]
+    return project.mlcsim(plat, nodes, args)
 
 
-def test_jitter_options(tmp_path):
-    cal = {"jitter": {"step_over_mean": [0.9, 1.0, 1.1]}}
-    args, steps = project.jitter_args("measured", cal, tmp_path)
-    assert args[0] == "--jitter-samples" and steps == 1 + project.JITTER_STEPS
-    assert Path(args[1]).read_text().split() == ["0.9", "1.0", "1.1"]
-    assert project.jitter_args("0", cal, tmp_path) == (["--jitter", "0.0"], 2)
-    assert project.jitter_args("0.02", cal, tmp_path)[1] == 1 + project.JITTER_STEPS
-    assert project.jitter_args("0.02", cal, tmp_path, 7)[1] == 8
+def factors_file(tmp_path: Path, rows: list[list[float]]) -> list[str]:
+    return ["--compute-factors", str(project_noise.write(rows, tmp_path / "f.txt"))]
 
 
-def test_a_jittered_efficiency_comes_with_its_standard_error():
-    sim = {"steps": [{"end_s": e} for e in (1.0, 2.0, 4.0, 5.0, 7.0)]}  # steps 1, 2, 1, 2
-    assert project.step_times(sim) == [1.0, 2.0, 1.0, 2.0]
-    # efficiency 1.5 / 1.5; sd of the steps 0.577, over sqrt(4) and the mean 1.5: 0.192
-    assert project.efficiency_se(1.5, project.step_times(sim)) == pytest.approx(0.19245, rel=1e-4)
-    assert project.efficiency_se(1.5, [1.5]) is None
+def test_compute_factors_multiply_each_ranks_compute(built, tmp_path):
+    # Factors all 1.0 are no noise at all; all 2.0 double every rank's forward and
+    # backward (0.05 s of compute, and the communication it does not hide: 0.0525 s a
+    # step without them).
+    lines = "0 262144 0.01\n1 262144 0.01\n2 1000 0.01\n"
+    common = ["--forward", "0.02", "--steps", "4"]
+    plain = train(3, lines, tmp_path, common)
+    one = train(3, lines, tmp_path, [*common, *factors_file(tmp_path, [[1.0] * 4] * 3)])
+    two = train(3, lines, tmp_path, [*common, *factors_file(tmp_path, [[2.0] * 4] * 3)])
+    assert one["steps"] == plain["steps"]
+    assert project_runs_mean_step(plain) >= 0.05
+    assert project_runs_mean_step(two) >= 0.1
 
 
-def test_the_calibrations_step_times_are_each_over_their_runs_mean():
-    spread = project.step_time_spread()
-    ratios = spread["step_over_mean"]
-    assert len(ratios) == sum(
-        len(project.json.loads(f.read_text())["step_ms"]) for f in project.STEP_TIMES
+def test_a_slow_rank_holds_every_synchronous_step(built, tmp_path):
+    # Rank 2 at 1.5 in step 2 only: that step takes its 0.075 s of compute at least, the
+    # others stay near 0.05.
+    lines = "0 262144 0.01\n1 262144 0.01\n2 1000 0.01\n"
+    rows = [[1.0] * 4, [1.0] * 4, [1.0, 1.0, 1.5, 1.0]]
+    out = train(
+        3, lines, tmp_path, ["--forward", "0.02", "--steps", "4", *factors_file(tmp_path, rows)]
     )
-    assert abs(sum(ratios) / len(ratios) - 1) < 1e-3
-    assert ratios == sorted(ratios) and ratios[0] > 0
-    # model/calibration.json holds exactly these: it was written from the files here.
-    assert project.load_calibration()["jitter"]["step_over_mean"] == ratios
+    steps = [s["step_s"] for s in out["steps"]]
+    assert steps[2] >= 0.075 > steps[3] and steps[1] < 0.075
 
 
-def test_a_send_s_cpu_runs_while_its_bytes_move(built):
-    # The kernel's TCP CPU per byte (the test bed's, 0.36 ns/B) charged before each transfer
-    # stalled every ring step, and the 3-node ring came out 4 % slower per byte than the 2-
-    # and 4-node ones. Running it beside the transfer, the ring's bus bandwidth is the same
-    # at every node count.
-    node = {**NODE, "cpu_per_byte_s": 3.6e-10, "reduce_bytes_per_s": 1e10}
-    size = 16 * MIB
-    busbw = []
-    for n in (2, 3, 4):
-        net = project_platforms.Network(278e6, 4e-6)
-        with tempfile.TemporaryDirectory() as d:
-            plat = project.write_platform(
-                project_platforms.platform_xml("testbed", n, net), Path(d)
-            )
-            out = project.mlcsim(plat, n, [*project.node_args(node), "sweep", str(size)])
-        busbw.append(size * 2 * (n - 1) / n / out["rows"][0]["time_s"])
-    assert max(busbw) / min(busbw) < 1.01, busbw
+def project_runs_mean_step(sim: dict) -> float:
+    ends = [s["end_s"] for s in sim["steps"]]
+    return (ends[-1] - ends[0]) / (len(ends) - 1)
 
 
-@pytest.mark.parametrize("nodes,seal_sends", [(2, 1), (3, 2), (4, 2), (5, 3)])
-def test_a_keyed_group_is_sealed_each_step(built, tmp_path, nodes, seal_sends):
-    # These three tensors take 3 ring calls a step, 2(n-1) sends each on rank 0; after
-    # them lane 0 seals the group: a recursive-doubling minimum, log2(p) sends on rank 0,
-    # one more where a folded rank hands it its flag.
-    tensors = tmp_path / "t.txt"
-    tensors.write_text("1 262144 0.01\n0 262144 0.01\n2 1000 0.01\n")
-    net = project_platforms.Network(250e6, 20e-6)
-    plat = project.write_platform(project_platforms.platform_xml("testbed", nodes, net), tmp_path)
-    sent = []
-    for steps in (2, 3):
-        args = [*project.node_args(NODE), "--forward", "0.02", "--steps", str(steps)]
-        sent.append(
-            project.mlcsim(plat, nodes, [*args, "train", str(tensors)])["data_messages_per_rank"]
-        )
-    assert sent[1] - sent[0] == 3 * 2 * (nodes - 1) + seal_sends
+def test_horovods_cycle_takes_what_every_rank_has(built, tmp_path):
+    # 2 ranks; 3 tensors ready at 0.0205, 0.031, 0.0415 s (0.01 forward, 0.0105 each);
+    # the loop wakes every 3 ms from 0 and allreduces what both ranks have, 1 ms each:
+    # at 0.021 (done 0.022), 0.033 (done 0.034) and 0.042 (done 0.043). Fused: a
+    # threshold of one tensor's bytes keeps them apart (3 allreduces a step).
+    table = tmp_path / "ar.txt"
+    table.write_text("1 0.001\n1000000000 0.001\n")
+    lines = "0 1000 0.0105\n1 1000 0.0105\n2 1000 0.0105\n"
+    hvd = ["--horovod", "--cycle", "0.003", "--negotiation", "0", "--allreduce-table", str(table)]
+    out = train(2, lines, tmp_path, [*hvd, "--fusion-threshold", "4000", "--forward", "0.01",
+                                     "--steps", "1"])  # fmt: skip
+    assert out["steps"][0]["end_s"] == pytest.approx(0.043, abs=1e-9)
+    assert out["horovod_allreduces"] == 3
+    # All three ready in one cycle (no backward time) and fused into one buffer.
+    lines = "0 1000 0.0\n1 1000 0.0\n2 1000 0.0\n"
+    out = train(2, lines, tmp_path, [*hvd, "--fusion-threshold", "1e9", "--forward", "0.01",
+                                     "--steps", "1"])  # fmt: skip
+    assert out["horovod_allreduces"] == 1
+    assert out["steps"][0]["end_s"] == pytest.approx(0.013, abs=1e-9)  # cycle at 0.012
 
 
-def test_a_modelled_steps_compute_is_local_plus_what_backprop_cost_more_in_that_run():
-    summary = {
-        "local": {"step_median_ms": {"median": 74.0}, "cpu_ms_per_step_2": {"tf_Compute": 71.5}},
-        "mlcomm-sync": {"cpu_ms_per_step_2": {"tf_Compute": 80.0}},
-        "mlcomm-pipe": {"cpu_ms_per_step_2": {"tf_Compute": 71.5}},
-    }
-    assert project.train_compute_s(summary, "mlcomm-sync") == pytest.approx(0.0825)
-    assert project.train_compute_s(summary, "mlcomm-pipe") == pytest.approx(0.074)
+def test_copies_to_the_host_delay_a_gradient_by_its_bytes(built, tmp_path):
+    # One tensor of 4 MB, crossing PCIe at 4 GB/s: 1 ms to the host before the team may
+    # send it, and the reduced batches back after; the step grows by at least the 1 ms.
+    lines = "0 1000000 0.01\n"
+    common = ["--forward", "0.01", "--steps", "2", "--threads", "1"]
+    without = train(2, lines, tmp_path, common)
+    with_copies = train(2, lines, tmp_path, [*common, "--pcie-bps", "4e9"])
+    grown = project_runs_mean_step(with_copies) - project_runs_mean_step(without)
+    assert 1e-3 <= grown <= 2.5e-3
+
+
+def test_ranks_share_their_nodes_link(built, tmp_path):
+    # 4 ranks: a ring whose neighbours share a host (0,0,1,1) crosses the network twice a
+    # round; one whose every neighbour is on the other host (0,1,0,1) four times.
+    def sweep_on(placement: str) -> float:
+        (tmp_path / "p.txt").write_text(placement)
+        net = project_platforms.Network(250e6, 20e-6)
+        plat = project.write_platform(project_platforms.platform_xml("testbed", 2, net), tmp_path)
+        args = [*project.node_args(NODE), "--threads", "1", "--algorithm", "ring"]
+        args += ["--placement", str(tmp_path / "p.txt"), "sweep", str(8 * MIB)]
+        return project.mlcsim(plat, 4, args)["rows"][0]["time_s"]
+
+    assert sweep_on("0\n1\n0\n1\n") > 1.3 * sweep_on("0\n0\n1\n1\n")
