@@ -744,7 +744,7 @@ def main(argv: list[str]) -> int:
         type=float,
         default=0.0,
         help="compute's slowdown beside communication where threads share its cores "
-        "(a fraction; project_interference.py reads the test bed's)",
+        "(a fraction, chosen: not measured as a function of bytes and threads yet)",
     )
     p.add_argument(
         "--horovod", action="store_true", help="add Horovod's scheme (fusion, cycle, ring)"
