@@ -79,7 +79,7 @@ class Calls:
 
     def identity(self) -> tuple[int, int, bytes]:
         """The calling thread's (step, origin, name) for a call that C code begins itself
-        (mlc_team_begin_call's arguments; the name NUL-free)."""
+        (mlc_team_begin_call's arguments; C reads the name up to a NUL, as the char[] one)."""
         mine = self._thread
         origin, _ = mine.identity()
         return mine.step, origin, mine.name_bytes
