@@ -170,7 +170,7 @@ typedef struct mlc_agree {
     char drop_message[MLC_MSG_LEN];
 } mlc_agree;
 
-/* Life cycle: init sets defaults and cannot fail; open takes the endpoint of a
+/* Life cycle (agree.c): init sets defaults and cannot fail; open takes the endpoint of a
  * communicator for this engine alone; destroy works after a failed or no open. */
 void mlc_agree_init(mlc_agree *ag);
 int mlc_agree_open(mlc_agree *ag, const mlc_tp *tp);
