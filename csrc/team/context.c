@@ -2,11 +2,27 @@
  * the communication threads need. Teams hang off a context. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/mpi_error.h"
 #include "team.h"
 
-static void abort_job(void *arg, int exit_code) { MPI_Abort(((mlc_context *)arg)->comm, exit_code); }
+/* Ends every rank of the job. MPI_COMM_WORLD, not the context's communicator: MPICH
+ * aborts any other communicator by sending each of its ranks a message and waiting for
+ * it to be delivered, which never happens when the rank it waits for is stopped, or is
+ * asleep in the user's code with nothing progressing MPI (the stall this abort ends);
+ * on MPI_COMM_WORLD it asks the process manager, which kills every process. */
+void mlc_abort_job(void *unused, int exit_code) {
+    (void)unused;
+    /* The launcher kills every rank as soon as it hears of the abort, and the lines
+     * still in its forwarding pipes die with them: give it a moment to pass them on. */
+    struct timespec forward = {0, 300 * 1000 * 1000};
+    nanosleep(&forward, NULL);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    /* MPICH's MPI_Abort may return once the launcher knows: run nothing more. */
+    _exit(exit_code);
+}
 
 /* The job's long waits, on a communicator of their own. */
 static int open_waits(mlc_context *ctx) {
@@ -16,7 +32,7 @@ static int open_waits(mlc_context *ctx) {
         return mlc_mpi_error(ctx->waits_message, rc, "MPI_Comm_dup");
     }
     mlc_tp_mpi_open(&ctx->waits_tp, &ctx->waits_comm, ctx->rank, ctx->size, ctx->waits_message);
-    ctx->waits = mlc_waits_create(&ctx->waits_tp, abort_job, ctx);
+    ctx->waits = mlc_waits_create(&ctx->waits_tp, mlc_abort_job, NULL);
     return ctx->waits ? MLC_OK : MLC_ERR_NOMEM;
 }
 

@@ -168,8 +168,6 @@ static int dup_comm(MPI_Comm parent, MPI_Comm *out, char *err, size_t errlen) {
     return MLC_OK;
 }
 
-static void abort_job(void *arg, int exit_code) { MPI_Abort(((mlc_context *)arg)->comm, exit_code); }
-
 int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_t chunk_bytes,
                     mlc_team **out, char *err, size_t errlen) {
     *out = NULL;
@@ -198,7 +196,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     pthread_cond_init(&team->groups.ready_cv, NULL);
     team->caller.comm = team->agree_comm = MPI_COMM_NULL;
     mlc_agree_init(&team->agree);
-    mlc_agree_set_job(&team->agree, abort_job, ctx, ctx->waits);
+    mlc_agree_set_job(&team->agree, mlc_abort_job, NULL, ctx->waits);
     team->fusion = malloc(team->config.window_segments * team->config.chunk_bytes);
     team->caller.ahead.buf = malloc(MLC_RING_PIECE_BYTES);
     team->workers = calloc(nthreads, sizeof *team->workers);

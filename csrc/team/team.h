@@ -32,6 +32,9 @@ struct mlc_context {
 
 typedef struct mlc_group mlc_group;
 
+/* Ends the whole job (MPI_Abort on MPI_COMM_WORLD): the watchdogs' last resort (context.c). */
+void mlc_abort_job(void *unused, int exit_code);
+
 /* What this rank's last request on a team was, for messages (mlc_team_last_request). */
 typedef struct mlc_request_note {
     int64_t seq; /* 0: none yet */
