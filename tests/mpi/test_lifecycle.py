@@ -239,8 +239,20 @@ SCRIPT = textwrap.dedent(
 )
 
 # Variables through which the enclosing mpiexec (Hydra / PMI) would make the child
-# think it is one of our ranks; without them the child starts as a singleton.
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPI_LOCAL", "OMPI_", "PALS_", "SLURM_")
+# think it is one of our ranks; without them the child starts as a singleton. Intel
+# MPI's mpiexec also hands its ranks the job's identity and pinning (I_MPI_HYDRA_UUID,
+# I_MPI_PIN_MAPPING, I_MPI_INFO_*), which describe the enclosing job, not the child.
+_LAUNCHER_PREFIXES = (
+    "PMI_",
+    "PMIX_",
+    "HYDRA_",
+    "HYDI_",
+    "MPI_LOCAL",
+    "OMPI_",
+    "PALS_",
+    "SLURM_",
+    "I_MPI_",
+)
 
 
 # Settings of the user, not of the enclosing launcher: Open MPI's consent to run as root.
@@ -248,9 +260,12 @@ _KEEP = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
 
 def _clean_env():
-    return {
+    env = {
         k: v for k, v in os.environ.items() if k in _KEEP or not k.startswith(_LAUNCHER_PREFIXES)
     }
+    # A child that dies of a signal then prints where, instead of nothing.
+    env["PYTHONFAULTHANDLER"] = "1"
+    return env
 
 
 def _run_on_rank0_others_wait(fn):
