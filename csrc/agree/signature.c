@@ -4,7 +4,8 @@
  *
  * Compared, in two groups:
  *   shape     kind, dtype, op (allreduce), root (broadcast), ntensors, total,
- *             layout_hash, part, nparts, call_dtypes, compression (the team's
+ *             layout_hash, shapes_hash (each tensor's shape digest, where its
+ *             caller said it), part, nparts, call_dtypes, compression (the team's
  *             16-bit wire setting, whatever the request's dtype: ranks that
  *             differ would exchange blocks of different sizes on the ring); for
  *             kinds whose sizes differ by rank (sizes_vary) total and layout are
@@ -45,6 +46,7 @@ typedef struct compared {
     int32_t row_ndim, bad_args; /* row_ndim -1: the rows' shape not said */
     int64_t total, row_elements;
     uint64_t layout_hash;    /* FNV-1a over every tensor's count */
+    uint64_t shapes_hash;    /* over every tensor's shape digest (mlc_tensor.shape) */
     uint64_t row_shape_hash; /* and over the rows' dimensions */
     /* settings */
     int32_t team_algorithm, algorithm, on_caller, lanes, is_group, direct;
@@ -67,7 +69,7 @@ struct mlc_signature {
     char origin_name[MLC_ORIGIN_NAME_LEN];    /* the calling thread, for messages */
 };
 
-_Static_assert(sizeof(compared) == 12 * 4 + 4 * 8 + 6 * 4 + 4 * 8 + 3 * 8, "compared has no padding");
+_Static_assert(sizeof(compared) == 12 * 4 + 5 * 8 + 6 * 4 + 4 * 8 + 3 * 8, "compared has no padding");
 _Static_assert(sizeof(compared) % 8 == 0, "the digest reads compared in 8-byte words");
 _Static_assert(sizeof(struct mlc_signature) % 8 == 0, "signatures stay 8-byte aligned");
 _Static_assert(sizeof(struct mlc_signature) == MLC_SIGNATURE_BYTES, "the size ml_comm_internal.h says");
@@ -108,10 +110,11 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     c->origin = in->call.origin;
     memcpy(s->origin_name, in->call.origin_name, sizeof s->origin_name);
     s->origin_name[sizeof s->origin_name - 1] = '\0';
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull, shapes = h;
     for (int i = 0; i < in->ntensors; i++) {
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
         h = fnv(h, &in->tensors[i].count, sizeof in->tensors[i].count);
+        shapes = fnv(shapes, &in->tensors[i].shape, sizeof in->tensors[i].shape);
     }
     c->row_elements = in->row_elements; /* 0 but for collectives of rows */
     c->row_ndim = in->row_shape ? in->row_ndim : -1;
@@ -125,12 +128,13 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     s->bad_detail[0] = in->bad_detail[0];
     s->bad_detail[1] = in->bad_detail[1];
     if (c->sizes_vary) { /* each rank's own sizes; only the rows' length must agree */
-        c->layout_hash = 0;
+        c->layout_hash = c->shapes_hash = 0;
         c->total = 0;
         c->seg_elems = 0; /* planned from each rank's own total */
     } else {
         c->total = in->total;
         c->layout_hash = h;
+        c->shapes_hash = shapes;
     }
     s->nonfinite_tensor = in->nonfinite_tensor;
     s->nonfinite_count = in->nonfinite_count;
@@ -177,6 +181,7 @@ static int same_shape(const mlc_signature *a, const mlc_signature *b) {
     const compared *x = &a->c, *y = &b->c;
     return x->kind == y->kind && x->dtype == y->dtype && x->op == y->op && x->root == y->root &&
            x->ntensors == y->ntensors && x->total == y->total && x->layout_hash == y->layout_hash &&
+           x->shapes_hash == y->shapes_hash &&
            x->part == y->part && x->nparts == y->nparts && x->call_dtypes == y->call_dtypes &&
            x->compression == y->compression && x->sizes_vary == y->sizes_vary &&
            x->row_elements == y->row_elements && x->row_ndim == y->row_ndim &&
@@ -318,9 +323,34 @@ static void append_signature(char *buf, size_t len, size_t *off, const mlc_signa
     mlc_append(buf, len, off, ")");
 }
 
+/* Alike but for the tensors' shapes (one count, other dimensions). */
+static int shapes_alike(const table *t, int a, int b, const setting *s) {
+    return at(t, a)->c.shapes_hash == at(t, b)->c.shapes_hash;
+}
+
 static void shape_message(const table *t, char *buf, size_t len, size_t *off) {
     const mlc_signature *first = at(t, 0);
-    int show_counts = 0, show_dtypes = 0;
+    int show_counts = 0, show_dtypes = 0, only_shapes = 1;
+    for (int r = 1; r < t->n; r++) {
+        compared x = at(t, r)->c;
+        x.shapes_hash = first->c.shapes_hash;
+        only_shapes &= same_shape(&(mlc_signature){.c = x}, first);
+    }
+    if (only_shapes) { /* the description would read the same for every rank */
+        int groups = 0;
+        for (int r = 0; r < t->n; r++) groups += leads(t, r, shapes_alike, NULL);
+        mlc_append(buf, len, off, "every rank submitted ");
+        append_signature(buf, len, off, first, 1, 0);
+        mlc_append(buf, len, off, ", but the tensors' shapes (their dimensions) differ between ");
+        for (int r = 0, k = 0; r < t->n; r++) {
+            if (!leads(t, r, shapes_alike, NULL)) continue;
+            mlc_append(buf, len, off, "%s", !k ? "" : ++k == groups ? " and " : ", ");
+            if (!k) k = 1;
+            append_ranks(buf, len, off, t, r, shapes_alike, NULL);
+        }
+        mlc_append(buf, len, off, ". Every rank must make the same calls, with the same tensors, in the same order");
+        return;
+    }
     for (int r = 1; r < t->n; r++) {
         if (at(t, r)->c.ntensors == first->c.ntensors && at(t, r)->c.total == first->c.total &&
             at(t, r)->c.layout_hash != first->c.layout_hash)

@@ -1,8 +1,18 @@
-/* Copies between a range of a tensor list's concatenation and a contiguous
- * buffer: packing into the fusion buffer and the direct allreduce's payload. */
+/* Tensor lists: copies between a range of their concatenation and a contiguous
+ * buffer (packing into the fusion buffer and the direct allreduce's payload), and
+ * the digest of a tensor's shape that ranks compare. */
 #include <string.h>
 
 #include "base.h"
+
+uint64_t mlc_shape_digest(int ndim, const int64_t *dims) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a, a byte at a time, little end first */
+    for (int d = -1; d < ndim; d++) {
+        uint64_t v = (uint64_t)(d < 0 ? ndim : dims[d]);
+        for (int b = 0; b < 8; b++, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+    }
+    return h ? h : 1; /* 0 means "not said" */
+}
 
 int mlc_tensor_at(const int64_t *starts, int ntensors, int64_t start) {
     int lo = 0, hi = ntensors - 1;

@@ -88,11 +88,15 @@ typedef struct mlc_request mlc_request;
 
 /* One buffer of a (possibly fused) reduction. The result is written to data;
  * the input is read from source when it is not NULL (out-of-place, which saves
- * the caller a copy), else from data (in place). */
+ * the caller a copy), else from data (in place). shape is mlc_shape_digest of the
+ * tensor's dimensions, in the order its elements lie in memory (0: not said): ranks
+ * compare it with the count, so that tensors of one count but different shapes
+ * (17x1311 and 17x23x57) fail instead of averaging unrelated elements. */
 typedef struct mlc_tensor {
     void *data;
     const void *source;
     int64_t count;
+    uint64_t shape;
 } mlc_tensor;
 
 /* Called once, from a communication thread, when a request finishes.
@@ -123,6 +127,8 @@ const char *mlc_status_name(int status);
  * is a floating-point type, and whether the reductions (allreduce, reducescatter)
  * take it (every dtype but bool). */
 int mlc_dtype_size(int dtype);
+/* The digest mlc_tensor.shape holds: FNV-1a over ndim and the dimensions, never 0. */
+uint64_t mlc_shape_digest(int ndim, const int64_t *dims);
 const char *mlc_dtype_name(int dtype);
 int mlc_dtype_is_float(int dtype);
 int mlc_dtype_is_reducible(int dtype);
@@ -218,10 +224,11 @@ int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
                               size_t errlen);
 /* One buffer out of place: data = the reduction of every rank's source (source NULL:
- * in place). call_dtypes as for mlc_team_allreduce_part: the bits of the dtypes of the
+ * in place); shape as in mlc_tensor. call_dtypes as for mlc_team_allreduce_part: the bits of the dtypes of the
  * call this buffer is all of, so that it meets a one-dtype tensor-list call alike. */
 int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int64_t count,
-                            int dtype, int op, int call_dtypes, char *err, size_t errlen);
+                            int dtype, int op, int call_dtypes, uint64_t shape, char *err,
+                            size_t errlen);
 /* Keyed groups: the tensors of one fused reduction arrive one at a time (one
  * framework op per gradient), each as soon as it exists. The first arrival of a
  * key opens the group with the whole layout (counts, in layout order) and queues
@@ -237,9 +244,11 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
  * bits of call_dtypes (see mlc_team_allreduce_async_part); read at the group's opening.
  * step: the framework's id of the step that submits the tensor (0: none). A tensor
  * joins only a group of its own step, and a group its step's opener has not claimed
- * yet can still be claimed by it (mlc_team_group_open_part). */
+ * yet can still be claimed by it (mlc_team_group_open_part). shapes: each tensor's
+ * mlc_tensor.shape, in layout order like counts (NULL: not said). */
 int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                               int dtype, int op, int part, int nparts, int call_dtypes, int index,
+                               const uint64_t *shapes, int dtype, int op, int part, int nparts,
+                               int call_dtypes, int index,
                                int64_t step, const void *source, void *data, mlc_callback done,
                                void *user_data, char *err, size_t errlen);
 /* A step that failed after some of its tensors arrived: cancel the open group in
@@ -258,7 +267,7 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
  * claims the group that tensor opened, and where that group is complete already it
  * opens nothing (*opener = 0: nothing left to cancel). */
 int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                             int dtype, int op, int part, int nparts, int call_dtypes, int64_t step,
+                             const uint64_t *shapes, int dtype, int op, int part, int nparts, int call_dtypes, int64_t step,
                              int64_t *opener, char *err, size_t errlen);
 /* mlc_team_group_cancel for the group opened with this id, if it is still open;
  * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */

@@ -306,12 +306,13 @@ int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntens
 
 int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dtype, int op, char *err,
                               size_t errlen) {
-    return mlc_team_allreduce_into(team, NULL, data, count, dtype, op, 0, err, errlen);
+    return mlc_team_allreduce_into(team, NULL, data, count, dtype, op, 0, 0, err, errlen);
 }
 
 int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int64_t count,
-                            int dtype, int op, int call_dtypes, char *err, size_t errlen) {
-    mlc_tensor tensor = {data, source, count};
+                            int dtype, int op, int call_dtypes, uint64_t shape, char *err,
+                            size_t errlen) {
+    mlc_tensor tensor = {data, source, count, shape};
     int64_t starts[2];
     mlc_request local = {0};
     int rc = bad_part(0, 1, call_dtypes) ? MLC_ERR_ARG

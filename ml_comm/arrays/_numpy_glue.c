@@ -8,9 +8,9 @@
  * read and made through NumPy's C API.
  *
  * This is binding glue, not the core: it knows NumPy and Python; the core function it
- * calls (mlc_team_allreduce_into, declared in ml_comm.h) knows neither, and is reached
- * through the address that cffi gives for it, so this module links against nothing of
- * ml_comm's.
+ * calls (mlc_team_allreduce_into, mlc_shape_digest, declared in ml_comm.h) know neither,
+ * and are reached through the addresses that cffi gives for them, so this module links
+ * against nothing of ml_comm's.
  *
  * pool(keep) -> a pool of touched memory blocks. take(pool, nbytes) -> a writable uint8
  *   array over a block of at least nbytes (a free block of up to twice the size, the
@@ -18,8 +18,8 @@
  *   pages fault now and never again). The block goes back to the pool when the array and
  *   every view of it are gone; at most `keep` free blocks are kept (the oldest are freed).
  *   free_blocks(pool) -> how many are free.
- * bind(allreduce_into, begin_call, end_call, team, err, err_len, pool, pool_from_bytes,
- *   dtypes) -> a binding of one team. average(binding, grad, step, origin, name) -> the
+ * bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool,
+ *   pool_from_bytes, dtypes) -> a binding of one team. average(binding, grad, step, origin, name) -> the
  *   average over the ranks as a new array (from the pool from pool_from_bytes, else
  *   fresh), made inside one call of the caller's identity (step, origin, name: its thread,
  *   core/calls.py; begun and ended here, holding the GIL, as two cffi calls would release
@@ -43,6 +43,7 @@
 
 typedef __typeof__(&mlc_team_allreduce_into) allreduce_into_fn;
 typedef __typeof__(&mlc_team_begin_call) begin_call_fn;
+typedef __typeof__(&mlc_shape_digest) shape_digest_fn;
 typedef __typeof__(&mlc_team_end_call) end_call_fn;
 
 enum { MAX_KEEP = 64, MAX_DTYPES = 32, BLOCK_ALIGN = 4096 };
@@ -207,6 +208,7 @@ typedef struct {
     allreduce_into_fn allreduce_into;
     begin_call_fn begin_call;
     end_call_fn end_call;
+    shape_digest_fn shape_digest;
     mlc_team *team;
     char *err;
     size_t err_len;
@@ -244,15 +246,15 @@ static int read_dtype_table(PyObject *pairs, binding *b) {
 }
 
 static PyObject *bind(PyObject *module, PyObject *args) {
-    unsigned long long allreduce_into, begin_call, end_call, team, err;
+    unsigned long long allreduce_into, begin_call, end_call, shape_digest, team, err;
     Py_ssize_t err_len, pool_from_bytes;
     PyObject *pool_capsule, *dtypes;
-    if (!PyArg_ParseTuple(args, "KKKKKnOnO:bind", &allreduce_into, &begin_call, &end_call, &team, &err,
-                          &err_len, &pool_capsule, &pool_from_bytes, &dtypes))
+    if (!PyArg_ParseTuple(args, "KKKKKKnOnO:bind", &allreduce_into, &begin_call, &end_call, &shape_digest,
+                          &team, &err, &err_len, &pool_capsule, &pool_from_bytes, &dtypes))
         return NULL;
     results_pool *p = PyCapsule_GetPointer(pool_capsule, POOL_NAME);
     if (!p) return NULL;
-    if (!allreduce_into || !begin_call || !end_call || !team || !err || err_len <= 0) {
+    if (!allreduce_into || !begin_call || !end_call || !shape_digest || !team || !err || err_len <= 0) {
         PyErr_SetString(PyExc_ValueError, "bind needs the core's function, a team and an error buffer");
         return NULL;
     }
@@ -260,6 +262,7 @@ static PyObject *bind(PyObject *module, PyObject *args) {
     if (!b) return PyErr_NoMemory();
     b->allreduce_into = (allreduce_into_fn)(uintptr_t)allreduce_into;
     b->begin_call = (begin_call_fn)(uintptr_t)begin_call;
+    b->shape_digest = (shape_digest_fn)(uintptr_t)shape_digest;
     b->end_call = (end_call_fn)(uintptr_t)end_call;
     b->team = (mlc_team *)(uintptr_t)team;
     b->err = (char *)(uintptr_t)err;
@@ -321,10 +324,13 @@ static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nar
     const void *source = PyArray_DATA(grad);
     void *data = PyArray_DATA((PyArrayObject *)result);
     const int64_t count = PyArray_SIZE(grad);
+    _Static_assert(sizeof(npy_intp) == sizeof(int64_t), "NumPy's dimensions are the core's int64");
+    const uint64_t shape = b->shape_digest(PyArray_NDIM(grad), (const int64_t *)PyArray_DIMS(grad));
     /* The call waits for the other ranks: other Python threads run meanwhile. The caller's
      * list keeps grad alive; result is ours. */
     Py_BEGIN_ALLOW_THREADS
-    rc = b->allreduce_into(b->team, source, data, count, code, MLC_OP_AVERAGE, 1 << code, b->err, b->err_len);
+    rc = b->allreduce_into(b->team, source, data, count, code, MLC_OP_AVERAGE, 1 << code, shape, b->err,
+                           b->err_len);
     Py_END_ALLOW_THREADS
     b->end_call(b->team);
     if (rc) {
@@ -339,8 +345,8 @@ static PyMethodDef methods[] = {
     {"take", take, METH_VARARGS, "take(pool, nbytes) -> uint8 array over a pool block"},
     {"free_blocks", free_blocks, METH_O, "free_blocks(pool) -> number of free blocks"},
     {"bind", bind, METH_VARARGS,
-     "bind(allreduce_into, begin_call, end_call, team, err, err_len, pool, pool_from_bytes, dtypes) -> "
-     "binding"},
+     "bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool, pool_from_bytes, "
+     "dtypes) -> binding"},
     {"average", (PyCFunction)(void (*)(void))average, METH_FASTCALL,
      "average(binding, grad, step, origin, name) -> new array | None (not handled here) | int (core "
      "status)"},

@@ -1,4 +1,4 @@
-"""NumPy arguments checked and described to the core as (pointer, count) tensors.
+"""NumPy arguments checked and described to the core as (pointer, count, shape) tensors.
 
 Checks happen before anything is sent, so a bad call raises on every rank that
 makes it and leaves the process usable.
@@ -6,11 +6,12 @@ makes it and leaves the process usable.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 
-from .._core import ffi
+from .._core import ffi, lib
 from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentError, BadArgumentTypeError
 
@@ -57,6 +58,18 @@ def buffer(arr: np.ndarray):
     return ffi.from_buffer(arr if arr.flags.c_contiguous else arr.T)
 
 
+@functools.lru_cache(maxsize=4096)
+def dims_digest(dims: tuple[int, ...]) -> int:
+    """mlc_shape_digest of these dimensions (the same on every rank for the same dims)."""
+    return lib.mlc_shape_digest(len(dims), ffi.new("int64_t[]", dims) if dims else ffi.NULL)
+
+
+def shape_digest(arr: np.ndarray) -> int:
+    """The core's digest of the array's dimensions in the order its elements lie in the
+    memory `buffer` gives (a Fortran-ordered array's reversed): ranks compare it."""
+    return dims_digest(arr.shape if arr.flags.c_contiguous else arr.shape[::-1])
+
+
 def tensor_list(arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] | None = None):
     """An mlc_tensor[] over the arrays (outputs) and, optionally, their sources (inputs);
     returns (tensors, keep): keep must outlive every use of tensors."""
@@ -67,6 +80,7 @@ def tensor_list(arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] | No
         keep.append(buf)
         tensors[i].data = buf
         tensors[i].count = arr.size
+        tensors[i].shape = shape_digest(arr)
         if sources is not None:
             src = buffer(sources[i])
             keep.append(src)

@@ -17,7 +17,7 @@ from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentError
 from ..core.session import Session
 from ..core.status import ERR_LEN, check
-from .buffers import as_array, buffer
+from .buffers import as_array, buffer, shape_digest
 from .pool import MIN_BYTES, OutputPool
 
 # Results of a MiB or more come from memory earlier calls touched (pool.py says why).
@@ -179,7 +179,16 @@ def allreduce(s: Session, array, op: str, team: int) -> np.ndarray:
     arr, code = _input(array, "allreduce", rows=False, reduces=True)
     out = _empty(arr.shape, arr.dtype)
     rc = lib.mlc_team_allreduce_into(
-        s.team(team), buffer(arr), buffer(out), arr.size, code, code_op, 0, s.err, ERR_LEN
+        s.team(team),
+        buffer(arr),
+        buffer(out),
+        arr.size,
+        code,
+        code_op,
+        0,
+        shape_digest(arr),
+        s.err,
+        ERR_LEN,
     )
     check(rc, "allreduce", s.err)
     return out

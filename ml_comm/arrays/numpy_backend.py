@@ -75,6 +75,7 @@ def bind_team(handle, pool: OutputPool, err):
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_allreduce_into"))),
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_begin_call"))),
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_end_call"))),
+        int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_shape_digest"))),
         int(ffi.cast("uintptr_t", handle)),
         int(ffi.cast("uintptr_t", err)),
         ERR_LEN,

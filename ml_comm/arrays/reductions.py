@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._core import lib
+from .._core import ffi, lib
 from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentError, BadArgumentTypeError
 from ..core.layout import fused_order
@@ -15,7 +15,7 @@ from ..core.session import Session, is_pipelined
 from ..core.status import ERR_LEN, check
 from ..faults import stop
 from . import pipeline
-from .buffers import as_array, buffer, group_by_dtype, in_place_array
+from .buffers import as_array, buffer, group_by_dtype, in_place_array, shape_digest
 from .pool import OutputPool
 from .requests import average_blocking, average_groups, average_now, submit_average, wait_one
 
@@ -30,7 +30,9 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
         arr = in_place_array(arr, what)
         code = _dtypes.code_of(arr.dtype, reduces=True)
     err = s.team_err(team)
-    rc = lib.mlc_team_allreduce_buffer(handle, buffer(arr), arr.size, code, op, err, ERR_LEN)
+    rc = lib.mlc_team_allreduce_into(
+        handle, ffi.NULL, buffer(arr), arr.size, code, op, 0, shape_digest(arr), err, ERR_LEN
+    )
     if rc:
         check(rc, what, err)
     return arr

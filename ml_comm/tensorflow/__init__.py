@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ..arrays.buffers import dims_digest
 from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentTypeError, MLCommError
 from ..core.layout import fused_order
@@ -26,6 +27,13 @@ CODES = {tf.as_dtype(name): code for code, name in _dtypes.NAMES.items()}
 SUPPORTED = tuple(CODES)
 # The ones the reductions take (bool is only moved).
 REDUCED = tuple(tf.as_dtype(d) for d in _dtypes.REDUCED_CODES)
+
+
+def attr_digest(tensor) -> int:
+    """The core's digest of a tensor's static shape (mlc_tensor.shape), as the signed
+    int64 that an op's attribute holds."""
+    d = dims_digest(tuple(tensor.shape.as_list()))
+    return d - (1 << 64) if d >= 1 << 63 else d
 
 
 def _dense(value) -> tf.Tensor:
@@ -98,7 +106,13 @@ def gradients(
                 _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
         else:
             key = next(_group_keys)
-            group = {"group_key": key, "counts": counts, "average": average, "nranks": nranks}
+            group = {
+                "group_key": key,
+                "counts": counts,
+                "shapes": [attr_digest(t) for t in tensors],
+                "average": average,
+                "nranks": nranks,
+            }
             # The group opens at the step's start (the op needs no input), so that a step
             # failing before its first gradient exists still has a group to cancel. The
             # submits do not wait for it: an executor may run it after all of backprop

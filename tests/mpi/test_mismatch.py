@@ -116,6 +116,34 @@ def test_same_total_other_shapes(pair):
     c.finish()
 
 
+# 10 elements: inside the check; 20010: on the team's threads. gradients of one array
+# takes the C glue's path, of two the general one; average reduces in place.
+@pytest.mark.parametrize("count", [10, 20010])
+@pytest.mark.parametrize("call", ["average", "gradients", "gradients of two"])
+def test_same_sizes_other_dimensions(pair, call, count):
+    """Tensors of one element count in other shapes (2 x n/2 against n/2 x 2) would be
+    averaged element by element as if alike: every rank fails, naming the ranks whose
+    shapes differ."""
+    c = Checks()
+    shape = (count // 2, 2) if pair.rank == 1 else (2, count // 2)
+    a = np.ones(shape, np.float32)
+    calls = {
+        "average": lambda: mc.average(a),
+        "gradients": lambda: mc.gradients([a]),
+        "gradients of two": lambda: mc.gradients([np.ones(3, np.float32), a]),
+    }
+    n = pair.nranks
+    alike = "rank 0" if n == 2 else "ranks 0, 2" if n == 3 else f"ranks 0, 2-{n - 1}"
+    expect_mismatch(
+        c,
+        calls[call],
+        f"float32 elements of sizes {count}",
+        f"but the tensors' shapes (their dimensions) differ between {alike} and rank 1.",
+    )
+    still_works(c, pair)
+    c.finish()
+
+
 def test_dtype(pair):
     c = Checks()
     dtype = np.float64 if pair.rank == 1 else np.float32

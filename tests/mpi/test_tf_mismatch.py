@@ -64,6 +64,24 @@ def test_gradient_sizes_differ(tf_session, mode):
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
+def test_same_sizes_other_dimensions(tf_session, mode):
+    """17 x 1311 on rank 0 against 17 x 23 x 57 elsewhere: one element count, other
+    tensors (Horovod's test_horovod_allreduce_error makes the same call)."""
+    if tf_session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    c = Checks()
+    shape = [17, 1311] if tf_session.rank == 0 else [17, 23, 57]
+    e = expect_mismatch(c, mode, [tf.ones(shape), tf.ones([7])])
+    text = str(e)
+    c.true("submitted 2 tensors, 22294 float32 elements" in text, text)
+    c.true(
+        "but the tensors' shapes (their dimensions) differ between rank 0 and rank" in text, text
+    )
+    still_works(c, tf_session, mode)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
 def test_number_of_gradients_differs(tf_session, mode):
     if tf_session.nranks < 2:
         pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")

@@ -112,6 +112,8 @@ ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t tea
       // each result to its operand): then the average is made in place.
       tensors[at].source = in->untyped_data() == tensors[at].data ? nullptr : in->untyped_data();
       tensors[at].count = static_cast<int64_t>(in->element_count());
+      const auto dims = in->dimensions();  // row-major, as XLA lays out the call's operands
+      tensors[at].shape = mlc_shape_digest(static_cast<int>(dims.size()), dims.begin());
     }
     call_dtypes |= 1 << codes[part];
   }

@@ -27,6 +27,18 @@ extern "C" {
 
 namespace ml_comm_tf {
 
+// A group's shape digests (an int64 attr holds the uint64's bits); NULL: none said.
+inline const uint64_t *Shapes(const std::vector<int64_t> &shapes) {
+  return shapes.empty() ? nullptr : reinterpret_cast<const uint64_t *>(shapes.data());
+}
+
+// mlc_tensor.shape for a TensorFlow tensor (row-major: its dimensions as they are).
+inline uint64_t ShapeDigest(const tensorflow::Tensor &t) {
+  const auto dims = t.shape().dim_sizes();
+  static_assert(sizeof(dims[0]) == sizeof(int64_t), "TensorFlow's dimensions are the core's int64");
+  return mlc_shape_digest(static_cast<int>(dims.size()), reinterpret_cast<const int64_t *>(dims.data()));
+}
+
 using tensorflow::AsyncOpKernel;
 using tensorflow::DataType;
 using tensorflow::OpInputList;

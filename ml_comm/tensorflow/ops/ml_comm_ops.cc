@@ -202,6 +202,7 @@ REGISTER_OP("MlCommGroupOpen")
     .Attr("team_id: int")
     .Attr("group_key: int")
     .Attr("counts: list(int)")
+    .Attr("shapes: list(int) = []")
     .Attr("average: bool = true")
     .Attr("nranks: int")
     .ML_COMM_CALL_PART_ATTRS
@@ -225,6 +226,9 @@ class GroupOpenOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
     OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
     OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
+    OP_REQUIRES_OK(c, c->GetAttr("shapes", &shapes_));
+    OP_REQUIRES(c, shapes_.empty() || shapes_.size() == counts_.size(),
+                tensorflow::errors::InvalidArgument("shapes: one per tensor of the group, or none"));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
     OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
@@ -241,7 +245,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
     int64_t id = 0;
     char err[256] = "";
     int rc = mlc_team_group_open_part(team, group_key_, static_cast<int>(counts_.size()), counts_.data(),
-                                      CoreDtype(dtype_), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM,
+                                      Shapes(shapes_), CoreDtype(dtype_), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM,
                                       part_.part, part_.nparts, part_.call_dtypes, StepOf(ctx), &id, err,
                                       sizeof err);
     OP_REQUIRES(ctx, rc == MLC_OK, CoreError(rc, absl::StrCat("ml_comm: ", err)));
@@ -263,6 +267,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
   DataType dtype_;
   int64_t team_id_ = 0, group_key_ = 0;
   std::vector<int64_t> counts_;
+  std::vector<int64_t> shapes_;  // mlc_tensor.shape of each tensor, as TensorFlow's int64 attr
   bool average_ = true;
   int nranks_ = 0;
   CallPart part_;
@@ -279,6 +284,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Attr("group_key: int")
     .Attr("index: int")
     .Attr("counts: list(int)")
+    .Attr("shapes: list(int) = []")
     .Attr("average: bool = true")
     .Attr("nranks: int")
     .ML_COMM_CALL_PART_ATTRS
@@ -302,6 +308,9 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
     OP_REQUIRES_OK(c, c->GetAttr("index", &index_));
     OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
+    OP_REQUIRES_OK(c, c->GetAttr("shapes", &shapes_));
+    OP_REQUIRES(c, shapes_.empty() || shapes_.size() == counts_.size(),
+                tensorflow::errors::InvalidArgument("shapes: one per tensor of the group, or none"));
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
     OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
@@ -347,7 +356,8 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     const int64_t id = AddToken(completion);
     char err[256] = "";
     int rc = mlc_team_group_arrive_part(
-        team, group_key_, static_cast<int>(counts_.size()), counts_.data(), CoreDtype(input.dtype()),
+        team, group_key_, static_cast<int>(counts_.size()), counts_.data(), Shapes(shapes_),
+        CoreDtype(input.dtype()),
         average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part, part_.nparts, part_.call_dtypes, index_,
         StepOf(ctx), input.tensor_data().data(),
         const_cast<char *>(output->tensor_data().data()), CompleteTensor, CoreUser(id), err,
@@ -378,7 +388,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
   void Reduce(OpKernelContext *ctx, mlc_team *team, const Tensor &input, Tensor *output) const {
     const char *in = input.tensor_data().data();
     char *out = const_cast<char *>(output->tensor_data().data());
-    mlc_tensor tensor = {out, in == out ? nullptr : in, input.NumElements()};
+    mlc_tensor tensor = {out, in == out ? nullptr : in, input.NumElements(), ShapeDigest(input)};
     char err[256] = "";
     int rc = mlc_team_allreduce_part(team, &tensor, 1, CoreDtype(input.dtype()),
                                      average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part,
@@ -390,6 +400,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
   int64_t team_id_ = 0, group_key_ = 0;
   int index_ = 0;
   std::vector<int64_t> counts_;
+  std::vector<int64_t> shapes_;  // mlc_tensor.shape of each tensor, as TensorFlow's int64 attr
   bool average_ = true;
   int nranks_ = 0;
   CallPart part_;
@@ -461,6 +472,7 @@ tensorflow::Status ml_comm_tf::ListTensors(OpKernelContext *ctx, const char *out
     (*tensors)[i].data = dst;
     (*tensors)[i].source = copy_inputs ? nullptr : bytes.data();
     (*tensors)[i].count = inputs[i].NumElements();
+    (*tensors)[i].shape = ShapeDigest(inputs[i]);
   }
   *dtype = inputs[0].dtype();
   return absl::OkStatus();

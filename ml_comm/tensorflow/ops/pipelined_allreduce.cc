@@ -159,7 +159,7 @@ class PipelinedAllreduceNOp : public TeamKernel {
       auto bytes = inputs[i].tensor_data();
       char *dst = const_cast<char *>(staging[i].tensor_data().data());
       if (bytes.size()) std::memcpy(dst, bytes.data(), bytes.size());
-      tensors[i] = mlc_tensor{dst, nullptr, inputs[i].NumElements()};
+      tensors[i] = mlc_tensor{dst, nullptr, inputs[i].NumElements(), ShapeDigest(inputs[i])};
     }
     {
       std::lock_guard<std::mutex> lock(p->mutex);
