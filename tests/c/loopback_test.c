@@ -1,6 +1,6 @@
 /* The algorithms and the agreement exchange without MPI: ranks are threads of
  * this process over the loopback transport (csrc/transport/loopback.c), at 1 to
- * MAX_RANKS ranks. Built and run by tests/unit/test_loopback.py (also under
+ * MAX_RANKS ranks ("loopback_test N M...": at 1 to N ranks, then at each M). Built and run by tests/unit/test_loopback.py (also under
  * AddressSanitizer). Inputs are small integers, so every sum is exact and every
  * element's expected value is known; every rank must end with the same bits.
  * Every op (sum, average, min, max, product) of every allreduce algorithm; the
@@ -1312,7 +1312,18 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "scale")) return scale_main(argc, argv);
     int max_ranks = argc > 1 ? atoi(argv[1]) : MAX_RANKS;
     if (max_ranks < 1 || max_ranks > MAX_RANKS) max_ranks = MAX_RANKS;
-    for (int n = 1; n <= max_ranks; n++) {
+    int sizes[MAX_RANKS], nsizes = 0; /* 1 to max_ranks, then each further M above the last */
+    char said[64];
+    int off = snprintf(said, sizeof said, "1-%d", max_ranks);
+    while (nsizes < max_ranks) sizes[nsizes] = nsizes + 1, nsizes++;
+    for (int k = 2; k < argc && off < (int)sizeof said; k++) {
+        const int m = atoi(argv[k]);
+        if (m <= sizes[nsizes - 1] || m > MAX_RANKS) continue;
+        sizes[nsizes++] = m;
+        off += snprintf(said + off, sizeof said - off, ", %d", m);
+    }
+    for (int i = 0; i < nsizes; i++) {
+        const int n = sizes[i];
         allreduce_cases(n);
         rows_cases(n);
         if (n > 1) ahead_cases(n);
@@ -1349,7 +1360,7 @@ int main(int argc, char **argv) {
     sizes_vary_judge();
     run_job(3, failing_send_rank, NULL);
     int f = atomic_load(&failures);
-    printf("loopback_test: 1-%d ranks, %ld allreduce cases, %d failures: %s\n", max_ranks,
-           atomic_load(&checks), f, f ? "FAILED" : "ok");
+    printf("loopback_test: %s ranks, %ld allreduce cases, %d failures: %s\n", said, atomic_load(&checks), f,
+           f ? "FAILED" : "ok");
     return f ? 1 : 0;
 }
