@@ -3,9 +3,10 @@ machine's cores, tiny tensors), and deadlocks found in minutes.
 
 Past 33 ranks the agreement's table after a disagreement waits on more than the 64 requests
 an MPI call once tested at a time; each case here failed there before. The test command runs
-a sample (every failure case at 34 and 64 ranks in one job each, the cross-order deadlock at
-34, the deadlock check at 2 ranks with a short limit); ML_COMM_LONG_TESTS=1 runs the rest:
-the stall warning and a rank leaving at 34 and 64, the cross-order deadlock at 64, and at
+a sample (every failure case at 64 ranks in one job, the cross-order deadlock at 34, the
+deadlock check at 2 ranks with a short limit); ML_COMM_LONG_TESTS=1 runs the rest: every
+failure case at 34, the stall warning and a rank leaving at 34 and 64, the cross-order
+deadlock at 64, and at
 2 ranks with the default limits, a deadlock found within 3 minutes and a rank that computes
 alone for 10 minutes that is not taken for one.
 """
@@ -30,7 +31,7 @@ def odd_rank(n: int) -> int:
     return n // 2 + 1
 
 
-@pytest.mark.parametrize("nranks", [34, 64])
+@pytest.mark.parametrize("nranks", [pytest.param(34, marks=long_only), 64])
 def test_every_failure_case_at_scale_then_the_job_ends_well(nranks):
     odd = odd_rank(nranks)
     job = mpiexec_job(
