@@ -53,9 +53,14 @@ def in_place_array(value, what: str) -> np.ndarray:
     return arr
 
 
+def in_memory_order(arr: np.ndarray) -> np.ndarray:
+    """A contiguous array as its elements lie in memory: a Fortran-ordered one as its .T."""
+    return arr if arr.flags.c_contiguous else arr.T
+
+
 def buffer(arr: np.ndarray):
-    """cffi view of a contiguous array's memory (a Fortran-ordered one through its C-ordered .T)."""
-    return ffi.from_buffer(arr if arr.flags.c_contiguous else arr.T)
+    """cffi view of a contiguous array's memory."""
+    return ffi.from_buffer(in_memory_order(arr))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -67,7 +72,7 @@ def dims_digest(dims: tuple[int, ...]) -> int:
 def shape_digest(arr: np.ndarray) -> int:
     """The core's digest of the array's dimensions in the order its elements lie in the
     memory `buffer` gives (a Fortran-ordered array's reversed): ranks compare it."""
-    return dims_digest(arr.shape if arr.flags.c_contiguous else arr.shape[::-1])
+    return dims_digest(in_memory_order(arr).shape)
 
 
 def tensor_list(arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] | None = None):
@@ -76,11 +81,12 @@ def tensor_list(arrays: Sequence[np.ndarray], sources: Sequence[np.ndarray] | No
     tensors = ffi.new("mlc_tensor[]", max(len(arrays), 1))
     keep = []
     for i, arr in enumerate(arrays):
-        buf = buffer(arr)  # writeability was checked by the caller
+        mem = in_memory_order(arr)  # writeability was checked by the caller
+        buf = ffi.from_buffer(mem)
         keep.append(buf)
         tensors[i].data = buf
         tensors[i].count = arr.size
-        tensors[i].shape = shape_digest(arr)
+        tensors[i].shape = dims_digest(mem.shape)
         if sources is not None:
             src = buffer(sources[i])
             keep.append(src)
