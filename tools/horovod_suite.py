@@ -6,7 +6,7 @@ mpiexec; results against tests/horovod/expected.ini (docs/horovod.md has the tab
 
     python3 tools/horovod_suite.py extract --repo PATH   # PATH: a Horovod git directory
     python3 tools/horovod_suite.py run           # the test command's sample (a few minutes)
-    python3 tools/horovod_suite.py run --full    # every test: about 15 minutes here
+    python3 tools/horovod_suite.py run --full    # every test: about 6 minutes here
     python3 tools/horovod_suite.py run --full --ranks 3 --files test_tensorflow.py
 
 Horovod's test files are not part of this repository and its PyPI sdist does not ship them:
@@ -56,7 +56,7 @@ DEFAULT_RUNS = (
     ("test_tensorflow_keras.py", 2),
 )
 # The test command runs these tests of test_tensorflow.py (a few minutes in all; the whole
-# file takes about ten at 2 ranks): every dtype through sums and averages, 16-bit
+# file takes about two at 2 ranks and four at 3): every dtype through sums and averages, 16-bit
 # scaling, each collective's gradient, in-place broadcast, alltoall's return, and ranks
 # that disagree on a dtype (FailedPreconditionError). `run --full` runs every test.
 SAMPLE = {

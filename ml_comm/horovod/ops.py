@@ -3,10 +3,12 @@ team 0 (docs/horovod.md). Every rank must make the same calls in the same
 order, as with any ml_comm collective; the core compares what each call sends
 and fails on every rank when they differ.
 
-Sums and averages run through ml_comm's gradient op (the fused allreduce);
-Average is the sum divided by the number of ranks (integers truncated toward
-zero); the pre- and postscale factors multiply in TensorFlow, in float32 for
-float16 and bfloat16 and in float64 for integers, as Horovod scales. Allgather,
+Sums and averages run through ml_comm's gradient op (the fused allreduce).
+The arithmetic around it is Horovod's (its CPU path, horovod/common/ops): the
+scale factors are float32 op attributes; Average is the sum times
+postscale_factor / size, that quotient taken in double; a factor multiplies
+floating tensors in their own dtype (16-bit ones in float32) with the factor
+rounded to it, and integers in double, truncated toward zero. Allgather,
 reducescatter, alltoall and the min, max and product reductions are the core's
 collectives (docs/collectives.md), as ml_comm.tensorflow's ops. Every collective
 has Horovod's gradient.
@@ -14,6 +16,7 @@ has Horovod's gradient.
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from .. import tensorflow as binding
@@ -105,14 +108,22 @@ def _team_id() -> int:
 _SCALED_IN = {tf.float16: tf.float32, tf.bfloat16: tf.float32}
 
 
-def _scale(tensor, factor):
+def _as_attribute(factor) -> float:
+    """A scale factor as Horovod's ops receive it: a float32 attribute, widened to double."""
+    return float(np.float32(factor))
+
+
+def _scale(tensor, factor: float):
+    """tensor * factor as Horovod's ScaleBuffer computes it; factor == 1 leaves it alone,
+    as Horovod skips the scaling then."""
     if factor == 1.0:
         return tensor
     dtype = tensor.dtype
     wide = _SCALED_IN.get(dtype, dtype if dtype.is_floating or dtype.is_complex else tf.float64)
+    # tf.constant, not tf.cast: a Python float cast to float64 passes through float32.
     if wide == dtype:
-        return tensor * tf.cast(factor, dtype)
-    return tf.cast(tf.cast(tensor, wide) * tf.cast(factor, wide), dtype)
+        return tensor * tf.constant(factor, dtype)
+    return tf.cast(tf.cast(tensor, wide) * tf.constant(factor, wide), dtype)
 
 
 def _check_op(op) -> None:
@@ -133,27 +144,39 @@ def _reduction_op(op, average, process_set):
     return op
 
 
-def _summed(tensors: list, average: bool = False) -> list:
-    """The element-wise sums (or sums / size) over all ranks of a list of dense tensors,
-    one fused call; the gradient is the same reduction of the upstream gradients
-    (Horovod's)."""
+def _summed(
+    tensors: list, average: bool = False, prescale_factor=1.0, postscale_factor=1.0
+) -> list:
+    """Horovod's Sum or Average over all ranks of a list of dense tensors, scale factors
+    included, in one fused call; the gradient is the same reduction, with the same
+    factors, of the upstream gradients (Horovod's)."""
     tensors = list(tensors)
+
+    def reduce(inputs: list) -> list:
+        return _summed_once(inputs, average, prescale_factor, postscale_factor)
+
     if not all(t.dtype.is_floating for t in tensors):
-        return _summed_once(tensors, average)
+        return reduce(tensors)
 
     @tf.custom_gradient
     def reduced(*inputs):
         def grad(*upstream):
-            return _summed_once([_zero_if_none(g, t) for g, t in zip(upstream, inputs)], average)
+            return reduce([_zero_if_none(g, t) for g, t in zip(upstream, inputs)])
 
-        return _summed_once(list(inputs), average), grad
+        return reduce(list(inputs)), grad
 
     return list(reduced(*tensors))
 
 
-def _summed_once(tensors: list, average: bool) -> list:
-    session = basics.session()
-    return binding.gradients(tensors, _team_id(), session.size, average=average)
+def _summed_once(tensors: list, average: bool, prescale_factor=1.0, postscale_factor=1.0) -> list:
+    """Each tensor times prescale_factor, summed over all ranks, times postscale_factor
+    (divided by size for an Average, in double, as Horovod does: a float32 sum times
+    float32(1/3) is not the sum / 3 in a third of values)."""
+    size = basics.session().size
+    prescaled = [_scale(t, _as_attribute(prescale_factor)) for t in tensors]
+    summed = binding.gradients(prescaled, _team_id(), size, average=False)
+    factor = _as_attribute(postscale_factor) / (size if average else 1)
+    return [_scale(t, factor) for t in summed]
 
 
 def _zero_if_none(grad, like):
@@ -189,18 +212,17 @@ def grouped_allreduce(
             )
             for t in tensors
         ]
-    dense = [tf.convert_to_tensor(t) for t in tensors]
-    compressed = [compression.compress(_scale(t, prescale_factor)) for t in dense]
+    # As Horovod: compressed first, the factors applied to what travels.
+    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     wire = [c[0] for c in compressed]
+    if not wire:
+        return []
     if op in (Sum, Average):
-        # Averages divide by size in the core: sum / size, integers truncated toward zero.
-        reduced = _summed(wire, average=op == Average) if wire else []
+        reduced = _summed(wire, op == Average, prescale_factor, postscale_factor)
     else:
-        reduced = [binding.allreduce(t, CORE_OPS[op], 0) for t in wire]
-    return [
-        _scale(compression.decompress(r, ctx), postscale_factor)
-        for (_, ctx), r in zip(compressed, reduced)
-    ]
+        pre, post = _as_attribute(prescale_factor), _as_attribute(postscale_factor)
+        reduced = [_scale(binding.allreduce(_scale(t, pre), CORE_OPS[op], 0), post) for t in wire]
+    return [compression.decompress(r, ctx) for (_, ctx), r in zip(compressed, reduced)]
 
 
 def allreduce(
@@ -273,9 +295,10 @@ def reducescatter(
     _check_op(op)
     if op not in (Sum, Average):
         raise NotImplementedError("reducescatter supports op=Sum and op=Average")
-    wire, ctx = compression.compress(_scale(tf.convert_to_tensor(tensor), prescale_factor))
-    reduced = binding.reducescatter(wire, "average" if op == Average else "sum", 0)
-    return _scale(compression.decompress(reduced, ctx), postscale_factor)
+    wire, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    summed = binding.reducescatter(_scale(wire, _as_attribute(prescale_factor)), "sum", 0)
+    factor = _as_attribute(postscale_factor) / (basics.size() if op == Average else 1)
+    return compression.decompress(_scale(summed, factor), ctx)
 
 
 def grouped_reducescatter(

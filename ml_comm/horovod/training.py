@@ -78,13 +78,11 @@ class GradientReducer:
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
             return grads
-        if self.predivide != 1.0:
-            op, pre, post = Sum, 1.0 / self.predivide, self.predivide / basics.size()
-        else:
-            op, pre, post = self.op, 1.0, 1.0
+        # Horovod's predivision: Average's 1/size joins the postscale factor in the reduction.
+        pre, post = 1.0 / self.predivide, self.predivide
         reduced = grouped_allreduce(
             [grads[i] for i in present],
-            op=op,
+            op=self.op,
             compression=self.compression,
             prescale_factor=pre,
             postscale_factor=post,

@@ -1,7 +1,9 @@
-"""A module fixture for the ml_comm.horovod tests: hvd.init() for the module, shutdown after."""
+"""A module fixture for the ml_comm.horovod tests (hvd.init() for the module, shutdown
+after) and Horovod's arithmetic, to check results against."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from mpi_helpers import comm_world
 
@@ -16,3 +18,20 @@ def hvd_session():
         yield hvd.rank(), hvd.size()
     finally:
         hvd.shutdown()
+
+
+def horovod_scaled(values: np.ndarray, factor: float) -> np.ndarray:
+    """values * factor as Horovod's CPU ScaleBuffer computes it (horovod/common/ops,
+    v0.28.1): floats multiply in their dtype (16-bit ones in float32) by the factor rounded
+    to it; integers in double, truncated toward zero by the C conversion."""
+    dtype = values.dtype
+    if dtype.kind in "iu":
+        return np.trunc(values.astype(np.float64) * factor).astype(dtype)
+    wide = np.dtype(np.float32) if dtype.itemsize == 2 else dtype
+    return (values.astype(wide) * wide.type(factor)).astype(dtype)
+
+
+def horovod_average(summed: np.ndarray, nranks: int, postscale_factor: float = 1.0):
+    """Horovod's Average of a rank-wise sum: the sum times postscale_factor / size, the
+    factor a float32 attribute and the quotient taken in double."""
+    return horovod_scaled(summed, float(np.float32(postscale_factor)) / nranks)

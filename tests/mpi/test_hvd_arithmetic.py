@@ -1,5 +1,6 @@
 """ml_comm.horovod's arithmetic and returns where Horovod defines them, exact integer-valued
-inputs: every dtype Horovod reduces (uint8 ... float64) under Sum, Average (integers
+inputs: every dtype Horovod reduces (uint8 ... float64) under Sum, Average (the sum times
+1/size as Horovod scales: float32 times float32(1/3) is not float32 / 3, integers are
 truncated toward zero), Min, Max and Product; 16-bit floats scaled in float32; a sparse
 integer Average in floating point; alltoall's return; bool moved by broadcast, allgather
 and alltoall; in-place broadcast in a tf.compat.v1 graph. The rules of mpi_helpers.py
@@ -10,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from hvd_helpers import hvd_session  # noqa: F401
-from mpi_helpers import REDUCED_DTYPES, Checks, average_of, make_input
+from hvd_helpers import horovod_average, horovod_scaled, hvd_session  # noqa: F401
+from mpi_helpers import REDUCED_DTYPES, Checks, make_input
 
 import ml_comm.horovod.tensorflow as hvd
 from ml_comm.horovod.ops import OP_NAMES
@@ -29,9 +30,8 @@ def reference(op, stack: np.ndarray, dtype: np.dtype) -> np.ndarray:
         return stack.max(axis=0)
     if op == hvd.Product:
         return stack.astype(wide).prod(axis=0).astype(dtype)  # integers wrap around
-    if op == hvd.Sum:
-        return stack.astype(wide).sum(axis=0).astype(dtype)
-    return average_of(stack, dtype, stack.shape[0])
+    summed = stack.astype(wide).sum(axis=0).astype(dtype)  # exact, wrapped as the core's
+    return summed if op == hvd.Sum else horovod_average(summed, stack.shape[0])
 
 
 @pytest.mark.parametrize("dtype", HOROVOD_DTYPES, ids=str)
@@ -85,6 +85,43 @@ def test_half_floats_scale_in_float32(hvd_session, dtype):  # noqa: F811
     c.equal(post.numpy(), want, f"{dtype.name} reducescatter postscale")
     rounded_first = (total * dtype.type(factor)).astype(dtype)
     c.true(not np.array_equal(want, rounded_first), "the check tells the two roundings apart")
+    c.finish()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+@pytest.mark.parametrize("arithmetic_optimization", [True, False], ids=["optimized", "plain"])
+def test_graph_scaling_is_horovods(hvd_session, dtype, arithmetic_optimization):  # noqa: F811
+    """In a tf.compat.v1 graph with tf.test's session settings, the factors and the Average
+    give Horovod's values whether TensorFlow's arithmetic optimizer (which reorders float
+    multiplications) runs or not. Only rank 0 sends values, so every sum is exact and
+    the scaling alone rounds."""
+    from tensorflow.core.protobuf import rewriter_config_pb2 as rewriter
+
+    rank, n = hvd_session
+    c = Checks()
+    x = np.random.default_rng(7).uniform(-100, 100, (4 * n, 3)).astype(dtype)
+    mine = x if rank == 0 else np.zeros_like(x)
+    factor = 0.6172
+    config = tf.compat.v1.ConfigProto()
+    options = config.graph_options.rewrite_options
+    options.constant_folding = rewriter.RewriterConfig.OFF
+    options.arithmetic_optimization = (
+        rewriter.RewriterConfig.ON if arithmetic_optimization else rewriter.RewriterConfig.OFF
+    )
+    with tf.Graph().as_default(), tf.compat.v1.Session(config=config) as sess:
+        t = tf.compat.v1.placeholder(tf.as_dtype(dtype), x.shape)
+        calls = [
+            hvd.reducescatter(t, op=hvd.Sum, prescale_factor=factor),
+            hvd.allreduce(t, op=hvd.Sum, postscale_factor=factor),
+            hvd.allreduce(t, op=hvd.Average),
+            hvd.grouped_allreduce([t], op=hvd.Average, postscale_factor=factor)[0],
+        ]
+        got = sess.run(calls, {t: mine})
+    mine_rows = slice(4 * rank, 4 * rank + 4)
+    c.equal(got[0], horovod_scaled(x, float(np.float32(factor)))[mine_rows], "prescale")
+    c.equal(got[1], horovod_scaled(x, float(np.float32(factor))), "postscale")
+    c.equal(got[2], horovod_average(x, n), "Average")
+    c.equal(got[3], horovod_average(x, n, factor), "Average with postscale")
     c.finish()
 
 

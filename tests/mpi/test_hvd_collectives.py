@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from hvd_helpers import hvd_session  # noqa: F401
+from hvd_helpers import horovod_average, hvd_session  # noqa: F401
 from mpi_helpers import Checks
 
 import ml_comm as mc
@@ -45,7 +45,7 @@ def test_sum_average_and_scaling(hvd_session, mode):  # noqa: F811
     out = [o.numpy() for o in run(tf.constant(ramp(rank)), tf.constant(ramp(rank, 3, np.int64)))]
     want = total(n)
     c.equal(out[0], want, "Sum")
-    c.equal(out[1], want / np.float32(n), "Average: sum / size")
+    c.equal(out[1], horovod_average(want, n), "Average: sum times 1/size")
     c.equal(out[2], want, "average=False")
     c.equal(out[3], want, "prescale 2 postscale 0.5")
     c.equal(out[4], want, "fp16 compression (exact small integers), cast back")
@@ -161,7 +161,8 @@ def test_gather_scatter_alltoall_and_elementwise_ops(hvd_session, mode):  # noqa
     c.equal(out[2], gathered * 2, "grouped_allgather 2")
     summed = sum(np.arange(n * 6).reshape(n * 2, 3).astype(np.float32) + r for r in range(n))
     c.equal(out[3], summed[2 * rank : 2 * rank + 2], "reducescatter Sum: this rank's rows")
-    c.equal(out[4], summed[2 * rank : 2 * rank + 2] / np.float32(n), "reducescatter Average")
+    mine = summed[2 * rank : 2 * rank + 2]
+    c.equal(out[4], horovod_average(mine, n), "reducescatter Average")
     firsts = [rows(r)[:1] for r in range(n)]
     c.equal(out[5], np.minimum.reduce(firsts), "Min")
     c.equal(out[6], np.maximum.reduce(firsts), "Max")
