@@ -324,16 +324,20 @@ def broadcast(values, root: int = 0, team: int = 0):
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Average `array` over all ranks, in place; returns it."""
-    s = session()
-    with s.calls.calling(team, s.team(team)):
-        return reductions.reduce_in_place(s, array, team, lib.MLC_OP_AVERAGE, "average")
+    return _reduce_in_place(array, team, lib.MLC_OP_AVERAGE, "average")
 
 
 def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Sum `array` over all ranks, in place; returns it."""
+    return _reduce_in_place(array, team, lib.MLC_OP_SUM, "allreduce_sum")
+
+
+def _reduce_in_place(array: np.ndarray, team: int, op: int, what: str) -> np.ndarray:
     s = session()
+    if s.backend.name == "numpy":  # one C call for a plain array
+        return s.backend.reduce_in_place(array, team, op, what)
     with s.calls.calling(team, s.team(team)):
-        return reductions.reduce_in_place(s, array, team, lib.MLC_OP_SUM, "allreduce_sum")
+        return reductions.reduce_in_place(s, array, team, op, what)
 
 
 def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:

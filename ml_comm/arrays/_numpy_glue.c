@@ -1,4 +1,5 @@
-/* NumPy glue in C: the memory of gradients' results, and gradients([grad]) in one call.
+/* NumPy glue in C: the memory of gradients' results; gradients([grad]) and the in-place
+ * reductions in one call each.
  *
  * Why C: in a loop that alternates with MPI's, each Python statement runs from a cold
  * cache. At 8 bytes the core's allreduce takes about 5 us and the Python around it
@@ -26,7 +27,10 @@
  *   and take it again); None when grad is not a plain, aligned, C-contiguous,
  *   native-order ndarray of a dtype in the table (the caller then takes its general path,
  *   and no call was begun); the core's status (an int) when the core failed, its text in
- *   the error buffer. The Python caller drops the binding before the team or the error
+ *   the error buffer. reduce_in_place(binding, array, op, step, origin, name) -> the
+ *   array, reduced in place with op (mc.average, mc.allreduce_sum) inside one call of the
+ *   caller's identity, as average's; None also when the array is read-only; the core's
+ *   status on failure. The Python caller drops the binding before the team or the error
  *   buffer go away. Every function runs holding the GIL, which guards the pools, except
  *   the core's call itself.
  */
@@ -340,6 +344,39 @@ static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nar
     return result;
 }
 
+static PyObject *reduce_in_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "reduce_in_place(binding, array, op, step, origin, name: bytes)");
+        return NULL;
+    }
+    const binding *b = PyCapsule_GetPointer(args[0], BINDING_NAME);
+    if (!b) return NULL;
+    const int op = PyLong_AsLong(args[2]);
+    const long long step = PyLong_AsLongLong(args[3]);
+    const unsigned long long origin = PyLong_AsUnsignedLongLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyArray_CheckExact(args[1])) Py_RETURN_NONE;
+    PyArrayObject *array = (PyArrayObject *)args[1];
+    if (!PyArray_IS_C_CONTIGUOUS(array) || !PyArray_ISALIGNED(array) || PyArray_ISBYTESWAPPED(array) ||
+        !PyArray_ISWRITEABLE(array))
+        Py_RETURN_NONE;
+    const int code = core_code(b, array);
+    if (code < 0) Py_RETURN_NONE;
+    int rc = b->begin_call(b->team, step, origin, PyBytes_AS_STRING(args[5]), b->err, b->err_len);
+    if (rc) return PyLong_FromLong(rc);
+    void *data = PyArray_DATA(array);
+    const int64_t count = PyArray_SIZE(array);
+    const uint64_t shape = b->shape_digest(PyArray_NDIM(array), (const int64_t *)PyArray_DIMS(array));
+    /* The caller's reference keeps the array alive while other Python threads run. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = b->allreduce_into(b->team, NULL, data, count, code, op, 0, shape, b->err, b->err_len);
+    Py_END_ALLOW_THREADS
+    b->end_call(b->team);
+    if (rc) return PyLong_FromLong(rc);
+    Py_INCREF(array);
+    return (PyObject *)array;
+}
+
 static PyMethodDef methods[] = {
     {"pool", pool_new, METH_VARARGS, "pool(keep) -> a pool of touched blocks"},
     {"take", take, METH_VARARGS, "take(pool, nbytes) -> uint8 array over a pool block"},
@@ -350,13 +387,16 @@ static PyMethodDef methods[] = {
     {"average", (PyCFunction)(void (*)(void))average, METH_FASTCALL,
      "average(binding, grad, step, origin, name) -> new array | None (not handled here) | int (core "
      "status)"},
+    {"reduce_in_place", (PyCFunction)(void (*)(void))reduce_in_place, METH_FASTCALL,
+     "reduce_in_place(binding, array, op, step, origin, name) -> array | None (not handled here) | int "
+     "(core status)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_numpy_glue",
-    .m_doc = "The results' pool and the one-array gradients call, in C.",
+    .m_doc = "The results' pool, the one-array gradients call and the in-place reductions, in C.",
     .m_size = -1,
     .m_methods = methods,
 };

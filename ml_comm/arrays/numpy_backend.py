@@ -22,18 +22,20 @@ class NumpyBackend:
         self.pipelines: dict[int, dict] = {}
         # Results' memory, per team (teams run concurrently): team -> OutputPool
         self.pools: dict[int, OutputPool] = {}
-        # Teams whose one-array calls may take _numpy_glue.average (one C call):
-        # synchronous, no finite check. team -> its binding; config_team's restart drops it.
-        self.plain: dict[int, object] = {}
+        # Each team's _numpy_glue binding (one-array calls in one C call each): team -> it;
+        # config_team's restart drops it.
+        self.bindings: dict[int, object] = {}
+        # Teams whose one-array gradients may take _numpy_glue.average: synchronous, no
+        # finite check (until a restart).
+        self.plain: set[int] = set()
 
     def gradients(self, grads, team: int, out=None) -> list:
-        plain = self.plain.get(team)
-        if plain is not None and out is None and type(grads) is list and len(grads) == 1:
+        if team in self.plain and out is None and type(grads) is list and len(grads) == 1:
             # With the signature of the general path's one-dtype request: ranks may take
             # either path. At 8 bytes the whole reduction takes a few microseconds; the
             # call's identity is begun and ended in the same C call.
             step, origin, name = self.session.calls.identity()
-            result = _numpy_glue.average(plain, grads[0], step, origin, name)
+            result = _numpy_glue.average(self.bindings[team], grads[0], step, origin, name)
             if type(result) is int:  # the core's status
                 check(result, "gradients", self.session.team_err(team))
             if result is not None:
@@ -50,19 +52,47 @@ class NumpyBackend:
         config = s.configs[team]
         pipelined = is_pipelined(config.ksteps, config.max_steps)
         if team not in self.plain and not s.guard.finite and not pipelined:  # until a restart
-            self.plain[team] = bind_team(handle, pool, s.team_err(team))
+            self.binding(team, handle)
+            self.plain.add(team)
         return reductions.gradients(s, stages, pool, grads, team, out)
+
+    def reduce_in_place(self, array, team: int, op: int, what: str):
+        """mc.average / mc.allreduce_sum: a plain writeable array in one C call (as
+        gradients'), anything else through reductions.reduce_in_place's checks."""
+        binding = self.bindings.get(team)
+        if binding is not None:
+            step, origin, name = self.session.calls.identity()
+            result = _numpy_glue.reduce_in_place(binding, array, op, step, origin, name)
+            if type(result) is int:  # the core's status
+                check(result, what, self.session.team_err(team))
+            if result is not None:
+                return result
+        s = self.session
+        handle = s.team(team)  # a bad team id fails here
+        with s.calls.calling(team, handle):
+            result = reductions.reduce_in_place(s, array, team, op, what)
+        self.binding(team, handle)
+        return result
+
+    def binding(self, team: int, handle):
+        binding = self.bindings.get(team)
+        if binding is None:
+            pool = self.pools.setdefault(team, OutputPool())
+            binding = self.bindings[team] = bind_team(handle, pool, self.session.team_err(team))
+        return binding
 
     def broadcast(self, values, root: int, team: int = 0):
         return broadcasts.broadcast(self.session, values, root, team)
 
     def restart(self, team: int) -> None:
-        self.plain.pop(team, None)
+        self.plain.discard(team)
+        self.bindings.pop(team, None)
         # A reduction in flight finishes (under the old settings) and its result is dropped.
         pipeline.drain_all(self.pipelines.pop(team, {}), wait_one)
 
     def close(self) -> None:
-        self.plain = {}
+        self.plain = set()
+        self.bindings = {}
         for stages in self.pipelines.values():
             pipeline.drain_all(stages, wait_one)
         self.pipelines = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ml_comm._core import lib
 from mpi_helpers import DTYPE_IDS, DTYPES, MSGLEN, SIZE_SPECS, Checks, expected_average, make_input
 
 import ml_comm as mc
@@ -328,11 +329,12 @@ def test_one_array_forms_meet(session, dtype):
 
 def test_c_path_takes_only_what_it_can_read(session):
     """The C path answers plain arrays, small and large, and hands everything else back
-    (None); its large results come from the team's pool and go back to it."""
+    (None); its large results come from the team's pool and go back to it. The in-place
+    reductions' C path answers plain writeable arrays, in place."""
     c = Checks()
     mc.gradients([np.zeros(3, np.float32)])  # binds the team's short path
     backend = api.session().backend
-    binding, pool = backend.plain[0], backend.pools[0]
+    binding, pool = backend.bindings[0], backend.pools[0]
     me = api.session().calls.identity()  # the caller's (step, origin, name), as gradients signs
     g = make_input(session.rank, (7,), np.float32, 1)
     out = _numpy_glue.average(binding, g, *me)
@@ -356,4 +358,14 @@ def test_c_path_takes_only_what_it_can_read(session):
     }
     for what, value in declined.items():
         c.true(_numpy_glue.average(binding, value, *me) is None, f"{what} was not declined")
+    x = make_input(session.rank, (3, 5), np.float32, 3)
+    out = _numpy_glue.reduce_in_place(binding, x, lib.MLC_OP_AVERAGE, *me)
+    c.true(out is x, "in place: the array itself comes back")
+    c.equal(x, expected_average((3, 5), np.float32, session.nranks, 3), "averaged in place")
+    read_only = make_input(session.rank, (7,), np.float32, 1)
+    read_only.flags.writeable = False
+    declined["read-only"] = read_only
+    for what, value in declined.items():
+        got = _numpy_glue.reduce_in_place(binding, value, lib.MLC_OP_SUM, *me)
+        c.true(got is None, f"{what} was not declined in place")
     c.finish()
