@@ -28,12 +28,21 @@ from alternating import report  # noqa: E402
 
 
 def resnet50_counts() -> list[int]:
-    """ResNet-50's parameter tensors' sizes (torchvision's layout), in model order: the scale
-    model's list (tools/project.py), which is in backprop order."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    from project import resnet50_tensors
-
-    return resnet50_tensors()[::-1]
+    """ResNet-50's 161 parameter tensors' sizes (torchvision's layout, 25,557,032 in all), in
+    model order: each convolution's weight and its batch norm's two vectors, then the
+    classifier's."""
+    convs: list[tuple[int, int, int]] = [(3, 64, 7)]  # (in, out, kernel)
+    width_in = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for block in range(blocks):
+            convs += [(width_in, width, 1), (width, width, 3), (width, width * 4, 1)]
+            if block == 0:
+                convs.append((width_in, width * 4, 1))  # the downsample branch
+            width_in = width * 4
+    counts: list[int] = []
+    for i, o, k in convs:
+        counts += [i * o * k * k, o, o]
+    return counts + [2048 * 1000, 1000]
 
 
 class Gradients(torch.nn.Module):

@@ -4,7 +4,8 @@
 #     each run (benchmarks/ddp_step.py), three runs: ddp_r{1,2,3}.txt
 #  2. Keras fit of ResNet-50 on 1 and 2 nodes on TensorFlow (.venv), JAX and torch
 #     (.venv-jax, .venv-torch: tools/dev.py keras-backends makes them)
-#     (benchmarks/keras_backends_scaling.py): keras.jsonl, one RESULT line per run.
+#     (benchmarks/keras_backends_scaling.py), three rounds: keras.jsonl, one RESULT line
+#     per run, in the order run.
 # As root; the test bed is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -22,10 +23,12 @@ flock -x /work/testbed.lock bash -c '
       benchmarks/ddp_step.py --steps 20 --json $OUT/ddp_r$r.json 2>/dev/null | tee $OUT/ddp_r$r.txt
   done
   : > $OUT/keras.jsonl
-  for venv in .venv:tensorflow .venv-jax:jax .venv-torch:torch; do
-    for n in 1 2; do
-      KERAS_BACKEND=${venv#*:} step -N $n tools/pin_to_node_core.sh ${venv%%:*}/bin/python -P \
-        benchmarks/keras_backends_scaling.py 2>/dev/null | grep RESULT | tee -a $OUT/keras.jsonl
+  for r in 1 2 3; do
+    for venv in .venv:tensorflow .venv-jax:jax .venv-torch:torch; do
+      for n in 1 2; do
+        KERAS_BACKEND=${venv#*:} step -N $n tools/pin_to_node_core.sh ${venv%%:*}/bin/python -P \
+          benchmarks/keras_backends_scaling.py 2>/dev/null | grep RESULT | tee -a $OUT/keras.jsonl
+      done
     done
   done
   tools/testbed.sh status > $OUT/testbed_status.txt 2>&1 || true

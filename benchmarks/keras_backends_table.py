@@ -1,0 +1,57 @@
+"""The table of benchmarks/keras_backends_scaling.py's RESULT lines (a keras.jsonl that
+benchmarks/results/testbed_backends/run.sh writes): per backend, the 1- and 2-node
+throughputs of each round, the 2-node efficiency (2-node images/s over twice the 1-node
+figure of the same round) and the time a 2-node step spends beyond a 1-node step (the
+reduction that backprop did not hide; the same batch per rank on both).
+
+    python3 benchmarks/keras_backends_table.py benchmarks/results/testbed_backends/keras.jsonl
+
+Only the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def rounds(lines: list[dict]) -> dict[str, list[tuple[dict, dict]]]:
+    """backend -> [(1-node result, 2-node result)] in the order run."""
+    pending: dict[str, dict] = {}
+    paired: dict[str, list[tuple[dict, dict]]] = {}
+    for result in lines:
+        backend = result["backend"]
+        if result["nranks"] == 1:
+            pending[backend] = result
+        elif backend in pending:
+            paired.setdefault(backend, []).append((pending.pop(backend), result))
+    return paired
+
+
+def step_s(result: dict) -> float:
+    return result["batch"] * result["nranks"] / result["images_per_s"]
+
+
+def main(path: str) -> int:
+    lines = [
+        json.loads(line.split("RESULT ", 1)[1])
+        for line in Path(path).read_text().splitlines()
+        if line.startswith("RESULT ")
+    ]
+    print("| backend | 1 node, img/s | 2 nodes, img/s | efficiency | 2-node step beyond 1-node |")
+    print("|---|---:|---:|---:|---:|")
+    for backend, pairs in rounds(lines).items():
+        one = [a["images_per_s"] for a, _ in pairs]
+        two = [b["images_per_s"] for _, b in pairs]
+        eff = [b["images_per_s"] / (2 * a["images_per_s"]) * 100 for a, b in pairs]
+        extra = [step_s(b) - step_s(a) for a, b in pairs]
+        print(
+            f"| {backend} | {min(one):.1f}-{max(one):.1f} | {min(two):.1f}-{max(two):.1f} "
+            f"| {min(eff):.1f}-{max(eff):.1f} % | {min(extra):.3f}-{max(extra):.3f} s |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
