@@ -6,6 +6,7 @@
 #     (.venv-jax, .venv-torch: tools/dev.py keras-backends makes them)
 #     (benchmarks/keras_backends_scaling.py), three rounds: keras.jsonl, one RESULT line
 #     per run, in the order run.
+# At the end, tools/testbed.sh status (the veths' byte counters): testbed_status.txt.
 # As root; the test bed is taken down at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
