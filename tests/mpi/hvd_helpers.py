@@ -23,7 +23,11 @@ def hvd_session():
 def horovod_scaled(values: np.ndarray, factor: float) -> np.ndarray:
     """values * factor as Horovod's CPU ScaleBuffer computes it (horovod/common/ops,
     v0.28.1): floats multiply in their dtype (16-bit ones in float32) by the factor rounded
-    to it; integers in double, truncated toward zero by the C conversion."""
+    to it; integers in double, truncated toward zero by the C conversion. A factor of 1
+    leaves the values alone, as Horovod skips the scaling then (int64 values past 2**53
+    would not survive double)."""
+    if factor == 1.0:
+        return values
     dtype = values.dtype
     if dtype.kind in "iu":
         return np.trunc(values.astype(np.float64) * factor).astype(dtype)
