@@ -531,8 +531,29 @@ def project(args: argparse.Namespace) -> int:
                 results.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
             if args.horovod:
-                c = replace(case, scheme="horovod", pipelined=False, pcie_bps=0.0)
+                # As T2 ran it: NCCL's ring reads GPU memory (no copies), sums on the GPU,
+                # a step at NCCL's latency.
+                c = replace(
+                    case,
+                    scheme="horovod",
+                    pipelined=False,
+                    pcie_bps=0.0,
+                    overhead_s=targets.NCCL_RING_HOP_NET_S / 4,
+                    reduce_bps=targets.P100_SUM_BPS,
+                )
                 name = "Horovod (fusion, cycle, ring)"
+                row = result_row(
+                    c,
+                    runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers),
+                    name,
+                )
+                results.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
+            if args.mpi or args.after_backprop:
+                # One MPI_Allreduce of every gradient after backprop: the same algorithm as
+                # MPICH (Rabenseifner) in the model on one thread, with the node terms.
+                c = replace(case, scheme="after_backprop", pipelined=False)
+                name = "allreduce after backprop (model, Rabenseifner)"
                 row = result_row(
                     c,
                     runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers),
@@ -542,18 +563,9 @@ def project(args: argparse.Namespace) -> int:
                 print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
             if not args.mpi:
                 continue
-            # One MPI_Allreduce of every gradient after backprop: the same algorithm as
-            # MPICH (Rabenseifner) in the model on one thread, with the node terms; MPICH
-            # itself through SMPI on an ideal node (SMPI's ranks have no noise or copies).
-            # Beside it the whole gradient as one allreduce, ml_comm's in float32 and with
-            # 16-bit values on the wire against MPICH's.
-            c = replace(case, scheme="after_backprop", pipelined=False)
-            name = "allreduce after backprop (model, Rabenseifner)"
-            row = result_row(
-                c, runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers), name
-            )
-            results.append(row)
-            print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
+            # MPICH itself through SMPI on an ideal node (SMPI's ranks have no noise or
+            # copies), and the whole gradient as one allreduce, ml_comm's in float32 and
+            # with 16-bit values on the wire against MPICH's.
             node = runs.node(case, cal)
             plat = runs.platform_file(case, tmp)
             total_bytes = profiles.gradient_bytes(case.model)
@@ -612,6 +624,9 @@ def project(args: argparse.Namespace) -> int:
         "ranks_per_node": args.ranks_per_node,
         "placement": args.placement,
         "pcie_gbps": args.pcie_gbps,
+        "threads": args.threads,
+        "cores": args.cores,
+        "interference": args.interference,
         "replicates": args.replicates,
         "paper": PAPER.get(args.model, {}),
         "rows": results,
@@ -747,7 +762,9 @@ def main(argv: list[str]) -> int:
         "(a fraction, chosen: not measured as a function of bytes and threads yet)",
     )
     p.add_argument(
-        "--horovod", action="store_true", help="add Horovod's scheme (fusion, cycle, ring)"
+        "--horovod",
+        action="store_true",
+        help="add Horovod's scheme (fusion, cycle, NCCL's ring on the GPUs as T2 runs it)",
     )
     p.add_argument(
         "--reproduce",
@@ -761,6 +778,11 @@ def main(argv: list[str]) -> int:
         help="with --ablate: replicates of each case with a term off",
     )
     p.add_argument("--targets", help="with --reproduce: T1,T2 (default all)")
+    p.add_argument(
+        "--at-nodes",
+        type=int,
+        help="with --reproduce: the targets' conditions at this many servers (not judged)",
+    )
     p.add_argument("--workers", type=int, default=1, help="simulations run at a time")
     p.add_argument(
         "--pipelined", action="store_true", help="ml_comm's pipelined mode (one step late)"
@@ -771,6 +793,12 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="add MPI_Allreduce after backprop (MPICH through SMPI, and in the model), and "
         "the whole gradient as one allreduce against MPICH's",
+    )
+    p.add_argument(
+        "--after-backprop",
+        action="store_true",
+        help="add one allreduce of every gradient after backprop, in the model with the node "
+        "terms (--mpi adds it too, with MPICH through SMPI)",
     )
     p.add_argument("--check-sampling", action="store_true", help="sampled against full runs")
     p.add_argument("--json")
@@ -790,7 +818,7 @@ def main(argv: list[str]) -> int:
         out = Path(args.json) if args.json else None
         return reproduce.reproduce(
             args.replicates, args.ablate, chosen, args.profile, out, args.workers,
-            args.ablate_replicates,
+            args.ablate_replicates, args.at_nodes,
         )  # fmt: skip
     args.nodes = [int(x) for x in args.nodes.split(",")]
     args.algorithms = args.algorithms.split(",")

@@ -203,10 +203,18 @@ def scheme_args(case: Case, cal: dict, tmp: Path, cache: dict) -> list[str]:
 
 
 def run(
-    case: Case, cal: dict, replicates: int, tmp: Path, seed: int = 1, cache=None, workers: int = 1
+    case: Case,
+    cal: dict,
+    replicates: int,
+    tmp: Path,
+    seed: int = 1,
+    cache=None,
+    workers: int = 1,
+    first: int = 0,
 ) -> Result:
     """The case over `replicates` replicates (one when nothing in it is random), `workers`
-    simulations at a time."""
+    simulations at a time. Replicate k draws with seed `seed + k` whatever else runs, so
+    `first` > 0 runs only replicates `first`..`replicates - 1`: the rest of a shorter run."""
     cache = {} if cache is None else cache
     t0 = time.time()
     sched = profiles.schedule(case.model, case.profile, case.step_s)
@@ -240,7 +248,7 @@ def run(
 
     count = 1 if case.deterministic else replicates
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        done = list(pool.map(replicate, range(count)))
+        done = list(pool.map(replicate, range(first, count)))
     return Result(
         [d[0] for d in done], [d[1] for d in done], done[-1][2], round(time.time() - t0, 1)
     )

@@ -184,3 +184,21 @@ def test_ranks_share_their_nodes_link(built, tmp_path):
         return project.mlcsim(plat, 4, args)["rows"][0]["time_s"]
 
     assert sweep_on("0\n1\n0\n1\n") > 1.3 * sweep_on("0\n0\n1\n1\n")
+
+
+def test_a_run_lengthened_gives_the_same_replicates(built, tmp_path):
+    # Replicate k draws with seed 1 + k whatever else runs, so a stored run of k
+    # replicates is lengthened by running only the rest (project_reproduce's resume).
+    import json
+
+    import project_runs
+
+    cal = json.loads((ROOT / "model" / "calibration.json").read_text())
+    case = project_runs.Case(
+        platform="aries", nodes=3, model="custom:400000:8", step_s=0.05, profile="equal",
+        threads=1, noise=project_noise.PRESETS["hpc"],
+    )  # fmt: skip
+    whole = project_runs.run(case, cal, 3, tmp_path)
+    rest = project_runs.run(case, cal, 3, tmp_path, first=1)
+    assert len(set(whole.efficiencies)) == 3  # the replicates differ
+    assert rest.efficiencies == whole.efficiencies[1:]
