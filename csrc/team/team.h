@@ -4,7 +4,8 @@
  * public API. Files: context.c, team.c (threads, queue, completion), request.c
  * (requests and the async/blocking entry points), group.c (keyed groups),
  * seal.c (a group's check, after its data, that no rank's step cancelled it),
- * execute.c (segments), departure.c, timeline.c. */
+ * execute.c (segments), departure.c, timeline.c, thread_cores.c (the threads' cores and
+ * names). */
 #ifndef MLC_TEAM_H
 #define MLC_TEAM_H
 

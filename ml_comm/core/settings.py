@@ -89,7 +89,8 @@ SETTINGS = (
     Setting("ML_COMM_THREAD_CORES", "unset", "cpus", False,
             "The cores the teams' threads run on, a Linux CPU list such as 6-7 for every "
             "rank of a node, or one list per local rank separated by ':' (6-7:14-15); each "
-            "thread may run on any core of its rank's list (unset: the process's cores)."),
+            "thread may run on any core of its rank's list, which must be cores the rank may "
+            "run on (unset: the cores they inherit from the thread that calls init)."),
     Setting("ML_COMM_ALLOW_ONE_RANK", "0", "bool", False,
             "1 lets init run when the launcher started several tasks but MPI sees one rank "
             "each (tasks meant to run alone)."),
