@@ -107,3 +107,13 @@ def test_one_ranks_bad_list_fails_every_rank_naming_it():
         f"(local rank 1's list) is outside the cores the rank may run on: {ALL}. Give"
     )
     assert raised(job, message) == [0, 1], job.detail()
+
+
+def test_a_local_rank_without_a_list_fails_every_rank_naming_it():
+    job = mpiexec_job(3, "thread_cores_job.py", "1", timeout=TIMEOUT_S, ML_COMM_THREAD_CORES="0:0")
+    assert job.returncode == 0, job.detail()
+    message = re.escape(
+        "rank 2 (ML_COMM_THREAD_CORES='0:0'): 2 CPU lists separated by ':' name cores for "
+        "local ranks 0-1, but this node runs local rank 2"
+    )
+    assert raised(job, message) == [0, 1, 2], job.detail()
