@@ -359,6 +359,12 @@ int mlc_team_agreement_counts(mlc_team *team, int64_t *messages, int64_t *checks
  * ends its own slice (csrc/base/thread_slice.c; Linux 6.12 and later). 0, the default:
  * the kernel's own. */
 int mlc_team_set_thread_slice(mlc_team *team, int64_t ns);
+/* Run every thread of the team on the ncores cores listed (Linux CPU numbers), the
+ * kernel placing each thread within the whole list, from now on (csrc/team/thread_cores.c).
+ * ncores 0: the threads keep the affinity they inherited from the process, the default.
+ * MLC_ERR_ARG: a negative core, or a list the kernel refuses (none of the process's
+ * allowed cores); MLC_ERR_STATE: not Linux. The threads are named "ml_comm-w<i>". */
+int mlc_team_set_thread_cores(mlc_team *team, const int *cores, int ncores);
 /* A caller-level call (one gradients, average, broadcast...) of the calling thread on the
  * team begins: its requests carry where it stands, which the ranks must share beyond the
  * requests' layout (the agreement check compares it): step, the caller's step number (0:

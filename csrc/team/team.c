@@ -144,6 +144,7 @@ void mlc_account(mlc_team *team, int64_t bytes, double seconds) {
 static void *worker_main(void *arg) {
     mlc_worker *w = arg;
     mlc_request *req;
+    mlc_thread_name_self(w->index);
     while ((req = next_request(w)) != NULL) {
         const int64_t slice_ns = atomic_load(&w->team->config.thread_slice_ns);
         if (slice_ns != w->slice_ns) { /* thread_slice.c says why */
@@ -467,6 +468,18 @@ int mlc_team_set_stall_limits(mlc_team *team, double warn_seconds, double abort_
 int mlc_team_set_thread_slice(mlc_team *team, int64_t ns) {
     if (!team || ns < 0) return MLC_ERR_ARG;
     atomic_store(&team->config.thread_slice_ns, ns);
+    return MLC_OK;
+}
+
+int mlc_team_set_thread_cores(mlc_team *team, const int *cores, int ncores) {
+    if (!team || ncores < 0 || (ncores > 0 && !cores)) return MLC_ERR_ARG;
+    if (ncores == 0) return MLC_OK; /* the threads keep the affinity they inherited */
+    /* From the caller's thread, at once: the team's threads exist from mlc_team_create
+     * on, and a thread's affinity may be set from another (thread_cores.c says how). */
+    for (int i = 0; i < team->nthreads; i++) {
+        int rc = mlc_thread_set_cores(team->workers[i].thread, cores, ncores);
+        if (rc != MLC_OK) return rc;
+    }
     return MLC_OK;
 }
 

@@ -4,7 +4,8 @@
  * public API. Files: context.c, team.c (threads, queue, completion), request.c
  * (requests and the async/blocking entry points), group.c (keyed groups),
  * seal.c (a group's check, after its data, that no rank's step cancelled it),
- * execute.c (segments), departure.c, timeline.c. */
+ * execute.c (segments), departure.c, timeline.c, thread_cores.c (the threads' cores and
+ * names). */
 #ifndef MLC_TEAM_H
 #define MLC_TEAM_H
 
@@ -281,6 +282,12 @@ void mlc_ahead_close(mlc_team *team, int cancel);
 
 /* execute.c */
 int mlc_execute_part(mlc_worker *w, mlc_request *req);
+
+/* thread_cores.c: run `thread` on the listed cores only (MLC_ERR_ARG: an empty list, a
+ * negative core, or a set the kernel refuses; MLC_ERR_STATE: not Linux), and name the
+ * calling thread "ml_comm-w<index>". */
+int mlc_thread_set_cores(pthread_t thread, const int *cores, int ncores);
+void mlc_thread_name_self(int index);
 int mlc_execute_inline(mlc_team *team, mlc_request *req);
 /* The message of a request that failed with MLC_ERR_OVERFLOW: the same on every rank. */
 void mlc_overflow_message(const mlc_request *req, char *buf, size_t len);

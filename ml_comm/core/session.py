@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._core import ffi, lib
-from . import backend, checks, compression, settings, settings_check, timeline
+from . import backend, checks, compression, settings, settings_check, thread_cores, timeline
 from .calls import Calls
 from .errors import BadArgumentError, BadArgumentTypeError, MLCommError, OutOfMemoryError
 from .report import TeamReporter, stats_dict
@@ -80,6 +80,8 @@ class Session:
         settings_check.verify(
             comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds, self.compression
         )
+        # Collective, and before any team: a rank whose list is wrong fails every rank.
+        self.thread_cores = thread_cores.choose(comm, mpi)
         self.comm = comm
         self.err = ffi.new(f"char[{ERR_LEN}]")  # init's and finalize's, on one thread
         # Each team's own: teams run on several threads at once, with the GIL released.
@@ -120,6 +122,7 @@ class Session:
                     lib.mlc_team_set_thread_slice(self.teams[-1], self.thread_slice_ns),
                     THREAD_SLICE,
                 )
+                thread_cores.apply(self.teams[-1], self.thread_cores)
             if timeline.enabled():
                 timeline.enable(self.teams)
             self.backend = backend.create(framework, self)

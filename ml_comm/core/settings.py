@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .cpu_list import parse_per_local_rank
 from .errors import SettingsError
 
 
@@ -34,7 +35,7 @@ from .errors import SettingsError
 class Setting:
     name: str
     default: str  # as shown to users; "unset": the variable has no value by default
-    type: str  # "bool", "int", "bytes", "microseconds", "seconds", "str", "path"
+    type: str  # "bool", "int", "bytes", "microseconds", "seconds", "str", "path", "cpus"
     compared: bool  # compared across ranks at init (core/settings_check.py)
     effect: str  # one sentence
 
@@ -85,6 +86,11 @@ SETTINGS = (
             "The time slice (µs) the teams' threads ask Linux for (6.12 and later), so "
             "that one woken to move bytes runs before a compute thread on its core ends "
             "its own; 0 keeps the kernel's."),
+    Setting("ML_COMM_THREAD_CORES", "unset", "cpus", False,
+            "The cores the teams' threads run on, a Linux CPU list such as 6-7 for every "
+            "rank of a node, or one list per local rank separated by ':' (6-7:14-15); each "
+            "thread may run on any core of its rank's list, which must be cores the rank may "
+            "run on (unset: the cores they inherit from the thread that calls init)."),
     Setting("ML_COMM_ALLOW_ONE_RANK", "0", "bool", False,
             "1 lets init run when the launcher started several tasks but MPI sees one rank "
             "each (tasks meant to run alone)."),
@@ -173,6 +179,17 @@ def _text(name: str, raw: str) -> str:
     return raw.strip()
 
 
+def _cpus(name: str, raw: str) -> tuple[tuple[int, ...], ...]:
+    try:
+        return parse_per_local_rank(raw)
+    except ValueError as exc:
+        raise SettingsError(
+            f"environment variable {name} must be a Linux CPU list such as '6-7' or "
+            f"'0,2,4-5', or one per local rank separated by ':' ('6-7:14-15'), got "
+            f"{raw!r}: {exc}"
+        ) from None
+
+
 PARSERS = {
     "bool": _bool,
     "int": _int,
@@ -181,6 +198,7 @@ PARSERS = {
     "seconds": _seconds,
     "str": _text,
     "path": _text,
+    "cpus": _cpus,
 }
 
 
