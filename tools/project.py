@@ -12,6 +12,7 @@ docs/scale.md says what it models and what it cannot see. Only the standard libr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -483,7 +484,7 @@ def base_case(args: argparse.Namespace, nodes: int) -> runs.Case:
         cores=args.cores,
         overhead_s=args.overhead,
         pcie_bps=args.pcie_gbps * 1e9 / 8 if args.pcie_gbps else 0.0,
-        noise=noise_mod.PRESETS[args.noise],
+        noise=dataclasses.replace(noise_mod.PRESETS[args.noise], spare=args.spare_nodes),
         interference=args.interference,
         pipelined=args.pipelined,
         agree=args.agree,
@@ -627,6 +628,7 @@ def project(args: argparse.Namespace) -> int:
         "threads": args.threads,
         "cores": args.cores,
         "interference": args.interference,
+        "spare_nodes": args.spare_nodes,
         "replicates": args.replicates,
         "paper": PAPER.get(args.model, {}),
         "rows": results,
@@ -760,6 +762,13 @@ def main(argv: list[str]) -> int:
         default=0.0,
         help="compute's slowdown beside communication where threads share its cores "
         "(a fraction, chosen: not measured as a function of bytes and threads yet)",
+    )
+    p.add_argument(
+        "--spare-nodes",
+        type=float,
+        default=0.0,
+        help="a fraction of nodes more drawn and the slowest left out (the job excluded its "
+        "slow nodes); 0: none",
     )
     p.add_argument(
         "--horovod",

@@ -19,6 +19,7 @@ as a run factor; never as independent draws. Only the standard library is used.
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 from dataclasses import dataclass, replace
@@ -41,6 +42,9 @@ class Noise:
     run_sd: float = 0.0  # relative sd of the run factor shared by all ranks (normal)
     trace: bool = False  # replay the test bed's step times instead (block bootstrap)
     trace_block: int = 10  # steps per bootstrap block
+    # Spare nodes left out: node factors are drawn for ranks x (1 + spare) and the
+    # slowest are dropped, as a job does that found its slow nodes and excluded them.
+    spare: float = 0.0
 
     def without(self, part: str) -> Noise:
         """The same noise with one part off: node, detour, run (or all)."""
@@ -93,6 +97,12 @@ def factors(noise: Noise, ranks: int, steps: int, seed: int) -> list[list[float]
         return trace_factors(ranks, steps, rng, noise.trace_block)
     run = max(0.5, rng.gauss(1.0, noise.run_sd)) if noise.run_sd else 1.0
     node = [max(0.5, rng.gauss(1.0, noise.node_sd)) if noise.node_sd else 1.0 for _ in range(ranks)]
+    if noise.spare > 0 and noise.node_sd:
+        extra = [
+            max(0.5, rng.gauss(1.0, noise.node_sd)) for _ in range(math.ceil(ranks * noise.spare))
+        ]
+        node = sorted(node + extra)[:ranks]  # the fastest nodes stay
+        rng.shuffle(node)
     out = [[run * node[r]] * steps for r in range(ranks)]
     if noise.detour_mean <= 0:
         return out
@@ -161,5 +171,5 @@ def write(rows: list[list[float]], path: Path) -> Path:
 def reference_step_factor(noise: Noise, steps: int, seed: int) -> float:
     """One node alone (the efficiency's reference): its mean compute factor over the
     steps, from its own draws."""
-    rows = factors(noise, 1, steps, seed)
+    rows = factors(replace(noise, spare=0.0), 1, steps, seed)  # any node, not a chosen one
     return statistics.fmean(rows[0])

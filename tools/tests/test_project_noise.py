@@ -141,3 +141,16 @@ def test_terms_switch_off_one_at_a_time():
     off = runs.without(case, "all")
     assert off.noise.off and off.profile == "equal" and off.pcie_bps == 0 and off.ranks == 16
     assert off.deterministic and not case.deterministic
+
+
+def test_spare_nodes_leave_the_slowest_out():
+    plain = noise.Noise(node_sd=0.02)
+    spared = noise.Noise(node_sd=0.02, spare=0.25)
+    n = 400
+    slowest = [max(r[0] for r in noise.factors(plain, n, 1, seed=s)) for s in range(5)]
+    kept = [max(r[0] for r in noise.factors(spared, n, 1, seed=s)) for s in range(5)]
+    # The fastest 400 of 500 end near the 80th percentile (1 + 0.84 sd), where all 400
+    # reach the largest of 400 draws (about 1 + 3 sd, 2.4 at least in these).
+    assert max(kept) < 1 + 1.3 * 0.02 < 1 + 2.2 * 0.02 < min(slowest)
+    # The reference node (one node alone) is any node, not a chosen one.
+    assert noise.reference_step_factor(spared, 3, 7) == noise.reference_step_factor(plain, 3, 7)
