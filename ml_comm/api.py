@@ -175,8 +175,13 @@ def finalize() -> None:
         return
     stop.forget()
     try:
-        ending.departure.leave(ending.teams, ending.barrier, ending.steps_note)
+        # Every rank's pace rides in the exchange of leaving (faults/departure.py): no
+        # collective of its own, so the report can neither hang nor hide an error.
+        records = ending.departure.leave(
+            ending.teams, ending.barrier, ending.steps_note, ending.pace_record()
+        )
         ending.summarise()
+        ending.report_slow_ranks(records)
     finally:
         ending.close()
 

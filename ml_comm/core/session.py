@@ -11,6 +11,7 @@ handed in by the caller, which sits above both.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,20 @@ from typing import Any
 import numpy as np
 
 from .._core import ffi, lib
-from . import backend, checks, compression, settings, settings_check, thread_cores, timeline
+from . import (
+    backend,
+    checks,
+    compression,
+    pace,
+    settings,
+    settings_check,
+    slow_ranks,
+    thread_cores,
+    timeline,
+)
 from .calls import Calls
 from .errors import BadArgumentError, BadArgumentTypeError, MLCommError, OutOfMemoryError
+from .output import say
 from .report import TeamReporter, stats_dict
 from .status import ERR_LEN, check, error, text
 
@@ -135,6 +147,9 @@ class Session:
         self.nthreads = nthreads
         self.chunk_bytes = chunk_bytes
         self.msglen = msglen
+        # init ends on every rank together (its last steps are collective): the start of
+        # the span the slow-rank report compares (slow_ranks.py).
+        self.started = time.monotonic()
 
     def _create_team(self, nthreads: int, msglen: int, chunk_bytes: int):
         out = ffi.new("mlc_team **")
@@ -183,6 +198,36 @@ class Session:
         s = ffi.new("mlc_team_stats *")
         lib.mlc_team_get_stats(self.teams[team], s)
         return stats_dict(s)
+
+    def pace(self) -> pace.RankPace:
+        """This rank's pace so far, for the report at finalize: each team's waits as its
+        report counts them (report.py: blocking waits, or framework ops' exposed time)."""
+        waited = calls = 0
+        for t in range(len(self.teams)):
+            stats = self.stats(t)
+            waited += stats[self.reporters[t].waited_key]
+            calls += stats["calls"]
+        return pace.this_rank(time.monotonic() - self.started, waited, calls)
+
+    def pace_record(self) -> bytes:
+        """pace() as the bytes that leaving carries; never raises (leaving must go on)."""
+        try:
+            return self.pace().pack()
+        except Exception:  # noqa: BLE001 - a report must never stop a rank from leaving
+            return pace.UNKNOWN
+
+    def report_slow_ranks(self, records: list[bytes]) -> None:
+        """finalize, rank 0: the line naming the ranks every step waits for, if any."""
+        if self.rank != 0 or len(records) != self.size:
+            return
+        try:
+            percent = settings.get(slow_ranks.VARIABLE)
+            paces = [pace.unpack(r) for r in records]
+            text = slow_ranks.line(slow_ranks.judge(paces, percent), percent)
+        except Exception as exc:  # noqa: BLE001 - a report must not fail a job that ended well
+            text = f"ml_comm: no slow-rank report: {exc}"
+        if text is not None:
+            say(text)
 
     def summarise(self) -> None:
         """finalize: each team's closing report line (config_team verbosity)."""

@@ -35,7 +35,7 @@ from .errors import SettingsError
 class Setting:
     name: str
     default: str  # as shown to users; "unset": the variable has no value by default
-    type: str  # "bool", "int", "bytes", "microseconds", "seconds", "str", "path", "cpus"
+    type: str  # "bool", "int", "bytes", "microseconds", "seconds", "percent", "str", "path", "cpus"
     compared: bool  # compared across ranks at init (core/settings_check.py)
     effect: str  # one sentence
 
@@ -82,6 +82,10 @@ SETTINGS = (
     Setting("ML_COMM_ABORT_ON_EXCEPTION", "1", "bool", False,
             "An uncaught exception on one rank of several ends the whole job (MPI_Abort) "
             "instead of leaving the others waiting; 0 turns it off."),
+    Setting("ML_COMM_SLOW_RANK_PERCENT", "3", "percent", False,
+            "At finalize rank 0 names the ranks whose time outside ml_comm exceeds the "
+            "median rank's by this many percent (the ranks every synchronous step waits "
+            "for) and their hosts; 0: never."),
     Setting("ML_COMM_THREAD_SLICE_US", "100", "microseconds", False,
             "The time slice (µs) the teams' threads ask Linux for (6.12 and later), so "
             "that one woken to move bytes runs before a compute thread on its core ends "
@@ -175,6 +179,18 @@ def _seconds(name: str, raw: str) -> float:
     return value
 
 
+def _percent(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise SettingsError(
+            f"environment variable {name} must be a percentage >= 0 (0: off), got {raw!r}"
+        )
+    return value
+
+
 def _text(name: str, raw: str) -> str:
     return raw.strip()
 
@@ -196,6 +212,7 @@ PARSERS = {
     "bytes": _non_negative,
     "microseconds": _non_negative,
     "seconds": _seconds,
+    "percent": _percent,
     "str": _text,
     "path": _text,
     "cpus": _cpus,

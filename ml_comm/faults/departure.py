@@ -1,6 +1,11 @@
 """Leaving together: the barrier a rank leaves through (finalize, sys.exit(), the end of
 the script), which aborts the job instead of leaving behind a peer that waits for this
-rank in a team operation or a barrier it never entered (abort.py says why)."""
+rank in a team operation or a barrier it never entered (abort.py says why).
+
+The barrier is an allgather of a small fixed-size record per rank (core/pace.py: how long
+the rank waited inside ml_comm): like a barrier, it completes on no rank before every
+rank has entered it, and it is watched the same way, so it carries the numbers of the
+slow-rank report at no risk of a wait of its own."""
 
 from __future__ import annotations
 
@@ -30,13 +35,17 @@ class Departure:
         self.rank = comm.Get_rank()
         self.comm = comm.Dup() if self.size > 1 else None
 
-    def leave(self, teams, barrier=None, note=None) -> None:
+    def leave(self, teams, barrier=None, note=None, record: bytes = b"") -> list[bytes]:
         """Wait for every rank to leave too; abort the job if a peer waits for this
         rank in a team operation or in a barrier (it would never return). note: the
-        session's steps_note, for the message."""
+        session's steps_note, for the message. record: this rank's bytes, the same length
+        on every rank; returns every rank's, by rank (only this rank's at one rank or
+        after MPI_Finalize)."""
         if self.comm is None or _world() is None:  # one rank, or MPI already finalized
-            return
-        request = self.comm.Ibarrier()
+            return [record]
+        sent = bytearray(record)
+        received = bytearray(len(record) * self.size)
+        request = self.comm.Iallgather(sent, received)
         pause = 1e-4
         while not request.Test():
             peer = barrier.waiting_peer() if barrier is not None else -1
@@ -59,6 +68,8 @@ class Departure:
                     )
             time.sleep(pause)
             pause = min(2 * pause, _MAX_POLL_SECONDS)
+        n = len(record)
+        return [bytes(received[r * n : (r + 1) * n]) for r in range(self.size)]
 
     def close(self) -> None:
         if self.comm is not None and _world() is not None:
