@@ -519,18 +519,19 @@ def project(args: argparse.Namespace) -> int:
     cache: dict = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+
+        def add_row(c: runs.Case, name: str) -> None:
+            result = runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers)
+            row = result_row(c, result, name)
+            results.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
+
         for n in args.nodes:
             case = base_case(args, n)
             for alg in args.algorithms:
-                c = replace(case, algorithm=alg)
-                name = alg + (" pipelined" if args.pipelined else "")
-                row = result_row(
-                    c,
-                    runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers),
-                    name,
+                add_row(
+                    replace(case, algorithm=alg), alg + (" pipelined" if args.pipelined else "")
                 )
-                results.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
             if args.horovod:
                 # As T2 ran it: NCCL's ring reads GPU memory (no copies), sums on the GPU,
                 # a step at NCCL's latency.
@@ -542,26 +543,12 @@ def project(args: argparse.Namespace) -> int:
                     overhead_s=targets.NCCL_RING_HOP_NET_S / 4,
                     reduce_bps=targets.P100_SUM_BPS,
                 )
-                name = "Horovod (fusion, cycle, ring)"
-                row = result_row(
-                    c,
-                    runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers),
-                    name,
-                )
-                results.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
+                add_row(c, "Horovod (fusion, cycle, ring)")
             if args.mpi or args.after_backprop:
                 # One MPI_Allreduce of every gradient after backprop: the same algorithm as
                 # MPICH (Rabenseifner) in the model on one thread, with the node terms.
                 c = replace(case, scheme="after_backprop", pipelined=False)
-                name = "allreduce after backprop (model, Rabenseifner)"
-                row = result_row(
-                    c,
-                    runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers),
-                    name,
-                )
-                results.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
+                add_row(c, "allreduce after backprop (model, Rabenseifner)")
             if not args.mpi:
                 continue
             # MPICH itself through SMPI on an ideal node (SMPI's ranks have no noise or

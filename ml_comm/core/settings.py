@@ -167,28 +167,24 @@ def _non_negative(name: str, raw: str) -> int:
     return value
 
 
-def _seconds(name: str, raw: str) -> float:
+def _non_negative_number(name: str, raw: str, what: str) -> float:
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         raise SettingsError(
-            f"environment variable {name} must be a number of seconds >= 0 (0: off), got {raw!r}"
+            f"environment variable {name} must be {what} >= 0 (0: off), got {raw!r}"
         )
     return value
+
+
+def _seconds(name: str, raw: str) -> float:
+    return _non_negative_number(name, raw, "a number of seconds")
 
 
 def _percent(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise SettingsError(
-            f"environment variable {name} must be a percentage >= 0 (0: off), got {raw!r}"
-        )
-    return value
+    return _non_negative_number(name, raw, "a percentage")
 
 
 def _text(name: str, raw: str) -> str:
