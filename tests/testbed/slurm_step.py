@@ -4,17 +4,17 @@ Slurm's PMI server broke the step at MPI start-up.
 Slurm's pmi2 server (22.05, and SchedMD's code since) reads a task's PMI-1 request with a
 single read() of at most 1024 bytes and takes what it got as the whole request. The mpich
 wheel (ch4:ucx) publishes its network address at start-up as 4096 bytes read from UCX's
-much shorter address buffer, so most of them are whatever lies next to it on the heap;
-it sends them hex-encoded (runs of zero bytes shortened) in segments of 511 bytes. A
-segment with few zero bytes makes a request longer than 1024 bytes: the server rejects
-both pieces (slurmstepd prints PMI_SERVER_BROKE), and the task hangs until the step's
-time limit or fails in MPI_Init. Whether that happens depends on the heap's layout, which is
-the same from one start to the next for the same install path, program and environment:
+much shorter address buffer, so most of them are whatever lies next to it on the heap; it
+sends them hex-encoded (runs of zero bytes shortened) in segments of 511 bytes. A segment
+with few zero bytes makes a request longer than 1024 bytes: the server rejects both pieces
+(slurmstepd prints one or more of PMI_SERVER_BROKE), and the task hangs until the step's
+time limit or fails in MPI_Init. Whether that happens depends on the heap's layout, which
+is the same from one start to the next for the same install path, program and environment:
 a step that breaks once breaks again when started the same way. Such a step never reached
 the program under test, so it is ended at once and started again, up to STARTS times in
 all, each time with an environment variable of another length (HEAP_SHIFT): Python copies
-the environment onto the heap before MPI starts, so the bytes next to UCX's address change.
-Anything else (a failure, a hang) is the test's result.
+the environment onto the heap before MPI starts, so the bytes next to UCX's address
+change. Anything else (a failure, a hang) is the test's result.
 
     python tests/testbed/slurm_step.py TIMEOUT_S SRUN_OPTIONS... PROGRAM ARGS...
 
@@ -33,7 +33,13 @@ from pathlib import Path
 
 import pytest
 
-PMI_SERVER_BROKE = "mpi/pmi2: invalid client request"
+# slurmstepd's lines for a request it could not parse; which of them appear depends on
+# where the read() cut the request.
+PMI_SERVER_BROKE = (
+    "mpi/pmi2: invalid client request",
+    "mpi/pmi2: value not properly terminated in client request",
+    "mpi/pmi2: request not begin with 'cmd='",
+)
 STARTS = 4
 HEAP_SHIFT = "ML_COMM_TESTBED_HEAP_SHIFT"
 
@@ -46,7 +52,7 @@ def run_step(
     for start in range(1, STARTS):
         if not broke:
             break
-        print(f"test bed: {PMI_SERVER_BROKE!r} at MPI start-up; srun started again")
+        print("test bed: Slurm's PMI server broke at MPI start-up; srun started again")
         time.sleep(1.0)
         # Larger than pymalloc's 512-byte objects, so that glibc's heap holds the copy.
         shifted = dict(env, **{HEAP_SHIFT: "x" * (1000 * start)})
@@ -65,7 +71,7 @@ def _start(
         while job.poll() is None and time.monotonic() < deadline and not broke:
             time.sleep(0.2)
             err.seek(0)
-            broke = PMI_SERVER_BROKE in err.read()
+            broke = server_broke(err.read())
         timed_out = job.poll() is None and not broke
         if job.poll() is None:
             subprocess.run(["scancel", f"--name={name}"], env=env, timeout=30)
@@ -79,7 +85,11 @@ def _start(
         proc = subprocess.CompletedProcess(cmd, job.returncode, out.read(), err.read())
     if timed_out:
         pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\n{proc.stdout[-4000:]}")
-    return proc, broke or (proc.returncode != 0 and PMI_SERVER_BROKE in proc.stderr)
+    return proc, broke or (proc.returncode != 0 and server_broke(proc.stderr))
+
+
+def server_broke(stderr: str) -> bool:
+    return any(line in stderr for line in PMI_SERVER_BROKE)
 
 
 if __name__ == "__main__":

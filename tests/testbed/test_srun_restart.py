@@ -1,7 +1,7 @@
 """The test bed's srun starts a step again when Slurm's PMI server broke it at MPI start-up,
 and only then, STARTS times at most, each time with the heap shifted by another length.
 Runs without the test bed: `srun` and `scancel` here are scripts that play the broken step
-(its slurmstepd line, then a hang) and the good one."""
+(its slurmstepd line, then a hang or a quick failure) and the good one."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ FAKE_SRUN = """#!/bin/bash
 n=$(cat "$STATE/calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/calls"
 echo "${{#{shift}}}" >> "$STATE/shifts"
 if [ "$n" -lt "$BROKEN_STARTS" ]; then
-    echo "slurmstepd-node1: error: {line}" >&2
+    echo "slurmstepd-node1: error: $BROKEN_LINE" >&2
+    [ -n "$BROKEN_EXIT" ] && exit "$BROKEN_EXIT"
     echo $$ > "$STATE/pid"; exec sleep 600
 fi
 echo "ran: $*"; exit "${{EXIT:-0}}"
@@ -28,13 +29,20 @@ def fake_env(tmp_path: Path, broken_starts: int, **env: str) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (
-        ("srun", FAKE_SRUN.format(line=PMI_SERVER_BROKE, shift=HEAP_SHIFT)),
+        ("srun", FAKE_SRUN.format(shift=HEAP_SHIFT)),
         ("scancel", FAKE_SCANCEL),
     ):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
-    full = dict(os.environ, PATH=path, STATE=str(tmp_path), BROKEN_STARTS=str(broken_starts))
+    full = dict(
+        os.environ,
+        PATH=path,
+        STATE=str(tmp_path),
+        BROKEN_STARTS=str(broken_starts),
+        BROKEN_LINE=PMI_SERVER_BROKE[0],
+        BROKEN_EXIT="",
+    )
     return dict(full, **env)
 
 
@@ -59,6 +67,15 @@ def test_a_step_broken_at_start_up_runs_again_at_once(tmp_path):
     assert time.monotonic() - t0 < 20  # ended on the line, not at the time limit
 
 
+@pytest.mark.parametrize("line", PMI_SERVER_BROKE)
+@pytest.mark.parametrize("exit_code", ["", "143"], ids=["hangs", "fails"])
+def test_each_line_of_the_broken_server_starts_the_step_again(tmp_path, line, exit_code):
+    env = fake_env(tmp_path, broken_starts=1, BROKEN_LINE=line, BROKEN_EXIT=exit_code)
+    proc = srun(tmp_path, env)
+    assert proc.returncode == 0 and "ran: " in proc.stdout, proc
+    assert calls(tmp_path) == 2
+
+
 def test_a_step_broken_at_every_start_but_the_last_runs(tmp_path):
     proc = srun(tmp_path, fake_env(tmp_path, broken_starts=STARTS - 1))
     assert proc.returncode == 0 and "ran: " in proc.stdout, proc
@@ -71,7 +88,7 @@ def test_a_step_broken_at_every_start_but_the_last_runs(tmp_path):
 
 def test_it_gives_up_after_its_starts(tmp_path):
     proc = srun(tmp_path, fake_env(tmp_path, broken_starts=STARTS))
-    assert proc.returncode != 0 and PMI_SERVER_BROKE in proc.stderr
+    assert proc.returncode != 0 and PMI_SERVER_BROKE[0] in proc.stderr
     assert calls(tmp_path) == STARTS
 
 
