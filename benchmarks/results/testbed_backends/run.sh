@@ -21,14 +21,14 @@ flock -x /work/testbed.lock bash -c '
   step() { flock -x /work/bench.lock srun --ntasks-per-node=1 --mpi=pmi2 --time=20 "$@"; }
   for r in 1 2 3; do
     GLOO_SOCKET_IFNAME=eth0 step -N 2 tools/pin_to_node_core.sh .venv-torch/bin/python -P \
-      benchmarks/ddp_step.py --steps 20 --json $OUT/ddp_r$r.json 2>/dev/null | tee $OUT/ddp_r$r.txt
+      benchmarks/ddp_step.py --steps 20 --json $OUT/ddp_r$r.json | tee $OUT/ddp_r$r.txt
   done
   : > $OUT/keras.jsonl
   for r in 1 2 3; do
     for venv in .venv:tensorflow .venv-jax:jax .venv-torch:torch; do
       for n in 1 2; do
         KERAS_BACKEND=${venv#*:} step -N $n tools/pin_to_node_core.sh ${venv%%:*}/bin/python -P \
-          benchmarks/keras_backends_scaling.py 2>/dev/null | grep RESULT | tee -a $OUT/keras.jsonl
+          benchmarks/keras_backends_scaling.py | grep RESULT | tee -a $OUT/keras.jsonl
       done
     done
   done

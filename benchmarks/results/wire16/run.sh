@@ -5,5 +5,5 @@ set -e
 R=benchmarks/results/wire16
 for c in none bf16 fp16; do
   ML_COMM_LATENCY_BYTES=0 ML_COMM_DIRECT_BYTES=0 .venv/bin/mpiexec -n 2 .venv/bin/python \
-    examples/tf2_digits.py --compression $c > $R/digits_$c.txt 2>/dev/null
+    examples/tf2_digits.py --compression $c > $R/digits_$c.txt
 done
