@@ -286,8 +286,17 @@ static PyObject *bind(PyObject *module, PyObject *args) {
     return capsule;
 }
 
-static int core_code(const binding *b, const PyArrayObject *grad) {
-    const int num = PyArray_TYPE(grad);
+/* The core's dtype code for a plain array: an exact ndarray, C-contiguous, aligned, in
+ * native byte order (byte-swapped arrays share the native type number), writeable where
+ * the result goes into it, of a dtype the core reduces. -1 for anything else, which the
+ * general path takes. */
+static int plain_code(const binding *b, PyObject *object, int writes_into) {
+    if (!PyArray_CheckExact(object)) return -1;
+    PyArrayObject *array = (PyArrayObject *)object;
+    if (!PyArray_IS_C_CONTIGUOUS(array) || !PyArray_ISALIGNED(array) || PyArray_ISBYTESWAPPED(array) ||
+        (writes_into && !PyArray_ISWRITEABLE(array)))
+        return -1;
+    const int num = PyArray_TYPE(array);
     for (int i = 0; i < b->ndtypes; i++)
         if (b->type_nums[i] == num) return b->codes[i];
     return -1;
@@ -303,13 +312,9 @@ static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nar
     const long long step = PyLong_AsLongLong(args[2]);
     const unsigned long long origin = PyLong_AsUnsignedLongLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    if (!PyArray_CheckExact(args[1])) Py_RETURN_NONE;
-    PyArrayObject *grad = (PyArrayObject *)args[1];
-    /* Byte-swapped arrays share the native type number; the general path refuses them. */
-    if (!PyArray_IS_C_CONTIGUOUS(grad) || !PyArray_ISALIGNED(grad) || PyArray_ISBYTESWAPPED(grad))
-        Py_RETURN_NONE;
-    const int code = core_code(b, grad);
+    const int code = plain_code(b, args[1], 0);
     if (code < 0) Py_RETURN_NONE;
+    PyArrayObject *grad = (PyArrayObject *)args[1];
     int rc = b->begin_call(b->team, step, origin, PyBytes_AS_STRING(args[4]), b->err, b->err_len);
     if (rc) return PyLong_FromLong(rc);
     const Py_ssize_t nbytes = PyArray_NBYTES(grad);
@@ -355,13 +360,9 @@ static PyObject *reduce_in_place(PyObject *module, PyObject *const *args, Py_ssi
     const long long step = PyLong_AsLongLong(args[3]);
     const unsigned long long origin = PyLong_AsUnsignedLongLong(args[4]);
     if (PyErr_Occurred()) return NULL;
-    if (!PyArray_CheckExact(args[1])) Py_RETURN_NONE;
-    PyArrayObject *array = (PyArrayObject *)args[1];
-    if (!PyArray_IS_C_CONTIGUOUS(array) || !PyArray_ISALIGNED(array) || PyArray_ISBYTESWAPPED(array) ||
-        !PyArray_ISWRITEABLE(array))
-        Py_RETURN_NONE;
-    const int code = core_code(b, array);
+    const int code = plain_code(b, args[1], 1);
     if (code < 0) Py_RETURN_NONE;
+    PyArrayObject *array = (PyArrayObject *)args[1];
     int rc = b->begin_call(b->team, step, origin, PyBytes_AS_STRING(args[5]), b->err, b->err_len);
     if (rc) return PyLong_FromLong(rc);
     void *data = PyArray_DATA(array);
