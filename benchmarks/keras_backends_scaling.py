@@ -6,7 +6,9 @@ ranks, for the efficiency of N nodes against 1 (N * 1-node throughput) per backe
         .venv-jax/bin/python -P benchmarks/keras_backends_scaling.py
     srun -N 2 ... the same             # rank 0 prints one line "RESULT {json}"
 
-Every backend gets one compute thread (the test bed gives each node's rank one core); the
+Every backend gets one compute thread (the test bed gives each node's rank one core);
+TensorFlow two inter-op threads on that core, as docs/launch.md advises (`--tf-interop 1`:
+one, which leaves some weight gradients until backprop's end, so nothing overlaps). The
 batch is per rank (weak scaling). Time: from the end of the last warm-up batch to the end
 of the last batch, the slowest rank's.
 """
@@ -24,7 +26,7 @@ import ml_comm as mc
 mc.init_mpi()  # before the framework's threads
 
 
-def one_thread(backend: str) -> None:
+def one_thread(backend: str, tf_interop: int) -> None:
     if backend == "jax":
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
@@ -38,7 +40,7 @@ def one_thread(backend: str) -> None:
         import tensorflow as tf
 
         tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(tf_interop)
 
 
 def main() -> int:
@@ -46,9 +48,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--tf-interop", type=int, default=2)
     args = parser.parse_args()
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    one_thread(backend)
+    one_thread(backend, args.tf_interop)
     import keras
     import numpy as np
 
@@ -81,6 +84,7 @@ def main() -> int:
             "keras": keras.__version__,
             "nranks": nranks,
             "batch": args.batch,
+            "tf_interop": args.tf_interop if backend == "tensorflow" else None,
             "steps": args.steps,
             "params": int(model.count_params()),
             "seconds": slowest,

@@ -155,7 +155,7 @@ def core_lines(facts: list[dict]) -> list[str]:
         elif len(cores) < 2 * len(ranks):
             lines.append(
                 f"note           {host}'s ranks share {len(cores)} cores, fewer than two "
-                "per rank: give TensorFlow 1 inter-op thread and as many intra-op threads as "
+                "per rank: give TensorFlow 2 inter-op threads and as many intra-op threads as "
                 "each rank's cores minus ml_comm's threads (at least 1), or its pools take "
                 "the communication threads' CPU (docs/launch.md)"
             )

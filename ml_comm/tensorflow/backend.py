@@ -6,6 +6,7 @@ from __future__ import annotations
 from .. import tensorflow as binding
 from ..core.output import say
 from ..core.session import Session
+from . import overlap_note
 
 
 class TensorFlowBackend:
@@ -17,6 +18,8 @@ class TensorFlowBackend:
         binding.check_version()
         # Rank 0 says when the ops are compiled (minutes, once) and how far it got.
         binding.load_ops(say if session.rank == 0 else None)
+        if session.rank == 0 and session.size > 1 and (text := overlap_note.note()):
+            say(text)
         self.session = session
         binding.set_live(session)  # its teams' ops may run
 
