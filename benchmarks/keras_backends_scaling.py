@@ -8,7 +8,9 @@ ranks, for the efficiency of N nodes against 1 (N * 1-node throughput) per backe
 
 Every backend gets one compute thread (the test bed gives each node's rank one core);
 TensorFlow two inter-op threads on that core, as docs/launch.md advises (`--tf-interop 1`:
-one, which leaves some weight gradients until backprop's end, so nothing overlaps). The
+one, which leaves some weight gradients until backprop's end, so nothing overlaps); torch
+hands each gradient over as backprop produces it (`--overlap-backprop off`: all of them
+in the optimizer's apply, after backprop). The
 batch is per rank (weak scaling). Time: from the end of the last warm-up batch to the end
 of the last batch, the slowest rank's.
 """
@@ -49,6 +51,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--tf-interop", type=int, default=2)
+    parser.add_argument(
+        "--overlap-backprop",
+        choices=("on", "off"),
+        default="on",
+        help="torch: gradients handed over during backprop (on) or averaged in apply (off)",
+    )
     args = parser.parse_args()
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
     one_thread(backend, args.tf_interop)
@@ -57,7 +65,7 @@ def main() -> int:
 
     import ml_comm.keras as mk
 
-    mk.init()
+    mk.init(overlap_backprop=args.overlap_backprop == "on")
     rank, nranks = mc.get_rank(), mc.get_nranks()
     keras.utils.set_random_seed(rank)
     model = keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=10)
@@ -85,6 +93,7 @@ def main() -> int:
             "nranks": nranks,
             "batch": args.batch,
             "tf_interop": args.tf_interop if backend == "tensorflow" else None,
+            "overlap_backprop": args.overlap_backprop if backend == "torch" else None,
             "steps": args.steps,
             "params": int(model.count_params()),
             "seconds": slowest,

@@ -17,15 +17,20 @@ from pathlib import Path
 
 
 def rounds(lines: list[dict]) -> dict[str, list[tuple[dict, dict]]]:
-    """backend -> [(1-node result, 2-node result)] in the order run."""
-    pending: dict[str, dict] = {}
+    """case -> [(1-node result, 2-node result)] in the order run: each 2-node result with
+    the backend's last 1-node result before it; a case is the backend, and on torch
+    whether the gradients were handed over during backprop (runs that say so)."""
+    last_one: dict[str, dict] = {}
     paired: dict[str, list[tuple[dict, dict]]] = {}
     for result in lines:
         backend = result["backend"]
         if result["nranks"] == 1:
-            pending[backend] = result
-        elif backend in pending:
-            paired.setdefault(backend, []).append((pending.pop(backend), result))
+            last_one[backend] = result
+        elif backend in last_one:
+            case = backend
+            if result.get("overlap_backprop") is not None:
+                case += f", overlap {result['overlap_backprop']}"
+            paired.setdefault(case, []).append((last_one[backend], result))
     return paired
 
 
@@ -41,13 +46,13 @@ def main(path: str) -> int:
     ]
     print("| backend | 1 node, img/s | 2 nodes, img/s | efficiency | 2-node step beyond 1-node |")
     print("|---|---:|---:|---:|---:|")
-    for backend, pairs in rounds(lines).items():
+    for case, pairs in rounds(lines).items():
         one = [a["images_per_s"] for a, _ in pairs]
         two = [b["images_per_s"] for _, b in pairs]
         eff = [b["images_per_s"] / (2 * a["images_per_s"]) * 100 for a, b in pairs]
         extra = [step_s(b) - step_s(a) for a, b in pairs]
         print(
-            f"| {backend} | {min(one):.1f}-{max(one):.1f} | {min(two):.1f}-{max(two):.1f} "
+            f"| {case} | {min(one):.1f}-{max(one):.1f} | {min(two):.1f}-{max(two):.1f} "
             f"| {min(eff):.1f}-{max(eff):.1f} % | {min(extra):.3f}-{max(extra):.3f} s |"
         )
     return 0

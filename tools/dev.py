@@ -220,7 +220,10 @@ KERAS_BACKENDS = (
         "torch",
         ROOT / ".venv-torch",
         "torch==2.13.0+cpu",
-        ((2, ("test_keras_guarantees.py", "test_torch_ddp.py")), (3, ("test_torch_ddp.py",))),
+        (
+            (2, ("test_keras_guarantees.py", "test_torch_ddp.py", "test_torch_overlap.py")),
+            (3, ("test_torch_ddp.py", "test_torch_overlap.py")),
+        ),
     ),
 )
 

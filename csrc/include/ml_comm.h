@@ -445,6 +445,17 @@ const char *mlc_request_message(const mlc_request *req);
 int mlc_request_nonfinite(const mlc_request *req, int *rank, int *tensor);
 void mlc_request_free(mlc_request *req); /* after wait/test said finished */
 
+/* A wait for the done callbacks of tensors handed to keyed groups, for a caller with no
+ * thread of its own to take them (csrc/base/latch.c): add one per tensor handed over,
+ * pass mlc_latch_done as its done callback with the latch as user_data, and wait for
+ * the count to reach zero: MLC_OK or the first failure. */
+typedef struct mlc_latch mlc_latch;
+mlc_latch *mlc_latch_create(void);
+void mlc_latch_add(mlc_latch *latch, int64_t n);
+void mlc_latch_done(void *user_data, int status);
+int mlc_latch_wait(mlc_latch *latch);
+void mlc_latch_free(mlc_latch *latch);
+
 /* ---- the rules callers share with the core ---- */
 /* Where the front ends' results come from (NumPy's pool, the TensorFlow op's allocator): a
  * result of a page-faulting fresh buffer costs more than its reduction from this size, so

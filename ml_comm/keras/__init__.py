@@ -72,6 +72,7 @@ def init(
     *,
     chunk_bytes: int | None = None,
     per_batch_metrics: bool = False,
+    overlap_backprop: bool = True,
 ) -> None:
     """Start ml_comm for Keras: `nteams` teams of `nthread_per_team` threads (collective),
     and make every model and optimizer that trains from now on data-parallel.
@@ -79,6 +80,10 @@ def init(
     msglen: element count that sizes each team's fusion buffer; None takes DEFAULT_MSGLEN.
     per_batch_metrics: True averages fit's logs over the ranks after every batch too (one
     small allreduce per step); False (default) makes them global at each epoch's end.
+    overlap_backprop: on Keras's torch backend, hand each gradient of Keras's own train step
+        to the reduction as backprop produces it, so that communication overlaps backprop
+        (False: average them all in the optimizer's apply, after backprop). TensorFlow's
+        ops overlap backprop on their own; JAX averages in apply.
     """
     if int(keras.__version__.split(".")[0]) < 3:
         raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")
@@ -90,6 +95,7 @@ def init(
         chunk_bytes=chunk_bytes,
     )
     apply.install(_patches)
+    backend.current().install(_patches, overlap_backprop)
     fit.install(_patches, per_batch_metrics)
     mc.session().steps_note = apply.steps_note
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
@@ -105,6 +111,7 @@ def finalize() -> None:
         mc.session().steps_note = lambda: note
     fit.forget()
     apply.forget()
+    backend.current().forget()
     _patches.restore()
     mc.finalize()
 

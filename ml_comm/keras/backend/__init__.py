@@ -6,6 +6,10 @@ Each backend module provides:
 
     FRAMEWORK                      init's framework: the session's backend for gradients
     KEEPS_JIT                      whether a model's jit_compile may stay on
+    install(patches, overlap_backprop)
+                                   what the backend replaces in Keras's trainer besides
+                                   apply (torch: its train step, to overlap backprop)
+    forget()                       finalize: undo what install set up besides the patches
     average(grads, team)           the list averaged over the ranks (None stays None)
     accumulate_then_average(optimizer, team, steps, grads, variables)
                                    gradient accumulation, averaged once per applied update

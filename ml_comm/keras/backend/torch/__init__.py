@@ -1,8 +1,10 @@
 """The Keras hook on Keras' torch backend: gradients through ml_comm's NumPy path
 (init's framework="numpy"), the tensors' memory handed over without a copy (`.numpy()`
-of a CPU tensor, `torch.from_numpy` of the result); a torch DataLoader is cut to the
-fewest batches like any dataset. Keras runs the torch train step eagerly (jit_compile
-would compile it with torch.compile, whose graph breaks at the reduction)."""
+of a CPU tensor, `torch.from_numpy` of the result); in Keras's own train step each
+gradient is handed over as backprop produces it, so that the average overlaps backprop
+(overlap.py); a torch DataLoader is cut to the fewest batches like any dataset. Keras
+runs the torch train step eagerly (jit_compile would compile it with torch.compile, whose
+graph breaks at the reduction)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import torch
 from .... import api as mc
 from ....core.errors import BadArgumentError, MLCommError, StateError
 from .. import accumulation
+from . import overlap
+from .overlap import forget, install  # noqa: F401  (the backend protocol's)
 
 FRAMEWORK = "numpy"
 KEEPS_JIT = True
@@ -41,6 +45,9 @@ def _tensor(array: np.ndarray, like: torch.Tensor) -> torch.Tensor:
 
 
 def average(grads: list, team: int) -> list:
+    step = overlap.active(team)
+    if step is not None:  # handed over during backprop: wait for them
+        return step.finish(grads)
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
         return list(grads)
