@@ -21,10 +21,10 @@ gradient with its own.
 A step is armed only where the plain path would average the same list once: a hooked
 optimizer on a synchronous team, its first update's broadcast done, no gradient
 accumulation, more than one rank, every trainable weight a CPU tensor of one float
-dtype; elsewhere `apply` averages as before. Every input of that choice is the same on
-ranks that train one model. A step that raises after its group opened cancels the group
-(the other ranks' step fails too, naming this rank) and waits until the core no longer
-reads this rank's gradients.
+dtype, and the step not compiled (`jit_compile`); elsewhere `apply` averages as before.
+Every input of that choice is the same on ranks that train one model. A step that raises
+after its group opened cancels the group (the other ranks' step fails too, naming this
+rank) and waits until the core no longer reads this rank's gradients.
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def _arm(model):
     optimizer = getattr(model, "optimizer", None)
     state = known(optimizer) if optimizer is not None else None
     if state is None or state.team is None or state.pending_broadcast or mc.get_nranks() == 1:
+        return None
+    if torch.compiler.is_compiling():  # jit_compile: torch.compile traces the step
         return None
     if (getattr(optimizer, "gradient_accumulation_steps", None) or 0) >= 2:
         return None
