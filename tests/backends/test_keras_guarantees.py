@@ -15,6 +15,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+from keras_data import B, int_data, shares, weights
 from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
@@ -22,7 +23,6 @@ import ml_comm.keras as mk
 
 pytestmark = pytest.mark.mpi
 BACKEND = keras.backend.backend()
-B = 4  # rows per rank and step
 
 
 @pytest.fixture(scope="module")
@@ -45,24 +45,8 @@ def same(checks: Checks, actual, expected, what: str) -> None:
     checks.true(actual == expected, f"{what}: {actual}, want {expected}")
 
 
-def weights(model) -> list[np.ndarray]:
-    return [np.asarray(w) for w in model.get_weights()]
-
-
 def calls(team: int = 0) -> int:
     return mc.team_stats(team)["calls"]
-
-
-def int_data(rows: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(-2, 3, size=(rows, 3)).astype(np.float32)
-    y = rng.integers(-2, 3, size=(rows, 2)).astype(np.float32)
-    return x, y
-
-
-def shares(x, nranks: int, rank: int):
-    """This rank's B rows of each global batch of nranks * B."""
-    return x.reshape(-1, nranks, B, x.shape[-1])[:, rank].reshape(-1, x.shape[-1])
 
 
 def test_first_update_takes_rank0_weights(session):

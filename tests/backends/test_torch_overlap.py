@@ -14,6 +14,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from keras_data import B, int_data, shares, weights
 from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
@@ -23,7 +24,6 @@ pytestmark = [
     pytest.mark.mpi,
     pytest.mark.skipif(keras.backend.backend() != "torch", reason="Keras's torch backend only"),
 ]
-B = 4  # rows per rank and step
 
 
 @pytest.fixture(scope="module")
@@ -78,42 +78,11 @@ def model_of(seed: int, first: Scaled | None = None, lr: float = 0.125) -> keras
     return model
 
 
-def weights(model) -> list[np.ndarray]:
-    return [np.asarray(w) for w in model.get_weights()]
-
-
-def int_data(rows: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    x = rng.integers(-2, 3, size=(rows, 3)).astype(np.float32)
-    y = rng.integers(-2, 3, size=(rows, 2)).astype(np.float32)
-    return x, y
-
-
-def shares(x, nranks: int, rank: int):
-    return x.reshape(-1, nranks, B, x.shape[-1])[:, rank].reshape(-1, x.shape[-1])
-
-
 def test_fit_overlapped_equals_one_process(session):
     rank, nranks = session
     if nranks == 1:
         pytest.skip("one rank averages nothing")
-    checks = Checks()
-    x, y = int_data(5 * nranks * B)
-    model = model_of(rank)
-    mk.broadcast_weights(model)
-    reference = model_of(0)
-    reference.set_weights(weights(model))
-    mk.set_team(reference, None)  # one process on the global batches
-    before = overlapped()
-    model.fit(
-        shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
-    )
-    checks.true(overlapped() - before == 5, f"{overlapped() - before} of 5 steps overlapped")
-    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
-    for i, (w, ref) in enumerate(zip(weights(model), weights(reference))):
-        checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"weight {i}: {w} vs {ref}")
-    checks.same_on_all_ranks(weights(model), "weights after an overlapped fit")
-    checks.finish()
+    trains_as_one_process(rank, nranks, steps=5, seed=0)
 
 
 def test_a_weight_no_rank_uses_keeps_its_value(session):
@@ -144,7 +113,7 @@ def test_a_weight_some_ranks_use_fails_on_every_rank_naming_it(session):
         mc.MismatchError, model.fit, x, y, batch_size=B, verbose=0, words=("scaled/extra",)
     )
     checks.finish()
-    train_in_step_again(rank, nranks)
+    trains_as_one_process(rank, nranks, steps=2, seed=7)  # in step again
 
 
 def test_a_rank_failing_in_backprop_fails_every_rank(session):
@@ -159,24 +128,27 @@ def test_a_rank_failing_in_backprop_fails_every_rank(session):
     else:
         checks.raises(mc.MLCommError, model.fit, x, y, batch_size=B, verbose=0)
     checks.finish()
-    train_in_step_again(rank, nranks)
+    trains_as_one_process(rank, nranks, steps=2, seed=7)  # in step again
 
 
-def train_in_step_again(rank: int, nranks: int) -> None:
-    """After a failed step, an overlapped fit trains as one process again."""
+def trains_as_one_process(rank: int, nranks: int, steps: int, seed: int) -> None:
+    """An overlapped fit of `steps` steps trains as one process on the global batches, and
+    every step's gradients go through the overlap."""
     checks = Checks()
-    x, y = int_data(2 * nranks * B, seed=7)
+    x, y = int_data(steps * nranks * B, seed=seed)
     model = model_of(rank)
     mk.broadcast_weights(model)
     reference = model_of(0)
     reference.set_weights(weights(model))
-    mk.set_team(reference, None)
+    mk.set_team(reference, None)  # one process on the global batches
     before = overlapped()
     model.fit(
         shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
     )
-    checks.true(overlapped() - before == 2, f"{overlapped() - before} of 2 steps overlapped")
+    done = overlapped() - before
+    checks.true(done == steps, f"{done} of {steps} steps overlapped")
     reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
     for i, (w, ref) in enumerate(zip(weights(model), weights(reference))):
-        checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"again, weight {i}")
+        checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"weight {i}: {w} vs {ref}")
+    checks.same_on_all_ranks(weights(model), "weights after an overlapped fit")
     checks.finish()
