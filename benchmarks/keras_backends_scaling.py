@@ -8,9 +8,9 @@ ranks, for the efficiency of N nodes against 1 (N * 1-node throughput) per backe
 
 Every backend gets one compute thread (the test bed gives each node's rank one core);
 TensorFlow two inter-op threads on that core, as docs/launch.md advises (`--tf-interop 1`:
-one, which leaves some weight gradients until backprop's end, so nothing overlaps); torch
-hands each gradient over as backprop produces it (`--overlap-backprop off`: all of them
-in the optimizer's apply, after backprop). The
+one, which leaves some weight gradients until backprop's end, so nothing overlaps); JAX
+and torch hand each gradient over as backprop produces it (`--overlap-backprop off`: all
+of them in the optimizer's apply, after backprop). The
 batch is per rank (weak scaling). Time: from the end of the last warm-up batch to the end
 of the last batch, the slowest rank's.
 """
@@ -45,6 +45,19 @@ def one_thread(backend: str, tf_interop: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(tf_interop)
 
 
+def overlapped_steps(backend: str) -> int | None:
+    """This rank's steps whose gradients were handed over during backprop (JAX, torch)."""
+    if backend == "jax":
+        from ml_comm.jax import handler
+
+        return handler.overlapped_steps()
+    if backend == "torch":
+        from ml_comm.keras.backend.torch import overlap
+
+        return overlap.overlapped_steps()
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch", type=int, default=16)
@@ -55,7 +68,7 @@ def main() -> int:
         "--overlap-backprop",
         choices=("on", "off"),
         default="on",
-        help="torch: gradients handed over during backprop (on) or averaged in apply (off)",
+        help="JAX, torch: gradients handed over during backprop (on) or averaged in apply (off)",
     )
     args = parser.parse_args()
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
@@ -93,12 +106,13 @@ def main() -> int:
             "nranks": nranks,
             "batch": args.batch,
             "tf_interop": args.tf_interop if backend == "tensorflow" else None,
-            "overlap_backprop": args.overlap_backprop if backend == "torch" else None,
+            "overlap_backprop": args.overlap_backprop if backend != "tensorflow" else None,
             "steps": args.steps,
             "params": int(model.count_params()),
             "seconds": slowest,
             "images_per_s": nranks * args.batch * args.steps / slowest,
             "tensorflow_imported": "tensorflow" in sys.modules,
+            "overlapped_steps": overlapped_steps(backend),
         }
         print("RESULT " + json.dumps(result), flush=True)
     mk.finalize()

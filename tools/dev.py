@@ -214,7 +214,10 @@ KERAS_BACKENDS = (
         "jax",
         ROOT / ".venv-jax",
         "jax[cpu]==0.10.2",
-        ((3, ("test_keras_guarantees.py", "test_jax_gradients.py")),),
+        (
+            (2, ("test_jax_overlap.py",)),
+            (3, ("test_keras_guarantees.py", "test_jax_gradients.py", "test_jax_overlap.py")),
+        ),
     ),
     KerasBackend(
         "torch",
@@ -232,9 +235,9 @@ def ensure_backend_venv(b: KerasBackend) -> str | None:
     """None when b's venv is ready, else why it could not be made."""
     py = b.venv / "bin" / "python"
     stamp = b.venv / ".ml_comm-installed"
-    python_files = sorted((ROOT / "ml_comm").rglob("*.py")) + sorted(
-        (ROOT / "ml_comm").rglob("*.cc")
-    )
+    python_files = [
+        f for ext in ("*.py", "*.cc", "*.h") for f in sorted((ROOT / "ml_comm").rglob(ext))
+    ]
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in python_files)).hexdigest()
     want = f"{source_fingerprint()} {digest} {b.framework} {KERAS}"
     if stamp.exists() and stamp.read_text() == want and py.exists():

@@ -13,7 +13,7 @@ core's fused layout order), as the NumPy and TensorFlow paths do, so ranks may m
 front ends on one team.
 """
 
-# Where it lives: backend.py (the session backend), ffi/average.cc with build.py and
+# Where it lives: backend.py (the session backend), ffi/*.cc with build.py and
 # handler.py (the custom call), core/layout.py (the fused order).
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Build and cache the JAX FFI handler (ffi/average.cc) against the installed jaxlib's
+"""Build and cache the JAX FFI handlers (ffi/*.cc) against the installed jaxlib's
 XLA FFI headers (`jax.ffi.include_dir()`), linked to ml_comm's core module; the cache and
 its lock are core/native_build.py's, in the TensorFlow ops' cache folder."""
 

@@ -80,10 +80,10 @@ def init(
     msglen: element count that sizes each team's fusion buffer; None takes DEFAULT_MSGLEN.
     per_batch_metrics: True averages fit's logs over the ranks after every batch too (one
     small allreduce per step); False (default) makes them global at each epoch's end.
-    overlap_backprop: on Keras's torch backend, hand each gradient of Keras's own train step
-    to the reduction as backprop produces it, so that communication overlaps backprop
-    (False: average them all in the optimizer's apply, after backprop). TensorFlow's ops
-    overlap backprop on their own; JAX averages in apply.
+    overlap_backprop: on Keras's JAX and torch backends, hand each gradient of Keras's own
+    train step to the reduction as backprop produces it, so that communication overlaps
+    backprop (False: average them all in the optimizer's apply, after backprop).
+    TensorFlow's ops overlap backprop on their own.
     """
     if int(keras.__version__.split(".")[0]) < 3:
         raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")

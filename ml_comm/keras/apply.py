@@ -194,7 +194,10 @@ def steps_note() -> str:
     for optimizer, state in list(_states.items()):
         if state.team is None or not getattr(optimizer, "built", False):
             continue
-        steps = int(current().to_numpy(optimizer.iterations))
+        try:
+            steps = int(current().to_numpy(optimizer.iterations))
+        except Exception:  # noqa: BLE001  (its last step failed: JAX keeps the error in it)
+            continue
         parts.append(f"{steps} training steps ({optimizer.name} updates) on team {state.team}")
     if not parts:
         return ""

@@ -161,8 +161,8 @@ def _fit(original):
         except Exception as exc:
             # A failed step's error, as ml_comm's class of its kind: TensorFlow's ops raise
             # TensorFlow's error of their kind carrying ml_comm's status, a compiled JAX
-            # step a runtime error with it in its text (backend/<name>/, ml_comm_error).
-            error = current().ml_comm_error(exc) or exc
+            # step a runtime error with it in its text (backend/<name>/, failed_step_error).
+            error = current().failed_step_error(exc) or exc
             _explain_finite_check_with_loss_scaling(self, error)
             if cb is not None and cb.in_epoch and isinstance(error, MismatchError):
                 raise MismatchError(
@@ -170,13 +170,18 @@ def _fit(original):
                     "another rank has ended the epoch: the ranks ran different numbers of "
                     f"steps ({str(exc).strip().splitlines()[0]})"
                 ) from exc
-            if error is exc:
-                raise
-            # TensorFlow's typed error is exc itself, made ml_comm's class too (the same
-            # traceback): not chained to it; JAX's is new and keeps exc as its cause.
-            raise error from (None if error.__traceback__ is not None else exc)
+            _raise_typed(error, exc)
 
     return fit
+
+
+def _raise_typed(error: BaseException, exc: BaseException):
+    """Raise `error`, the typed form of `exc` (failed_step_error's, or exc itself)."""
+    if error is exc:
+        raise exc
+    # TensorFlow's typed error is exc itself, made ml_comm's class too (the same
+    # traceback): not chained to it; JAX's is new and keeps exc as its cause.
+    raise error from (None if error.__traceback__ is not None else exc)
 
 
 def _explain_finite_check_with_loss_scaling(model, error: Exception) -> None:
@@ -245,7 +250,10 @@ def _train_on_batch(original):
                 a = bound.arguments
                 self._symbolic_build(data_batch=(a["x"], a.get("y"), a.get("sample_weight")))
         prepare(self)
-        return original(self, *args, **kwargs)
+        try:
+            return original(self, *args, **kwargs)
+        except Exception as exc:
+            _raise_typed(current().failed_step_error(exc) or exc, exc)
 
     return train_on_batch
 

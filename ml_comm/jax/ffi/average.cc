@@ -9,82 +9,21 @@
 // with a message instead of using a freed team) and part_sizes (tensors per part). The
 // core decides everything else (algorithm, inline or on its threads): this file only
 // converts buffers and calls its public entry points.
-#include <cstdint>
-#include <cstring>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "xla/ffi/api/ffi.h"
-
-extern "C" {
-#include <stddef.h>
-#include <stdint.h>
-#include "ml_comm.h"
-}
+#include "common.h"
 
 namespace ffi = xla::ffi;
+using mlc_jax::CoreDtype;
+using mlc_jax::Failure;
 
 namespace {
 
-std::mutex live_mutex;
-std::unordered_map<int64_t, uintptr_t> live_teams;
-
-// The team behind a live id, held (mlc_team_acquire) while the call uses it, so that
-// finalize() on another thread waits for the use instead of freeing the team under it.
-class HeldTeam {
- public:
-  explicit HeldTeam(int64_t id) {
-    std::lock_guard<std::mutex> lock(live_mutex);  // finalize unregisters before it destroys
-    auto found = live_teams.find(id);
-    if (found == live_teams.end()) return;
-    mlc_team *team = reinterpret_cast<mlc_team *>(found->second);
-    if (mlc_team_acquire(team) == MLC_OK) team_ = team;
-  }
-  ~HeldTeam() {
-    if (team_) mlc_team_release(team_);
-  }
-  HeldTeam(const HeldTeam &) = delete;
-  HeldTeam &operator=(const HeldTeam &) = delete;
-  mlc_team *get() const { return team_; }
-
- private:
-  mlc_team *team_ = nullptr;
-};
-
-// XLA's element types that the core reduces (enum mlc_dtype); -1: none.
-int CoreDtype(ffi::DataType type) {
-  switch (type) {
-    case ffi::DataType::F32: return MLC_FLOAT32;
-    case ffi::DataType::F64: return MLC_FLOAT64;
-    case ffi::DataType::F16: return MLC_FLOAT16;
-    case ffi::DataType::BF16: return MLC_BFLOAT16;
-    case ffi::DataType::S32: return MLC_INT32;
-    case ffi::DataType::S64: return MLC_INT64;
-    default: return -1;
-  }
-}
-
-// "ml_comm (status 7, ranks disagree on the request): <the core's text>": Python finds
-// the status again in the framework's error (ml_comm/keras/backend/errors.py).
-ffi::Error Failure(int status, const std::string &text) {
-  std::string message = "ml_comm (status " + std::to_string(status) + ", " +
-                        mlc_status_name(status) + "): " + text;
-  auto code = status == MLC_ERR_MISMATCH ? ffi::ErrorCode::kFailedPrecondition
-                                         : ffi::ErrorCode::kInternal;
-  return ffi::Error(code, message);
-}
-
 ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t team_id,
                    ffi::Span<const int64_t> part_sizes) {
-  HeldTeam held(team_id);
-  if (!held.get()) {
-    return Failure(MLC_ERR_STATE,
-                   "gradients failed: this compiled step belongs to ml_comm teams that no "
-                   "longer exist (finalize ran since it was traced); trace it again after "
-                   "ml_comm's init");
-  }
+  mlc_jax::HeldTeam held(team_id);
+  if (!held.get()) return mlc_jax::StaleStep();
   if (args.size() != rets.size()) {
     return Failure(MLC_ERR_ARG, "gradients failed: one result per gradient expected");
   }
@@ -168,10 +107,3 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MlCommAverage, Average,
                                   .RemainingRets()
                                   .Attr<int64_t>("team_id")
                                   .Attr<ffi::Span<const int64_t>>("part_sizes"));
-
-// The teams whose calls may run (init), or none (finalize): ids[i] names handles[i].
-extern "C" void mlc_jax_set_live_teams(const int64_t *ids, const uintptr_t *handles, int n) {
-  std::lock_guard<std::mutex> lock(live_mutex);
-  live_teams.clear();
-  for (int i = 0; i < n; ++i) live_teams[ids[i]] = handles[i];
-}

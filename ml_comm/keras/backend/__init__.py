@@ -19,7 +19,8 @@ Each backend module provides:
     to_numpy(value)                a variable's or tensor's value as a NumPy array
     batches_of(x)                  a dataset's batches per epoch (-1 unknown), None: not one
     first_batches(x, count)        the dataset cut to its first `count` batches per epoch
-    ml_comm_error(exc)             a failed compiled step's error as ml_comm's class of
+    failed_step_error(exc)         a failed step: what it left open is ended; its error
+                                   (a compiled step's) as ml_comm's class of
                                    its status (None: not ml_comm's, or typed already)
 
 Only the module of the backend in use is imported: TensorFlow only on its own backend.

@@ -1,6 +1,8 @@
 """The Keras hook on Keras' JAX backend: gradients through ml_comm's JAX backend (init's
-framework="jax": one XLA custom call per update inside the compiled step, see
-ml_comm/jax), so a model's jit_compile stays on. Weights are broadcast eagerly before
+framework="jax": XLA custom calls inside the compiled step, see ml_comm/jax), so a
+model's jit_compile stays on; in Keras's own train step each gradient is submitted as
+backprop produces it, so that the average overlaps backprop (overlap.py), elsewhere one
+custom call per update averages in `apply`. Weights are broadcast eagerly before
 the first compiled step (fit's start, train_on_batch's first call): the step's state is
 read from the variables before it runs."""
 
@@ -13,21 +15,18 @@ from .... import jax as binding
 from ....core.errors import MLCommError, StateError
 from .. import accumulation
 from ..errors import from_runtime_error
+from . import overlap
+from .overlap import forget, install  # noqa: F401  (the backend protocol's)
 
 FRAMEWORK = "jax"
 KEEPS_JIT = True
 BROADCAST_IN_TRACE = False
 
 
-def install(patches, overlap_backprop: bool) -> None:
-    """Nothing of Keras's trainer to replace: the hooked apply averages."""
-
-
-def forget() -> None:
-    """Nothing installed."""
-
-
 def average(grads: list, team: int) -> list:
+    armed = overlap.active(team)
+    if armed is not None:  # submitted during backprop: wait for them
+        return armed.finish(grads)
     return mc.gradients(grads, team)
 
 
@@ -68,6 +67,9 @@ def first_batches(x, count: int):
     raise TypeError(f"no datasets to cut on the JAX backend: {type(x).__name__}")
 
 
-def ml_comm_error(exc: BaseException) -> MLCommError | None:
-    """The MLCommError behind a failed compiled step (the custom call's status), else None."""
+def failed_step_error(exc: BaseException) -> MLCommError | None:
+    """The MLCommError behind a failed compiled step (the custom call's status), else None.
+    A group the step left open (it failed inside XLA, between its submits and its wait)
+    is cancelled first, so that the other ranks' steps fail now, naming this rank."""
+    binding.handler.abandon_steps()
     return from_runtime_error(exc)

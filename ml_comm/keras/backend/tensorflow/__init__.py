@@ -137,7 +137,7 @@ def first_batches(x, count: int):
     return x.take(count)
 
 
-def ml_comm_error(exc: BaseException) -> BaseException | None:
+def failed_step_error(exc: BaseException) -> BaseException | None:
     """The ops' error of a failed step as ml_comm's class of its status too (still
     TensorFlow's class), else None."""
     converted = typed(exc)

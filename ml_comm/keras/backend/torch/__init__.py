@@ -134,5 +134,5 @@ def first_batches(loader: torch.utils.data.DataLoader, count: int):
     )
 
 
-def ml_comm_error(exc: BaseException) -> MLCommError | None:
+def failed_step_error(exc: BaseException) -> MLCommError | None:
     return None
