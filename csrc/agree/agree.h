@@ -48,7 +48,7 @@ typedef struct mlc_call_id {
 
 /* What this rank submitted for one request, and how it is to be carried out. */
 typedef struct mlc_sign_input {
-    mlc_call_id call; /* compared: the rule above (signature.c) */
+    mlc_call_id call; /* compared: the rule above (verdict.c) */
     int kind, dtype, op, root;
     int ntensors, part, nparts, is_group;
     int call_dtypes; /* bit d: the caller's call has a part of dtype d (0: not said) */
@@ -214,7 +214,8 @@ int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message);
 /* Messages this rank sent and received for the checks so far, and the requests checked. */
 void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks);
 
-/* signature.c: this rank's signature, its digest, comparison and the messages. */
+/* signature.c: this rank's signature and its digest; verdict.c: the verdict on n of them
+ * and the messages. */
 typedef struct mlc_signature mlc_signature;
 size_t mlc_signature_bytes(void); /* MLC_SIGNATURE_BYTES */
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
@@ -224,7 +225,7 @@ int mlc_signature_stop(const mlc_signature *s);
 int mlc_signature_bad_args(const mlc_signature *s); /* MLC_BAD_* */
 int64_t mlc_signature_ahead(const mlc_signature *s);  /* mlc_sign_input.ahead_bytes */
 void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
-/* The verdict on n signatures at stride slot_bytes, for rank `rank`: MLC_OK,
+/* verdict.c. The verdict on n signatures at stride slot_bytes, for rank `rank`: MLC_OK,
  * MLC_AGREE_RETRY (the ranks' calls differ and this rank's is the furthest: it waits for
  * the others' next ones), MLC_ERR_MISMATCH (this rank's call is behind another's, naming
  * the ranks ahead and how far; or the shapes or settings differ, naming them and their

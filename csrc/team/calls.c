@@ -1,5 +1,5 @@
 /* Caller-level calls: where the thread that drives a team stands in its program, which
- * every request of its call carries and the ranks compare (agree/signature.c's rule).
+ * every request of its call carries and the ranks compare (agree/verdict.c's rule).
  *
  * A call's place is counted on entry, before anything can fail: a call that fails on one
  * rank before it reaches the others (an argument only that rank finds wrong, another
