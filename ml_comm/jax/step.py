@@ -29,7 +29,7 @@ _TICKET = jax.ShapeDtypeStruct((), np.int32)
 
 def overlappable(values: list) -> bool:
     """Whether these weights' gradients can share one step's group: one dtype the core
-    reduces, static shapes, none empty."""
+    reduces, none empty."""
     if not values:
         return False
     dtype = np.dtype(values[0].dtype)
