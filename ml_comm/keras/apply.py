@@ -36,6 +36,7 @@ import keras
 from .. import api as mc
 from ..core import dtypes as _dtypes
 from ..core.patches import Patches
+from ..core.session import is_pipelined
 from .backend import current
 
 SUPPORTED_DTYPES = frozenset(_dtypes.NAMES.values())  # the core's dtypes, by name
@@ -129,6 +130,21 @@ def _accumulate_then_average(optimizer, team, steps: int, grads: list, variables
     `_iterations`, `_accumulated_gradients`, `_get_variable_index`.
     """
     return current().accumulate_then_average(optimizer, team, steps, grads, variables)
+
+
+def overlap_team(model) -> int | None:
+    """The team whose average a training step of `model` may hand over during backprop
+    (backend/<name>/overlap.py): its hooked optimizer's, where `apply` would average the
+    same list once: a synchronous team, the first update's broadcast done, no gradient
+    accumulation, more than one rank. None: `apply` averages after backprop."""
+    optimizer = getattr(model, "optimizer", None)
+    state = known(optimizer) if optimizer is not None else None
+    if state is None or state.team is None or state.pending_broadcast or mc.get_nranks() == 1:
+        return None
+    if (getattr(optimizer, "gradient_accumulation_steps", None) or 0) >= 2:
+        return None
+    config = mc.session().configs[state.team]
+    return None if is_pipelined(config.ksteps, config.max_steps) else state.team
 
 
 # ---------------------------------------------------------------- first-update broadcast

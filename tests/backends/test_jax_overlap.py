@@ -14,7 +14,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
-from keras_data import B, int_data, shares, weights
+from keras_data import B, int_data, trains_as_one_process, weights
 from mpi_helpers import Checks, comm_world
 
 import ml_comm as mc
@@ -91,6 +91,10 @@ class HalvingSGD(keras.optimizers.SGD):
         return super().stateless_apply(optimizer_variables, halved, trainable_variables)
 
 
+def halving_model_of(seed: int) -> keras.Model:
+    return model_of(seed, optimizer=HalvingSGD(0.125))
+
+
 def model_of(seed: int, first: Scaled | None = None, optimizer=None) -> keras.Model:
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
@@ -104,7 +108,7 @@ def test_fit_overlapped_equals_one_process(session):
     rank, nranks = session
     if nranks == 1:
         pytest.skip("one rank averages nothing")
-    trains_as_one_process(rank, nranks, steps=5, seed=0)
+    trains_as_one_process(rank, nranks, 5, 0, model_of, overlapped)
 
 
 def test_a_weight_the_loss_does_not_use_keeps_its_value(session):
@@ -128,7 +132,7 @@ def test_gradients_changed_before_apply_average_after_backprop(session):
     rank, nranks = session
     if nranks == 1:
         pytest.skip("one rank averages nothing")
-    trains_as_one_process(rank, nranks, steps=2, seed=3, optimizer=HalvingSGD)
+    trains_as_one_process(rank, nranks, 2, 3, halving_model_of, overlapped)
 
 
 def test_a_rank_failing_in_backprop_fails_every_rank(session):
@@ -143,28 +147,4 @@ def test_a_rank_failing_in_backprop_fails_every_rank(session):
     else:
         checks.raises(mc.MLCommError, model.fit, x, y, batch_size=B, verbose=0)
     checks.finish()
-    trains_as_one_process(rank, nranks, steps=2, seed=7)  # in step again
-
-
-def trains_as_one_process(rank: int, nranks: int, steps: int, seed: int, optimizer=None) -> None:
-    """An overlapped fit of `steps` steps trains as one process on the global batches, and
-    every step's gradients go through the overlap."""
-    make = optimizer or keras.optimizers.SGD
-    checks = Checks()
-    x, y = int_data(steps * nranks * B, seed=seed)
-    model = model_of(rank, optimizer=make(0.125))
-    mk.broadcast_weights(model)
-    reference = model_of(0, optimizer=make(0.125))
-    reference.set_weights(weights(model))
-    mk.set_team(reference, None)  # one process on the global batches
-    before = overlapped()
-    model.fit(
-        shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
-    )
-    done = overlapped() - before
-    checks.true(done == steps, f"{done} of {steps} steps overlapped")
-    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
-    for i, (w, ref) in enumerate(zip(weights(model), weights(reference))):
-        checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"weight {i}: {w} vs {ref}")
-    checks.same_on_all_ranks(weights(model), "weights after an overlapped fit")
-    checks.finish()
+    trains_as_one_process(rank, nranks, 2, 7, model_of, overlapped)  # in step again

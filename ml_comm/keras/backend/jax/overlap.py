@@ -25,9 +25,8 @@ import sys
 import threading
 
 from .... import api as mc
-from ....core.session import is_pipelined
 from ....jax import step as overlap_step
-from ...apply import known
+from ...apply import overlap_team
 
 _local = threading.local()  # .step: the step being traced on this thread, and its model
 _said: set[str] = set()
@@ -107,21 +106,14 @@ def _arm(model, trainable_values) -> _Armed | None:
 
     if type(model).compute_loss_and_updates is not JAXTrainer.compute_loss_and_updates:
         return None  # a model's own: its forward may not see the routed weights
-    optimizer = getattr(model, "optimizer", None)
-    state = known(optimizer) if optimizer is not None else None
-    if state is None or state.team is None or state.pending_broadcast or mc.get_nranks() == 1:
+    team = overlap_team(model)
+    if team is None:
         return None
-    if (getattr(optimizer, "gradient_accumulation_steps", None) or 0) >= 2:
-        return None
-    session = mc.session()
-    config = session.configs[state.team]
-    if is_pipelined(config.ksteps, config.max_steps):
-        return None
-    team_ids = getattr(session.backend, "team_ids", None)
+    team_ids = getattr(mc.session().backend, "team_ids", None)
     values = list(trainable_values)
     if team_ids is None or not overlap_step.overlappable(values):
         return None
-    return _Armed(model, state.team, overlap_step.OverlappedStep(team_ids[state.team], values))
+    return _Armed(model, team, overlap_step.OverlappedStep(team_ids[team], values))
 
 
 def _say_once(text: str) -> None:

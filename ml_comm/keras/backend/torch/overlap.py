@@ -42,9 +42,8 @@ from ....arrays.buffers import dims_digest
 from ....core import dtypes as _dtypes
 from ....core.errors import MismatchError, StateError
 from ....core.layout import fused_order
-from ....core.session import is_pipelined
 from ....core.status import ERR_LEN, check, error, text
-from ...apply import known
+from ...apply import overlap_team
 
 GROUP_KEY = 1  # one open group per team at a time on this path
 OVERLAPPED_DTYPES = (torch.float32, torch.float64)  # the presence vector's 0/1 averages exactly
@@ -99,17 +98,8 @@ def _armed(original):
 
 def _arm(model):
     """An OverlappedStep for this training step of `model`, or None (apply averages)."""
-    optimizer = getattr(model, "optimizer", None)
-    state = known(optimizer) if optimizer is not None else None
-    if state is None or state.team is None or state.pending_broadcast or mc.get_nranks() == 1:
-        return None
-    if torch.compiler.is_compiling():  # jit_compile: torch.compile traces the step
-        return None
-    if (getattr(optimizer, "gradient_accumulation_steps", None) or 0) >= 2:
-        return None
-    session = mc.session()
-    config = session.configs[state.team]
-    if is_pipelined(config.ksteps, config.max_steps):
+    team = overlap_team(model)
+    if team is None or torch.compiler.is_compiling():  # jit_compile: torch.compile traces it
         return None
     variables = list(model.trainable_weights)
     params = [getattr(v, "value", None) for v in variables]
@@ -124,9 +114,9 @@ def _arm(model):
         known_hook = _hooks.get(id(p))
         if known_hook is None or known_hook[0]() is not p:
             _hooks[id(p)] = (weakref.ref(p), p.register_post_accumulate_grad_hook(_on_gradient))
-    step_id = _last_step.get(state.team, 0) + 1
-    _last_step[state.team] = step_id
-    return OverlappedStep(session.team(state.team), state.team, variables, params, step_id)
+    step_id = _last_step.get(team, 0) + 1
+    _last_step[team] = step_id
+    return OverlappedStep(mc.session().team(team), team, variables, params, step_id)
 
 
 def _on_gradient(param: torch.Tensor) -> None:
