@@ -71,6 +71,11 @@ def install(patches: Patches) -> None:
     for cls in (keras.optimizers.Optimizer, keras.optimizers.LossScaleOptimizer):
         # the inherited one for Optimizer (defined on its base)
         patches.replace(cls, "apply", _hooked(cls.apply))
+    # Keras's compiled JAX step calls stateless_apply, which a LossScaleOptimizer
+    # overrides: it checks this rank's gradients and only then calls its inner
+    # optimizer. Averaged before that check, as in its apply.
+    lso = keras.optimizers.LossScaleOptimizer
+    patches.replace(lso, "stateless_apply", _hooked_stateless(lso.stateless_apply))
 
 
 def forget() -> None:
@@ -81,24 +86,39 @@ def forget() -> None:
 def _hooked(original):
     @functools.wraps(original)
     def apply(self, grads, trainable_variables=None):
-        if getattr(_nesting, "depth", 0) > 0:
-            return original(self, grads, trainable_variables)
-        state = state_of(self)
-        _nesting.depth = 1  # a LossScaleOptimizer's inner apply is part of this call
-        try:
-            if state.team is None:  # opted out: neither this apply nor the inner one
-                return original(self, grads, trainable_variables)
-            grads = list(grads)
-            if trainable_variables is not None:
-                trainable_variables = list(trainable_variables)
-            if state.pending_broadcast:
-                grads = _sync_before_first_update(self, state, grads, trainable_variables)
-            grads = _average(self, state, grads, trainable_variables)
-            return original(self, grads, trainable_variables)
-        finally:
-            _nesting.depth = 0
+        return _averaged_first(self, grads, trainable_variables, functools.partial(original, self))
 
     return apply
+
+
+def _hooked_stateless(original):
+    @functools.wraps(original)
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        then = functools.partial(original, self, optimizer_variables)
+        return _averaged_first(self, grads, trainable_variables, then)
+
+    return stateless_apply
+
+
+def _averaged_first(optimizer, grads, trainable_variables, then):
+    """then(grads, trainable_variables) with the gradients averaged over the ranks first,
+    where this is the outermost hooked call of the thread."""
+    if getattr(_nesting, "depth", 0) > 0:
+        return then(grads, trainable_variables)
+    state = state_of(optimizer)
+    _nesting.depth = 1  # a LossScaleOptimizer's inner apply is part of this call
+    try:
+        if state.team is None:  # opted out: neither this apply nor the inner one
+            return then(grads, trainable_variables)
+        grads = list(grads)
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
+        if state.pending_broadcast:
+            grads = _sync_before_first_update(optimizer, state, grads, trainable_variables)
+        grads = _average(optimizer, state, grads, trainable_variables)
+        return then(grads, trainable_variables)
+    finally:
+        _nesting.depth = 0
 
 
 # ---------------------------------------------------------------- averaging

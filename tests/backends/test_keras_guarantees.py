@@ -114,6 +114,39 @@ def test_fit_with_accumulation_equals_one_process(session):
     checks.finish()
 
 
+def test_overflow_on_one_rank_skips_the_step_everywhere(session):
+    """A LossScaleOptimizer averages the still-scaled gradients before its finite check
+    (Keras's compiled steps call its stateless_apply, which checks first), so an overflow
+    on one rank is one on every rank: all skip the step and halve the scale together."""
+    rank, nranks = session
+    checks = Checks()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    scale = 2.0**100  # the last rank's scaled gradients pass float32's largest
+    model.compile(
+        optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.125), scale),
+        loss="mse",
+    )
+    x, y = int_data(B, seed=rank)
+    big = 1e12 if rank == nranks - 1 else 1.0
+    mk.broadcast_weights(model)
+    start = weights(model)
+    model.fit(x * big, y * big, batch_size=B, shuffle=False, verbose=0)
+    checks.same_on_all_ranks(weights(model), "weights after the overflowing step")
+    if nranks > 1:
+        for w, s in zip(weights(model), start):
+            checks.equal(w, s, "the overflowing step was applied")
+    got = float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale))
+    same(checks, got, scale / 2, f"rank {rank}: the loss scale")
+    model.fit(x, y, batch_size=B, shuffle=False, verbose=0)  # finite: applied everywhere
+    checks.same_on_all_ranks(weights(model), "weights after a finite step")
+    checks.true(
+        any(not np.array_equal(a, b) for a, b in zip(weights(model), start)),
+        "the finite step changed nothing",
+    )
+    checks.finish()
+
+
 def test_evaluate_reports_all_ranks_data(session):
     rank, nranks = session
     checks = Checks()
