@@ -14,7 +14,7 @@ optimizer on a synchronous team, its first update's broadcast done, no gradient
 accumulation, more than one rank, the FFI handlers loaded, and trainable weights of one
 dtype the core reduces; every input of that choice is the same on ranks that train one
 model, and it is made once per trace. Where `apply` gets other gradients than backprop's
-(a train step that changes them on the way), the group is waited for and discarded and
+(an optimizer that changes them in its `stateless_apply`), the group is waited for and discarded and
 `apply` averages what it got, as the plain path does; the reason is printed once.
 """
 
@@ -44,6 +44,7 @@ def install(patches, overlap_backprop: bool) -> None:
 
 
 def forget() -> None:
+    """finalize: the notices may be said again in the next session."""
     _said.clear()
 
 
@@ -54,6 +55,8 @@ def active(team: int):
 
 
 class _Armed:
+    """A train step of `model` being traced with its group (step.OverlappedStep)."""
+
     def __init__(self, model, team: int, step: overlap_step.OverlappedStep):
         self.model, self.team, self.step = model, team, step
         self.routed = False  # the forward got the routed weights (once per step)
