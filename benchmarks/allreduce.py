@@ -15,7 +15,9 @@ interleaved iteration by iteration (the order alternates, so machine noise hits 
   inside the function), ``average`` / ``allreduce_sum`` (in place, one buffer);
 - MPI: ``comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)`` through mpi4py on the same MPI library,
   on one flat buffer of the same bytes (``--api average``: followed by an in-place multiply by
-  1/nranks, which is what average costs).
+  1/nranks, which is what average costs). ``--mpi-memory tensorflow``: that buffer is memory
+  TensorFlow allocated, as the op's inputs are (TensorFlow's 4 KiB pages cost a shared-memory
+  MPI more per byte than NumPy's huge pages: the two then pay for the same memory).
 
 Each iteration starts after a barrier; its time is the slowest rank's; the reported time is the
 median over iterations. algbw = bytes / time, busbw = algbw * 2(n-1)/n (the bytes each rank's
@@ -118,6 +120,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="tf/tf-forwarded: also time the same tf.function without ml_comm (tf_floor columns:"
         " its time, and t_MPI over it, the ratio an op that cost nothing would reach)",
     )
+    a(
+        "--mpi-memory",
+        choices=("numpy", "tensorflow"),
+        default="numpy",
+        help="MPI_Allreduce's buffer: NumPy's (default) or TensorFlow's memory, as the tf "
+        "op's inputs",
+    )
     a("--shapes", choices=("resnet50",), help="one row: this model's gradient list instead")
     a("-d", "--dtype", choices=sorted(DTYPES), default="float32", help="element type (float32)")
     a("--json", metavar="PATH", help="write the header and per-size rows as JSON")
@@ -132,6 +141,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--api {args.api} averages: it needs a floating-point --dtype")
     if args.tensors < 1:
         p.error("--tensors must be at least 1")
+    if args.mpi_memory == "tensorflow" and not args.api.startswith("tf"):
+        p.error("--mpi-memory tensorflow compares with the tf apis")
     if args.tf_floor and not args.api.startswith("tf"):
         p.error("--tf-floor goes with --api tf or tf-forwarded")
     args.op = "average" if averages else "sum"
@@ -210,6 +221,7 @@ def header_fields(args, nranks: int, ranks_on: list[str]) -> dict:
         "op": args.op,
         "api": args.api,
         "tensors": "resnet50" if args.shapes else args.tensors,
+        "mpi_memory": args.mpi_memory,
         "dtype": args.dtype,
         "iters": args.iters or "auto",
         "warmup": args.warmup if args.warmup >= 0 else "auto",
@@ -292,7 +304,11 @@ class Bench:
             self.sizes = [count * self.dtype.itemsize]
         else:
             self.sizes = sizes_in_bytes(args, self.dtype.itemsize)
-        self.buf = np.zeros(max(self.sizes) // self.dtype.itemsize, dtype=self.dtype)
+        count = max(self.sizes) // self.dtype.itemsize
+        if args.mpi_memory == "tensorflow":
+            self.buf = product_paths.tensorflow_memory(count, self.dtype)
+        else:
+            self.buf = np.zeros(count, dtype=self.dtype)
         self.tile = (np.arange(BLOCK) % PATTERN_PERIOD).astype(self.dtype)
         self.api = product_paths.make(args.api)
         # MPI averages only where ml_comm's call is an in-place average of the same buffer.

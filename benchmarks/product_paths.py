@@ -106,6 +106,20 @@ def split(buf: np.ndarray, shapes: list[tuple]) -> list[np.ndarray]:
     return views
 
 
+def tensorflow_memory(count: int, dtype) -> np.ndarray:
+    """A writable array of zeros in memory that TensorFlow's CPU allocator gave a tensor
+    (NumPy's own view of a tensor is read-only); the tensor lives as long as the array."""
+    import ctypes
+
+    import tensorflow as tf
+
+    tensor = tf.zeros([count], dtype=tf.as_dtype(np.dtype(dtype)))
+    view = np.asarray(tensor)
+    raw = (ctypes.c_char * view.nbytes).from_address(view.ctypes.data)
+    raw._tensor = tensor  # keeps TensorFlow's memory alive
+    return np.frombuffer(raw, dtype=view.dtype)
+
+
 def equal_shapes(count: int, ntensors: int) -> list[tuple]:
     base, extra = divmod(count, ntensors)
     return [(base + (i < extra),) for i in range(ntensors)]

@@ -6,7 +6,11 @@ run (benchmarks/allreduce.py at 2 ranks, repeated), with the median and spread o
 - resnet50:  the TensorFlow op inside tf.function on ResNet-50's 214 gradients: (t_floor +
              t_MPI) / t_ml_comm, target >= 1.4, where t_floor is the same tf.function without
              ml_comm (what calling it costs TensorFlow);
-- 64x1M:     the same on 64 tensors of 1 MiB: target >= 1.5.
+- 64x1M:     the same on 64 tensors of 1 MiB: target >= 1.5;
+- resnet50-tfmem, 64x1M-tfmem: the same two with MPI_Allreduce in memory that TensorFlow
+             allocated, as the op's inputs are (allreduce.py --mpi-memory tensorflow): in
+             resnet50 and 64x1M MPI works in NumPy's huge pages while the op gets TensorFlow's
+             4 KiB pages, which a shared-memory MPI reads more slowly.
 
     python3 benchmarks/product_targets.py --runs 3 --out benchmarks/results/product_targets
 
@@ -42,6 +46,9 @@ CASES = {
         1.5,
     ),
 }
+TF_MEMORY = ["--mpi-memory", "tensorflow"]
+CASES["resnet50-tfmem"] = (CASES["resnet50"][0] + TF_MEMORY, True, 1.4)
+CASES["64x1M-tfmem"] = (CASES["64x1M"][0] + TF_MEMORY, True, 1.5)
 
 
 def ratio(row: dict, with_floor: bool) -> float:
