@@ -9,6 +9,8 @@
 #   tools/testbed.sh shape RATE  # tc tbf at RATE (e.g. 2gbit, 500mbit) on every veth; `shape off`
 #   tools/testbed.sh selftest    # srun on every node + an MPI allreduce whose bytes must cross the veths
 #   tools/testbed.sh env         # the exports to use the test bed: eval "$(tools/testbed.sh env)"
+#   tools/testbed.sh run RATE CMD...  # CMD with the test bed up, shaped at RATE and its exports
+#                                # set, holding /work/testbed.lock; the test bed is taken down after
 #
 # Settings (environment):
 #   NODES=2                        number of nodes for `up` (the other verbs use the count `up` recorded)
@@ -435,8 +437,22 @@ cmd_env() {
     echo "export UCX_TLS=self,tcp UCX_NET_DEVICES=eth0"
 }
 
+cmd_run() {
+    local rate=${1:?run: RATE, then the command}
+    shift
+    [[ $# -gt 0 ]] || die "run: a command after RATE"
+    exec 9>/work/testbed.lock
+    flock -x 9
+    trap 'cmd_down >/dev/null 2>&1 || true' EXIT
+    cmd_up
+    eval "$(cmd_env)"
+    cmd_shape "$rate"
+    "$@"
+}
+
 case ${1:-} in
 up) cmd_up ;;
+run) shift; cmd_run "$@" ;;
 down) cmd_down ;;
 status) cmd_status ;;
 shape) cmd_shape "${2:-}" ;;

@@ -9,23 +9,18 @@
 # 1-node step takes about torch's: TensorFlow 37, JAX 21, torch 16.
 # As root; the test bed is taken down at the end.
 set -euo pipefail
+self=$(realpath "$0")
 cd "$(dirname "$0")/../../.."
-export OUT=benchmarks/results/testbed_backends_equal
-flock -x /work/testbed.lock bash -c '
-  set -euo pipefail
-  trap "tools/testbed.sh down >/dev/null 2>&1 || true" EXIT
-  tools/testbed.sh up
-  eval "$(tools/testbed.sh env)"
-  tools/testbed.sh shape 2gbit
-  step() { flock -x /work/bench.lock srun --ntasks-per-node=1 --mpi=pmi2 --time=20 "$@"; }
-  : > $OUT/keras.jsonl
-  for r in 1 2 3; do
-    for run in .venv:tensorflow:37 .venv-jax:jax:21 .venv-torch:torch:16; do
-      IFS=: read -r venv backend batch <<< "$run"
-      for n in 1 2; do
-        KERAS_BACKEND=$backend step -N $n tools/pin_to_node_core.sh $venv/bin/python -P \
-          benchmarks/keras_backends_scaling.py --batch $batch | grep RESULT | tee -a $OUT/keras.jsonl
-      done
+[[ ${1:-} == --on-testbed ]] || exec tools/testbed.sh run 2gbit "$self" --on-testbed
+OUT=benchmarks/results/testbed_backends_equal
+step() { flock -x /work/bench.lock srun --ntasks-per-node=1 --mpi=pmi2 --time=20 "$@"; }
+: > $OUT/keras.jsonl
+for r in 1 2 3; do
+  for run in .venv:tensorflow:37 .venv-jax:jax:21 .venv-torch:torch:16; do
+    IFS=: read -r venv backend batch <<< "$run"
+    for n in 1 2; do
+      KERAS_BACKEND=$backend step -N $n tools/pin_to_node_core.sh $venv/bin/python -P \
+        benchmarks/keras_backends_scaling.py --batch $batch | grep RESULT | tee -a $OUT/keras.jsonl
     done
   done
-'
+done
