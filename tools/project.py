@@ -494,6 +494,10 @@ def base_case(args: argparse.Namespace, nodes: int) -> runs.Case:
     )
 
 
+def same_row(a: dict, b: dict) -> bool:
+    return (a["nodes"], a["algorithm"]) == (b["nodes"], b["algorithm"])
+
+
 def result_row(case: runs.Case, result: runs.Result, name: str) -> dict:
     lo, hi = result.band
     step = statistics.median(result.step_s)
@@ -513,18 +517,96 @@ def result_row(case: runs.Case, result: runs.Result, name: str) -> dict:
     }
 
 
+def projection_settings(args: argparse.Namespace) -> dict:
+    """What a projection's JSON file records of how it was made (its rows aside)."""
+    return {
+        "model": args.model,
+        "platform": args.platform,
+        "step_s": base_case(args, args.nodes[0]).step_s,
+        "gradient_bytes": profiles.gradient_bytes(base_case(args, 1).model),
+        "noise": args.noise,
+        "profile": "equal" if args.params else args.profile,
+        "pipelined": args.pipelined,
+        "ranks_per_node": args.ranks_per_node,
+        "placement": args.placement,
+        "pcie_gbps": args.pcie_gbps,
+        "threads": args.threads,
+        "cores": args.cores,
+        "interference": args.interference,
+        "spare_nodes": args.spare_nodes,
+        "replicates": args.replicates,
+        "paper": PAPER.get(args.model, {}),
+    }
+
+
+def earlier_rows(args: argparse.Namespace, settings: dict) -> list[dict]:
+    """--extend: the rows of the --json file, which must have been made with these
+    settings (its replicate count aside)."""
+    if not args.extend:
+        return []
+    if not args.json or not Path(args.json).exists():
+        raise SystemExit("project: --extend lengthens the --json file, which does not exist")
+    earlier = json.loads(Path(args.json).read_text())
+    settings = json.loads(json.dumps(settings))  # as the file holds them (string keys)
+    # A key the file lacks is an option added since, which it ran without: its default.
+    differ = [
+        k
+        for k in settings
+        if k != "replicates"
+        and earlier.get(k, settings[k] if not settings[k] else None) != settings[k]
+    ]
+    if differ:
+        raise SystemExit(
+            f"project: --extend: {args.json} was made with other settings: "
+            + ", ".join(f"{k} {earlier.get(k)!r} (now {settings[k]!r})" for k in differ)
+        )
+    return earlier["rows"]
+
+
+def extended(case: runs.Case, earlier: dict, result: runs.Result) -> runs.Result:
+    """An earlier row's replicates followed by the new ones (replicate k draws with seed
+    k + 1 whatever runs, so they continue it). The earlier steps come from their
+    efficiencies: efficiency = the replicate's step alone / its step here."""
+    steps = [runs.alone_step_s(case, rep) / e for rep, e in enumerate(earlier["efficiencies"])]
+    return runs.Result(
+        earlier["efficiencies"] + result.efficiencies,
+        steps + result.step_s,
+        result.agree_messages_per_rank_per_request,
+        round(earlier["wall_s"] + result.wall_s, 1),
+    )
+
+
 def project(args: argparse.Namespace) -> int:
     cal = load_calibration()
     results, allreduces = [], []
     cache: dict = {}
+    settings = projection_settings(args)
+    earlier = earlier_rows(args, settings)
+
+    def save() -> None:
+        if args.json:  # after each row, with the earlier rows not run again yet
+            pending = [r for r in earlier if not any(same_row(r, x) for x in results)]
+            out = {**settings, "rows": results + pending, "allreduce": allreduces}
+            Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
 
         def add_row(c: runs.Case, name: str) -> None:
-            result = runs.run(c, cal, args.replicates, tmp, cache=cache, workers=args.workers)
-            row = result_row(c, result, name)
+            before = next(
+                (r for r in earlier if same_row(r, {"nodes": c.nodes, "algorithm": name})), None
+            )
+            first = min(before["replicates"], args.replicates) if before else 0
+            if before and first == args.replicates:
+                row = before
+            else:
+                result = runs.run(
+                    c, cal, args.replicates, tmp, cache=cache, workers=args.workers, first=first
+                )
+                row = result_row(c, extended(c, before, result) if before else result, name)
             results.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "efficiencies"}), flush=True)
+            save()
 
         for n in args.nodes:
             case = base_case(args, n)
@@ -575,8 +657,7 @@ def project(args: argparse.Namespace) -> int:
             one["mpich_over_ml_comm_bf16"] = t_mpi / one["ml_comm_bf16_s"]
             allreduces.append(one)
             print(json.dumps(one), flush=True)
-    step_s = base_case(args, args.nodes[0]).step_s
-    total = profiles.gradient_bytes(base_case(args, 1).model)
+    step_s, total = settings["step_s"], settings["gradient_bytes"]
     print(
         f"\n{args.model} on {args.platform}: step {step_s:.4f} s on one node, "
         f"{total / 1e6:.1f} MB of gradients, noise {args.noise}, profile {args.profile}"
@@ -601,28 +682,8 @@ def project(args: argparse.Namespace) -> int:
                 f"{a['mpich_over_ml_comm']:.2f} | {a['ml_comm_bf16_s'] * 1e3:.1f} | "
                 f"{a['mpich_over_ml_comm_bf16']:.2f} |"
             )
-    out = {
-        "model": args.model,
-        "platform": args.platform,
-        "step_s": step_s,
-        "gradient_bytes": total,
-        "noise": args.noise,
-        "profile": "equal" if args.params else args.profile,
-        "pipelined": args.pipelined,
-        "ranks_per_node": args.ranks_per_node,
-        "placement": args.placement,
-        "pcie_gbps": args.pcie_gbps,
-        "threads": args.threads,
-        "cores": args.cores,
-        "interference": args.interference,
-        "spare_nodes": args.spare_nodes,
-        "replicates": args.replicates,
-        "paper": PAPER.get(args.model, {}),
-        "rows": results,
-        "allreduce": allreduces,
-    }
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    out = {**settings, "rows": results, "allreduce": allreduces}
+    save()
     if args.png:
         plot(out, args.png)
     return 0
@@ -798,6 +859,12 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--check-sampling", action="store_true", help="sampled against full runs")
     p.add_argument("--json")
+    p.add_argument(
+        "--extend",
+        action="store_true",
+        help="keep the replicates the --json file (made with the same settings) already has "
+        "and run only those it lacks up to --replicates; the file is written after each row",
+    )
     p.add_argument("--png")
     args = p.parse_args(argv)
     build()

@@ -241,9 +241,7 @@ def run(
         sim = mlcsim(plat, case.ranks, [*args, "train", str(tfile)])
         ends = [s["end_s"] for s in sim["steps"]]
         mean_step = (ends[-1] - ends[0]) / (len(ends) - 1)
-        alone = case.step_s * noise_mod.reference_step_factor(
-            case.noise, MEASURED_STEPS, 7_000_003 + seed + rep
-        )
+        alone = alone_step_s(case, rep, seed)
         return alone / mean_step, mean_step, sim.get("agree_messages_per_rank_per_request")
 
     count = 1 if case.deterministic else replicates
@@ -251,6 +249,13 @@ def run(
         done = list(pool.map(replicate, range(first, count)))
     return Result(
         [d[0] for d in done], [d[1] for d in done], done[-1][2], round(time.time() - t0, 1)
+    )
+
+
+def alone_step_s(case: Case, rep: int, seed: int = 1) -> float:
+    """Replicate rep's step on one node with its noise: what its efficiency divides."""
+    return case.step_s * noise_mod.reference_step_factor(
+        case.noise, MEASURED_STEPS, 7_000_003 + seed + rep
     )
 
 
