@@ -548,13 +548,11 @@ def earlier_rows(args: argparse.Namespace, settings: dict) -> list[dict]:
         raise SystemExit("project: --extend lengthens the --json file, which does not exist")
     earlier = json.loads(Path(args.json).read_text())
     settings = json.loads(json.dumps(settings))  # as the file holds them (string keys)
-    # A key the file lacks is an option added since, which it ran without: its default.
-    differ = [
-        k
-        for k in settings
-        if k != "replicates"
-        and earlier.get(k, settings[k] if not settings[k] else None) != settings[k]
-    ]
+
+    def recorded(key: str):  # a key the file lacks: an option added since, then off
+        return earlier[key] if key in earlier else settings[key] if not settings[key] else None
+
+    differ = [k for k in settings if k != "replicates" and recorded(k) != settings[k]]
     if differ:
         raise SystemExit(
             f"project: --extend: {args.json} was made with other settings: "
