@@ -566,12 +566,7 @@ def extended(case: runs.Case, earlier: dict, result: runs.Result) -> runs.Result
     k + 1 whatever runs, so they continue it). The earlier steps come from their
     efficiencies: efficiency = the replicate's step alone / its step here."""
     steps = [runs.alone_step_s(case, rep) / e for rep, e in enumerate(earlier["efficiencies"])]
-    return runs.Result(
-        earlier["efficiencies"] + result.efficiencies,
-        steps + result.step_s,
-        result.agree_messages_per_rank_per_request,
-        round(earlier["wall_s"] + result.wall_s, 1),
-    )
+    return runs.continued(earlier["efficiencies"], steps, earlier["wall_s"], result)
 
 
 def project(args: argparse.Namespace) -> int:

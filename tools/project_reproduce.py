@@ -121,11 +121,8 @@ def reproduce(
             first = shorter["replicates"] if shorter else 0
             result = runs.run(case, cal, count, tmp, cache=cache, workers=workers, first=first)
             if shorter:
-                result = runs.Result(
-                    shorter["efficiencies"] + result.efficiencies,
-                    shorter["mean_step_s"] + result.step_s,
-                    result.agree_messages_per_rank_per_request,
-                    round(shorter["wall_s"] + result.wall_s, 1),
+                result = runs.continued(
+                    shorter["efficiencies"], shorter["mean_step_s"], shorter["wall_s"], result
                 )
                 done.remove(shorter)
             rec = record(target, case, result, **extra)

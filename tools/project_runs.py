@@ -92,6 +92,16 @@ class Result:
         return band(self.efficiencies)
 
 
+def continued(efficiencies: list[float], step_s: list[float], wall_s: float, new: Result) -> Result:
+    """An earlier run's replicates followed by `new`'s, which continue it (run's `first`)."""
+    return Result(
+        efficiencies + new.efficiencies,
+        step_s + new.step_s,
+        new.agree_messages_per_rank_per_request,
+        round(wall_s + new.wall_s, 1),
+    )
+
+
 def band(values: list[float]) -> tuple[float, float]:
     """5 % and 95 % points (linear between order statistics; one value: itself)."""
     xs = sorted(values)
