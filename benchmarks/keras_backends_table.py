@@ -2,7 +2,8 @@
 benchmarks/results/testbed_backends/run.sh writes): per backend, the 1- and 2-node
 throughputs of each round, the 2-node efficiency (2-node images/s over twice the 1-node
 figure of the same round) and the time a 2-node step spends beyond a 1-node step (the
-reduction that backprop did not hide; the same batch per rank on both).
+reduction that backprop did not hide; the same batch per rank on both). A line may
+start with a build's label ("A RESULT {...}": an A/B run), which then leads its case.
 
     python3 benchmarks/keras_backends_table.py benchmarks/results/testbed_backends/keras.jsonl
 
@@ -12,6 +13,7 @@ Only the standard library.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -23,7 +25,7 @@ def rounds(lines: list[dict]) -> dict[str, list[tuple[dict, dict]]]:
     last_one: dict[str, dict] = {}
     paired: dict[str, list[tuple[dict, dict]]] = {}
     for result in lines:
-        backend = result["backend"]
+        backend = f"{result['build']} {result['backend']}".strip()
         if result["nranks"] == 1:
             last_one[backend] = result
         elif backend in last_one:
@@ -39,12 +41,15 @@ def step_s(result: dict) -> float:
 
 
 def main(path: str) -> int:
-    lines = [
-        json.loads(line.split("RESULT ", 1)[1])
-        for line in Path(path).read_text().splitlines()
-        if line.startswith("RESULT ")
-    ]
-    print("| backend | 1 node, img/s | 2 nodes, img/s | efficiency | 2-node step beyond 1-node |")
+    lines = []
+    for line in Path(path).read_text().splitlines():
+        build, found, result = line.partition("RESULT ")
+        if found and " " not in build.strip():
+            lines.append({**json.loads(result), "build": build.strip()})
+    print(
+        "| backend | 1 node, img/s | 2 nodes, img/s | efficiency (median) "
+        "| 2-node step beyond 1-node (median) |"
+    )
     print("|---|---:|---:|---:|---:|")
     for case, pairs in rounds(lines).items():
         one = [a["images_per_s"] for a, _ in pairs]
@@ -53,7 +58,8 @@ def main(path: str) -> int:
         extra = [step_s(b) - step_s(a) for a, b in pairs]
         print(
             f"| {case} | {min(one):.1f}-{max(one):.1f} | {min(two):.1f}-{max(two):.1f} "
-            f"| {min(eff):.1f}-{max(eff):.1f} % | {min(extra):.3f}-{max(extra):.3f} s |"
+            f"| {min(eff):.1f}-{max(eff):.1f} % ({statistics.median(eff):.1f}) "
+            f"| {min(extra):.3f}-{max(extra):.3f} s ({statistics.median(extra):.3f}) |"
         )
     return 0
 

@@ -272,6 +272,15 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
 /* mlc_team_group_cancel for the group opened with this id, if it is still open;
  * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */
 int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener);
+/* Run ready(user_data, index) on a communication thread as soon as tensor `index` of the
+ * group opened with this id is reduced and in its data: before the group's seal
+ * (csrc/team/seal.c) has told whether some rank's step cancelled it, so at more than
+ * one rank before its done callback. A caller that copies results out of the core's
+ * buffer starts on each tensor then, while later segments are still on the wire, and
+ * still waits for the done callbacks, whose status says whether the copies hold. Set
+ * it before the group's first tensor arrives. MLC_ERR_STATE: no such open group. */
+typedef void (*mlc_ready_callback)(void *user_data, int index);
+int mlc_team_group_watch(mlc_team *team, int64_t opener, mlc_ready_callback ready, void *user_data);
 /* 1: a keyed group of these tensors is not one: its plan has the tensor's submit reduce it
  * then and there (mlc_team_allreduce_into), on every rank alike; 0: a keyed group. */
 int mlc_team_group_by_submit(mlc_team *team, int ntensors, const int64_t *counts, int dtype);

@@ -12,7 +12,12 @@
  * that still lacks its index. The request is not finished (and freed) before its
  * last tensor arrived, even when the last ones are empty and so add no data.
  * With the finite check, each arrival scans its own tensor, and the last hands
- * the finished input to the agreement check.
+ * the finished input to the agreement check. A lane that waits for its segment's
+ * tensors notes the end it needs, and only the arrival that completes them (or the
+ * group) wakes the lanes: a gradient that completes nothing a lane waits for costs
+ * its producer no context switch. A caller may also watch a group it opened
+ * (mlc_team_group_watch): told of each tensor once it is reduced, before the seal,
+ * it copies results out while later segments are still on the wire.
  *
  * A framework may open the group at its step's start instead, before any tensor
  * (mlc_team_group_open_part): then a step that fails before its first tensor
@@ -54,9 +59,12 @@ struct mlc_group {
     int narrived, next_missing;  /* under the team lock */
     unsigned char *arrived;      /* per tensor */
     _Atomic int64_t ready_elems; /* elements [0, ready_elems) may be read */
+    int64_t wake_at;             /* under the team lock: the least end a waiting lane needs */
     _Atomic int *segs_left;      /* per tensor: segments still to reduce */
     mlc_callback *tensor_done;
     void **tensor_user;
+    mlc_ready_callback tensor_ready; /* mlc_team_group_watch: a tensor reduced, before the seal */
+    void *ready_user;
     int nonfinite_tensor, nonfinite_count; /* the finite check's scan so far */
     void **zeros;                          /* per tensor: what a cancelled group filled in */
     int hold;                              /* done callbacks wait for the seal (seal.c) */
@@ -88,6 +96,7 @@ static mlc_group *new_group(int64_t key, int ntensors) {
         return NULL;
     }
     atomic_init(&g->ready_elems, 0);
+    g->wake_at = INT64_MAX;
     return g;
 }
 
@@ -148,8 +157,14 @@ static void sign_input(const mlc_team *team, const mlc_request *req, mlc_sign_in
 
 /* Under the team lock: tensor index is in place; the group leaves the open list
  * once complete (no later arrival may join it). */
-static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
+/* Under the team lock. 1: the group's last tensor came, or its ready prefix reached
+ * the end a waiting lane needs (ready_else_wanted), so a lane waiting on
+ * groups.ready_cv may go on; else no waiter's condition holds yet, and waking the lanes
+ * would only cost the arriving thread their context switches (per gradient, on a node
+ * whose compute and threads share cores). */
+static int mark_arrived(mlc_team *team, mlc_request *req, int index) {
     mlc_group *g = req->group;
+    const int missing_before = g->next_missing;
     g->arrived[index] = 1;
     g->narrived++;
     while (g->next_missing < req->ntensors && g->arrived[g->next_missing]) g->next_missing++;
@@ -168,8 +183,11 @@ static void mark_arrived(mlc_team *team, mlc_request *req, int index) {
             sign_input(team, req, &in);
             mlc_agree_ready(&team->agree, &req->agreement, &in);
         }
+        return 1;
     }
-    pthread_cond_broadcast(&team->groups.ready_cv);
+    if (g->next_missing == missing_before || atomic_load(&g->ready_elems) < g->wake_at) return 0;
+    g->wake_at = INT64_MAX; /* the lanes that wake and still wait say their ends again */
+    return 1;
 }
 
 /* Under the team lock: fail the open group req on this rank, its missing tensors
@@ -200,7 +218,7 @@ static int cancel_group(mlc_team *team, mlc_request *req) {
         if (g->arrived[i]) continue;
         req->tensors[i].data = g->zeros[i];
         req->tensors[i].source = NULL;
-        mark_arrived(team, req, i);
+        if (mark_arrived(team, req, i)) pthread_cond_broadcast(&team->groups.ready_cv);
     }
     return MLC_OK;
 }
@@ -218,14 +236,32 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
     return rc;
 }
 
+/* Under the team lock: the open group that this opener id opened, or NULL. */
+static mlc_request *opened_by(mlc_team *team, int64_t opener) {
+    mlc_request *req = team->groups.open;
+    while (req && (int64_t)req->seq != opener) req = req->group->next_open;
+    return req;
+}
+
 int mlc_team_group_cancel_opened(mlc_team *team, int64_t opener) {
     if (!team) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->lock);
-    mlc_request *req = team->groups.open;
-    while (req && (int64_t)req->seq != opener) req = req->group->next_open;
+    mlc_request *req = opened_by(team, opener);
     const int rc = req ? cancel_group(team, req) : MLC_ERR_STATE;
     pthread_mutex_unlock(&team->lock);
     return rc;
+}
+
+int mlc_team_group_watch(mlc_team *team, int64_t opener, mlc_ready_callback ready, void *user_data) {
+    if (!team || !ready) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    mlc_request *req = opened_by(team, opener);
+    if (req) {
+        req->group->tensor_ready = ready;
+        req->group->ready_user = user_data;
+    }
+    pthread_mutex_unlock(&team->lock);
+    return req ? MLC_OK : MLC_ERR_STATE;
 }
 
 static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *counts, int dtype,
@@ -376,9 +412,11 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
     req->end.ready_at = now;
     mlc_timeline_record(team, MLC_EVENT_ARRIVE, -1, (int64_t)req->seq, index,
                         counts[index] * mlc_dtype_size(dtype), now, now);
-    mark_arrived(team, req, index);
+    const int wake = mark_arrived(team, req, index);
     int empty = counts[index] == 0;
     pthread_mutex_unlock(&team->lock);
+    /* After the unlock: a woken lane does not stop at the lock this thread still holds. */
+    if (wake) pthread_cond_broadcast(&team->groups.ready_cv);
     /* req may be gone from here on (the last arrival lets it finish). */
     if (empty && done) done(user_data, MLC_OK);
     return MLC_OK;
@@ -416,12 +454,20 @@ static int wait_until(mlc_request *req, int (*done)(mlc_request *, int64_t), int
     return done(req, arg) ? MLC_OK : MLC_ERR_STATE; /* shut down before the tensors came */
 }
 
+/* Under the team lock: is_ready, else the end this lane waits for is noted, so that
+ * the arrival that makes it ready wakes it (mark_arrived). */
+static int ready_else_wanted(mlc_request *req, int64_t end) {
+    if (is_ready(req, end)) return 1;
+    if (end < req->group->wake_at) req->group->wake_at = end;
+    return 0;
+}
+
 int mlc_group_wait_ready(mlc_request *req, int64_t end) {
     if (is_ready(req, end)) return MLC_OK;
     double until = mlc_now() + MLC_READY_SPIN_SECONDS;
     while (!is_ready(req, end) && mlc_now() < until) sched_yield();
     pthread_mutex_lock(&req->team->lock);
-    int rc = wait_until(req, is_ready, end);
+    int rc = wait_until(req, ready_else_wanted, end);
     pthread_mutex_unlock(&req->team->lock);
     return rc;
 }
@@ -444,9 +490,9 @@ void mlc_group_segment_done(mlc_request *req, int64_t start, int64_t count) {
     mlc_group *g = req->group;
     if (!g || count == 0) return;
     for (int t = mlc_tensor_at(req->starts, req->ntensors, start); t < req->ntensors && req->starts[t] < start + count; t++) {
-        if (req->tensors[t].count == 0) continue;
-        if (atomic_fetch_sub(&g->segs_left[t], 1) == 1 && !g->hold && g->tensor_done[t])
-            g->tensor_done[t](g->tensor_user[t], MLC_OK);
+        if (req->tensors[t].count == 0 || atomic_fetch_sub(&g->segs_left[t], 1) != 1) continue;
+        if (g->tensor_ready) g->tensor_ready(g->ready_user, t);
+        if (!g->hold && g->tensor_done[t]) g->tensor_done[t](g->tensor_user[t], MLC_OK);
     }
 }
 

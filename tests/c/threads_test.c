@@ -5,7 +5,7 @@
  * asynchronous (wait) and callback completion, fused and single buffers, ring and
  * the latency path, every dtype; results are checked exactly. Also: settings written
  * while requests are planned, steps that fail part-way (cancelled groups, on every
- * rank and on one), setters given no team, finalize while another thread submits, a
+ * rank and on one), groups reporting each tensor reduced, setters given no team, finalize while another thread submits, a
  * team whose communication thread fails to start, and messages left queued on a
  * communicator being freed.
  * Exit 0 on success. */
@@ -403,6 +403,55 @@ static void cancel_opened_before_any_tensor(mlc_context *ctx) {
     mlc_team_destroy(team);
 }
 
+/* A watched group (mlc_team_group_watch): each non-empty tensor is reported once, with
+ * its sum already in place, and at more than one rank before the done callbacks (they
+ * wait for the seal); an empty one is not reported (its done callback runs at arrival); a watch needs an open group. */
+typedef struct {
+    atomic_int reported[3], wrong, early;
+    atomic_int *done_count;
+    float (*dst)[4000];
+    const int64_t *counts;
+} watch_t;
+
+static void on_reduced(void *user, int index) {
+    watch_t *w = user;
+    atomic_fetch_add(&w->reported[index], 1);
+    if (atomic_load(w->done_count) > 1) atomic_store(&w->early, 1); /* the empty one's: at its arrival */
+    for (int64_t k = 0; k < w->counts[index]; k++)
+        if (w->dst[index][k] != (float)(size * (size - 1) / 2 + size * (k % 3))) atomic_store(&w->wrong, 1);
+}
+
+static void watched_group_reports_each_tensor(mlc_context *ctx) {
+    static const int64_t counts[3] = {300, 4000, 0};
+    char err[MLC_MSG_LEN] = "";
+    mlc_team *team;
+    if (mlc_team_create(ctx, 2, 4096, 512, &team, err, sizeof err)) { fail(err, -1, -1, 0, 0); return; }
+    static float src[3][4000], dst[3][4000];
+    atomic_int done_count = 0;
+    watch_t w = {.done_count = &done_count, .dst = dst, .counts = counts};
+    int64_t opener = 0;
+    if (mlc_team_group_open_part(team, 11, 3, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 300, &opener, err,
+                                 sizeof err))
+        fail(err, -1, -1, 0, 0);
+    if (mlc_team_group_watch(team, opener, on_reduced, &w) != MLC_OK) fail("watch", -1, -1, 0, 1);
+    for (int i = 2; i >= 0; i--) { /* the empty one first */
+        for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + k % 3);
+        if (mlc_team_group_arrive_part(team, 11, 3, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 300, src[i],
+                                       dst[i], on_tensor_done, &done_count, err, sizeof err))
+            fail(err, -1, i, 0, 0);
+    }
+    const double until = MPI_Wtime() + 30;
+    while (atomic_load(&done_count) < 3 && MPI_Wtime() < until) sched_yield();
+    if (atomic_load(&done_count) != 3) fail("the watched group's done callbacks", -1, -1, atomic_load(&done_count), 3);
+    for (int i = 0; i < 3; i++)
+        if (atomic_load(&w.reported[i]) != (counts[i] > 0))
+            fail("reports of a tensor reduced", -1, i, atomic_load(&w.reported[i]), counts[i] > 0);
+    if (atomic_load(&w.wrong)) fail("a sum when reported reduced", -1, -1, 1, 0);
+    if (atomic_load(&w.early)) fail("a done callback before the seal", -1, -1, 1, 0);
+    if (mlc_team_group_watch(team, opener, on_reduced, &w) != MLC_ERR_STATE) fail("watch of a finished group", -1, -1, 0, 1);
+    mlc_team_destroy(team);
+}
+
 /* An opener that a framework runs late, after some or all of its step's tensors (they
  * do not wait for it): it claims the group they opened, or opens nothing once that group
  * is complete, so no stray group holds up the team's next request. Step 1: the opener
@@ -624,6 +673,7 @@ int main(int argc, char **argv) {
         cancel_on_one_rank(ctx, 1);
         cancel_opened_before_any_tensor(ctx);
         opener_after_its_tensors(ctx);
+        watched_group_reports_each_tensor(ctx);
         stale_messages_are_drained();
     }
     finalize_while_submitting(ctx);

@@ -12,15 +12,19 @@
 //                        (aliased to its operand: no copy where XLA aliases it).
 //   ml_comm_step_wait    in the optimizer's apply: operands the ticket and the submits'
 //                        results (attribute slots: each one's place in the layout);
-//                        waits for the group and writes the averages into its results.
+//                        copies each average into its result as soon as the core has
+//                        reduced it (mlc_team_group_watch), while later segments are still
+//                        on the wire, and returns once the group is done and sealed.
 //
 // The core reads and writes only the staging buffer, which this file owns, never a
 // buffer of XLA's: a step that fails inside XLA after some submits (its buffers freed
 // at once) leaves the core nothing of XLA's to touch, and the next opening cancels the
 // group and waits for it before the staging is reused. A submit or wait that fails
 // cancels the group itself, so that the other ranks' steps fail now, naming this rank,
-// instead of at the stall abort. Costs: one copy of every gradient in and one out.
+// instead of at the stall abort. Costs: one copy of every gradient in, during backprop,
+// and one out, overlapping the rest of the reduction but for the last tensors'.
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -38,15 +42,50 @@ namespace {
 
 constexpr int64_t kGroupKey = 1;  // one open group per team at a time on this path
 
+// What the core's callbacks tell a step's wait: the tensors not done yet, the first
+// failure, and the slots reduced (before the seal) that the wait has not copied out.
+struct Completion {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int64_t pending = 0;
+  int status = MLC_OK;
+  std::vector<int> reduced;
+
+  void Add() {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++pending;
+  }
+  int Wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [this] { return pending == 0; });
+    const int first = status;
+    status = MLC_OK;
+    reduced.clear();
+    return first;
+  }
+  static void Done(void *user_data, int status) {  // an mlc_callback
+    auto *self = static_cast<Completion *>(user_data);
+    std::lock_guard<std::mutex> lock(self->mutex);
+    if (status != MLC_OK && self->status == MLC_OK) self->status = status;
+    if (--self->pending == 0) self->changed.notify_all();
+  }
+  static void Reduced(void *user_data, int index) {  // an mlc_ready_callback
+    auto *self = static_cast<Completion *>(user_data);
+    std::lock_guard<std::mutex> lock(self->mutex);
+    self->reduced.push_back(index);
+    self->changed.notify_all();
+  }
+};
+
 // One team's step: the layout of its group, the staging buffer the core reduces in, and
-// the latch its done callbacks count down.
+// what its callbacks report.
 struct OpenStep {
   std::mutex mutex;
   mlc_team *team = nullptr;      // the team of the open group (valid while open)
   int64_t step = 0;              // the last opened step's id (1, 2, ...; the core's step)
   int64_t opener = 0;            // the core's id that cancels the open group; 0: none
   bool open = false;             // a group opened and not yet waited for
-  mlc_latch *latch = nullptr;
+  Completion completion;
   int dtype = -1;
   std::vector<int64_t> counts;   // elements per slot, layout order
   std::vector<uint64_t> shapes;  // shape digests per slot
@@ -54,9 +93,6 @@ struct OpenStep {
   std::vector<bool> arrived;
   std::vector<unsigned char> staging;
 
-  ~OpenStep() {
-    if (latch) mlc_latch_free(latch);
-  }
   int32_t ticket() const { return static_cast<int32_t>(step & 0x7fffffff); }
 };
 
@@ -69,10 +105,7 @@ OpenStep *StepOf(int64_t team_id, bool create) {
   auto found = steps.find(team_id);
   if (found != steps.end()) return found->second.get();
   if (!create) return nullptr;
-  auto made = std::make_unique<OpenStep>();
-  made->latch = mlc_latch_create();
-  if (!made->latch) return nullptr;
-  return (steps[team_id] = std::move(made)).get();
+  return (steps[team_id] = std::make_unique<OpenStep>()).get();
 }
 
 // The open group ended without its wait (its step failed): cancelled where still open
@@ -81,7 +114,7 @@ OpenStep *StepOf(int64_t team_id, bool create) {
 void Settle(OpenStep &step) {
   if (!step.open) return;
   if (step.opener) mlc_team_group_cancel_opened(step.team, step.opener);
-  mlc_latch_wait(step.latch);
+  step.completion.Wait();
   step.open = false;
   step.opener = 0;
 }
@@ -89,13 +122,13 @@ void Settle(OpenStep &step) {
 // Hand slot `slot` (already in staging) to the group. Called with step.mutex held.
 int Arrive(OpenStep &step, size_t slot, char *err, size_t errlen) {
   unsigned char *data = step.staging.data() + step.offsets[slot];
-  mlc_latch_add(step.latch, 1);
+  step.completion.Add();
   int rc = mlc_team_group_arrive_part(
       step.team, kGroupKey, static_cast<int>(step.counts.size()), step.counts.data(),
       step.shapes.data(), step.dtype, MLC_OP_AVERAGE, 0, 1, 1 << step.dtype,
-      static_cast<int>(slot), step.step, data, data, mlc_latch_done, step.latch, err, errlen);
+      static_cast<int>(slot), step.step, data, data, Completion::Done, &step.completion, err, errlen);
   if (rc != MLC_OK) {
-    mlc_latch_done(step.latch, MLC_OK);  // not handed over: nothing to wait for
+    Completion::Done(&step.completion, MLC_OK);  // not handed over: nothing to wait for
     return rc;
   }
   step.arrived[slot] = true;
@@ -126,6 +159,40 @@ ffi::Error SubmitSlot(OpenStep &step, size_t slot, const ffi::AnyBuffer &grad) {
   return ffi::Error::Success();
 }
 
+// Copy the slot into its result and mark it copied (null: done already).
+void CopyOut(const OpenStep &step, size_t slot, std::vector<void *> &results) {
+  if (slot >= results.size() || !results[slot]) return;
+  const size_t bytes = static_cast<size_t>(step.counts[slot]) * mlc_dtype_size(step.dtype);
+  std::memcpy(results[slot], step.staging.data() + step.offsets[slot], bytes);
+  results[slot] = nullptr;
+}
+
+// The wait of a step whose slots have all been handed over: each slot is copied into its
+// result (by slot) as soon as the core reports it reduced, so that only the last ones'
+// copies follow the group's end; the group's status once every done callback ran. The
+// copies are meaningless unless that status is MLC_OK (the seal may still fail the group).
+int CopyOutWhileReducing(OpenStep &step, std::vector<void *> &results) {
+  Completion &completion = step.completion;
+  std::unique_lock<std::mutex> lock(completion.mutex);
+  for (;;) {
+    completion.changed.wait(
+        lock, [&] { return !completion.reduced.empty() || completion.pending == 0; });
+    if (completion.reduced.empty()) break;  // and nothing pending: the group is done
+    std::vector<int> batch;
+    batch.swap(completion.reduced);
+    lock.unlock();
+    for (int slot : batch) CopyOut(step, static_cast<size_t>(slot), results);
+    lock.lock();
+  }
+  const int status = completion.status;
+  completion.status = MLC_OK;
+  lock.unlock();
+  if (status == MLC_OK) {  // slots never reported (empty ones): copied now
+    for (size_t slot = 0; slot < results.size(); ++slot) CopyOut(step, slot, results);
+  }
+  return status;
+}
+
 ffi::Error Open(ffi::Result<ffi::Buffer<ffi::S32>> ticket, int64_t team_id,
                 ffi::Span<const int64_t> counts, ffi::Span<const int64_t> shapes,
                 int64_t dtype) {
@@ -135,7 +202,7 @@ ffi::Error Open(ffi::Result<ffi::Buffer<ffi::S32>> ticket, int64_t team_id,
     return Failure(MLC_ERR_ARG, "gradients failed: a step's layout needs a count and a shape "
                                 "per weight");
   }
-  OpenStep *step = StepOf(team_id, true);
+  OpenStep *step = StepOf(team_id, true);  // lives until finalize (CloseSteps)
   if (!step) return Failure(MLC_ERR_NOMEM, "gradients failed: no memory for a training step");
   std::lock_guard<std::mutex> lock(step->mutex);
   Settle(*step);
@@ -162,6 +229,8 @@ ffi::Error Open(ffi::Result<ffi::Buffer<ffi::S32>> ticket, int64_t team_id,
                                     MLC_OP_AVERAGE, 0, 1, 1 << step->dtype, step->step,
                                     &opener, err, sizeof err);
   if (rc != MLC_OK) return Failure(rc, std::string("gradients failed: ") + err);
+  // No opener: a group of this step was complete before it opened (not on this path).
+  if (opener) mlc_team_group_watch(held.get(), opener, Completion::Reduced, &step->completion);
   step->opener = opener;
   step->open = true;
   *ticket->typed_data() = step->ticket();
@@ -222,20 +291,22 @@ ffi::Error Wait(ffi::Buffer<ffi::S32> ticket, ffi::RemainingArgs grads,
     ffi::Error submitted = SubmitSlot(*step, slot, *grad);
     if (submitted.failure()) return submitted;
   }
-  const int status = mlc_latch_wait(step->latch);
+  std::vector<void *> results(step->counts.size(), nullptr);  // by slot
+  for (size_t k = 0; k < slots.size(); ++k) {
+    auto out = outs.get<ffi::AnyBuffer>(k);
+    if (out.has_error()) {
+      Settle(*step);
+      return out.error();
+    }
+    results[static_cast<size_t>(slots[k])] = (*out)->untyped_data();
+  }
+  const int status = CopyOutWhileReducing(*step, results);
   step->open = false;
   step->opener = 0;
   if (status != MLC_OK) {
     char err[512] = {0};
     return Failure(status, std::string("gradients failed: ") +
                                mlc_team_last_error(held.get(), err, sizeof err));
-  }
-  for (size_t k = 0; k < slots.size(); ++k) {
-    auto out = outs.get<ffi::AnyBuffer>(k);
-    if (out.has_error()) return out.error();
-    const size_t slot = static_cast<size_t>(slots[k]);
-    std::memcpy((*out)->untyped_data(), step->staging.data() + step->offsets[slot],
-                (*out)->size_bytes());
   }
   steps_averaged.fetch_add(1);
   return ffi::Error::Success();
