@@ -156,12 +156,11 @@ static void sign_input(const mlc_team *team, const mlc_request *req, mlc_sign_in
 }
 
 /* Under the team lock: tensor index is in place; the group leaves the open list
- * once complete (no later arrival may join it). */
-/* Under the team lock. 1: the group's last tensor came, or its ready prefix reached
- * the end a waiting lane needs (ready_else_wanted), so a lane waiting on
- * groups.ready_cv may go on; else no waiter's condition holds yet, and waking the lanes
- * would only cost the arriving thread their context switches (per gradient, on a node
- * whose compute and threads share cores). */
+ * once complete (no later arrival may join it). Returns 1 when the group's last tensor
+ * came or its ready prefix reached the end a waiting lane needs (ready_else_wanted):
+ * then the caller wakes the lanes on groups.ready_cv. Else no waiter's condition holds
+ * yet, and a wake would only cost the arriving thread the lanes' context switches (per
+ * gradient, on a node whose compute and threads share cores). */
 static int mark_arrived(mlc_team *team, mlc_request *req, int index) {
     mlc_group *g = req->group;
     const int missing_before = g->next_missing;
