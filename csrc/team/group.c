@@ -35,7 +35,10 @@
  * tensors open a group of their own, and its missing tensors arrive as zeros, so
  * that this rank's lanes carry the request to its end in step with the other
  * ranks (their messages are posted already) and every communicator is left with
- * nothing in flight. The request fails on this rank. At more than one rank a
+ * nothing in flight. The request fails on this rank. A tensor of the failed step
+ * whose op was running already may arrive after the cancel: it fails too, and
+ * opens no second group of its step (that group would meet the other ranks' next
+ * request, and every request after it would pair off). At more than one rank a
  * group hands its tensors back only after its seal (seal.c), which tells every
  * rank whether some rank cancelled it: then it fails on every rank, in the same
  * step, naming those ranks, and no rank returns the zero-filled sums. The
@@ -205,6 +208,11 @@ static int cancel_group(mlc_team *team, mlc_request *req) {
         return MLC_ERR_NOMEM;
     }
     req->fault.cancelled = 1; /* before the zeros arrive: the seal reads it after them */
+    if (g->step != 0) {
+        mlc_group_step *at = &team->groups.cancelled[team->groups.cancelled_next++ % MLC_CANCELLED_RING];
+        at->key = g->key;
+        at->step = g->step;
+    }
     if (req->end.status == MLC_OK) {
         req->end.status = MLC_ERR_STATE;
         snprintf(req->end.message, MLC_MSG_LEN,
@@ -300,6 +308,13 @@ static mlc_request *open_and_queue(mlc_team *team, mlc_request **link, int64_t k
     return req;
 }
 
+/* Under the team lock: this rank cancelled this step's group of key. */
+static int cancelled_here(const mlc_team *team, int64_t key, int64_t step) {
+    for (int i = 0; step != 0 && i < MLC_CANCELLED_RING; i++)
+        if (team->groups.cancelled[i].key == key && team->groups.cancelled[i].step == step) return 1;
+    return 0;
+}
+
 /* Under the team lock: this step's group of key already complete, unclaimed (forgotten
  * once found: a step has one opener per group). */
 static int completed_unclaimed(mlc_team *team, int64_t key, int64_t step) {
@@ -341,7 +356,8 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
         pthread_mutex_unlock(&team->lock);
         return MLC_OK;
     }
-    if (completed_unclaimed(team, key, step)) { /* every tensor of the step came first */
+    if (completed_unclaimed(team, key, step) || cancelled_here(team, key, step)) {
+        /* every tensor of the step came first, or the step failed already */
         pthread_mutex_unlock(&team->lock);
         return MLC_OK;
     }
@@ -391,6 +407,12 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
         snprintf(err, errlen, "group %lld: tensor %d arrived with another layout (count, shape, dtype or op) "
                  "than the group's", (long long)key, index);
         return MLC_ERR_ARG;
+    }
+    if (!req && cancelled_here(team, key, step)) {
+        pthread_mutex_unlock(&team->lock);
+        snprintf(err, errlen, "group %lld: tensor %d arrived after its step was cancelled on this rank "
+                 "(the step failed)", (long long)key, index);
+        return MLC_ERR_STATE;
     }
     if (!req && !(req = open_and_queue(team, link, key, ntensors, counts, shapes, dtype, op, part, nparts,
                                        call_dtypes, step, 0))) {

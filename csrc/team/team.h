@@ -17,8 +17,10 @@
 #include "plan/plan.h"
 #include "transport/mpi.h"
 
-/* Completed groups that no opener claimed yet, remembered per team (group.c). */
+/* Groups remembered per team by their step (group.c): completed ones that no opener
+ * claimed yet, and cancelled ones. */
 #define MLC_UNCLAIMED_RING 16
+#define MLC_CANCELLED_RING 64
 
 struct mlc_context {
     MPI_Comm comm; /* dup of the user's communicator; teams dup it again */
@@ -162,16 +164,24 @@ typedef struct mlc_team_caller {
     int ahead_state;
 } mlc_team_caller;
 
+/* A keyed group of one step (group.c). */
+typedef struct mlc_group_step {
+    int64_t key, step;
+} mlc_group_step;
+
 /* Keyed groups (group.c), under the team's lock. */
 typedef struct mlc_team_groups {
     mlc_request *open; /* still waiting for tensors, in step order */
     /* Groups that a step's first tensor opened and that completed before the step's
      * opener claimed them: that opener then opens nothing. A ring: the entries of steps
      * whose opener never ran (the step failed) are overwritten. */
-    struct {
-        int64_t key, step;
-    } completed_unclaimed[MLC_UNCLAIMED_RING];
+    mlc_group_step completed_unclaimed[MLC_UNCLAIMED_RING];
     int completed_unclaimed_next;
+    /* Groups of a step that this rank cancelled: a tensor of that step that arrives
+     * later (its op was already running when the step failed) fails instead of opening
+     * a second group of the step, which would meet the other ranks' next request. */
+    mlc_group_step cancelled[MLC_CANCELLED_RING];
+    int cancelled_next;
     pthread_cond_t ready_cv; /* a tensor of a group arrived */
 } mlc_team_groups;
 

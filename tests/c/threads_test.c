@@ -403,6 +403,44 @@ static void cancel_opened_before_any_tensor(mlc_context *ctx) {
     mlc_team_destroy(team);
 }
 
+/* Rank 0's step fails after its first tensor, and its second tensor's op, running
+ * already, arrives after the cancel: that arrival fails and opens no second group of
+ * the step, so the next request pairs with the other ranks' next request and is exact. */
+static void late_tensor_of_a_cancelled_step(mlc_context *ctx) {
+    static const int64_t counts[2] = {300, 4000};
+    char err[MLC_MSG_LEN] = "";
+    mlc_team *team;
+    if (mlc_team_create(ctx, 2, 4096, 512, &team, err, sizeof err)) { fail(err, -1, -1, 0, 0); return; }
+    static float src[2][4000], dst[2][4000];
+    atomic_int done_count = 0;
+    const int64_t key = 13, step = 400;
+    const int before_cancel = rank == 0 ? 1 : 2;
+    for (int i = 0; i < before_cancel; i++)
+        if (mlc_team_group_arrive_part(team, key, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, step,
+                                       src[i], dst[i], on_tensor_done, &done_count, err, sizeof err))
+            fail(err, -1, i, 0, 0);
+    if (rank == 0) {
+        if (mlc_team_group_cancel(team, key, 0, &done_count) != MLC_OK) fail("cancel", -1, -1, 0, 1);
+        err[0] = '\0';
+        const int rc = mlc_team_group_arrive_part(team, key, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1,
+                                                  step, src[1], dst[1], on_tensor_done, &done_count, err, sizeof err);
+        if (rc != MLC_ERR_STATE || !strstr(err, "after its step was cancelled"))
+            fail(err[0] ? err : "the late tensor was taken", -1, 1, rc, MLC_ERR_STATE);
+    }
+    /* on_tensor_done adds 1 per success, 1000 per failure */
+    while (atomic_load(&done_count) % 1000 + atomic_load(&done_count) / 1000 < before_cancel) sched_yield();
+    if (atomic_load(&done_count) != 1000 * before_cancel)
+        fail("the cancelled group", -1, -1, atomic_load(&done_count), 1000 * before_cancel);
+    float x[3] = {1, 2, 3};
+    mlc_tensor one = {x, NULL, 3, 0};
+    err[0] = '\0';
+    if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err))
+        fail(err[0] ? err : "the request after the late tensor", -1, -1, 0, 0);
+    for (int i = 0; i < 3; i++)
+        if (x[i] != (float)((i + 1) * size)) fail("the request after the late tensor", -1, i, x[i], (i + 1) * size);
+    mlc_team_destroy(team);
+}
+
 /* A watched group (mlc_team_group_watch): each non-empty tensor is reported once, with
  * its sum already in place, and at more than one rank before the done callbacks (they
  * wait for the seal); an empty one is not reported (its done callback runs at arrival); a watch needs an open group. */
@@ -672,6 +710,7 @@ int main(int argc, char **argv) {
         cancel_on_one_rank(ctx, 0);
         cancel_on_one_rank(ctx, 1);
         cancel_opened_before_any_tensor(ctx);
+        late_tensor_of_a_cancelled_step(ctx);
         opener_after_its_tensors(ctx);
         watched_group_reports_each_tensor(ctx);
         stale_messages_are_drained();
