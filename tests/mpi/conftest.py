@@ -3,9 +3,26 @@ mpi_helpers.py."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from ml_comm._core import ffi, lib
 from mpi_helpers import MSGLEN, NTEAMS, NTHREAD_PER_TEAM, ml_comm_session
+
+
+def pytest_runtest_logreport(report):
+    """At more than one rank a failure is printed the moment it happens, under the rank's
+    name: when the job ends early (a rank aborts it, or a peer a request ahead makes
+    finalize abort it), the ranks never reach pytest's summary or write their reports, and
+    this is then the only record of which test failed and why."""
+    mpi = sys.modules.get("mpi4py.MPI")  # never started here: some tests start it themselves
+    if not report.failed or mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    if mpi.COMM_WORLD.Get_size() > 1:
+        rank = mpi.COMM_WORLD.Get_rank()
+        sys.stderr.write(f"\nrank {rank}: FAILED {report.nodeid} ({report.when})\n")
+        sys.stderr.write(f"{report.longreprtext}\nrank {rank}: end of {report.nodeid}\n")
+        sys.stderr.flush()
 
 
 @pytest.fixture(scope="module")
