@@ -1,5 +1,6 @@
-"""The test bed's srun starts a step again when Slurm's PMI server broke it at MPI start-up,
-and only then, STARTS times at most, each time with the heap shifted by another length.
+"""The test bed's srun starts a step again when Slurm's PMI server (or UCX, reading a peer's
+address) broke it at MPI start-up, and only then, STARTS times at most, each time with the
+heap shifted by another length.
 Runs without the test bed: `srun` and `scancel` here are scripts that play the broken step
 (its slurmstepd line, then a hang or a quick failure) and the good one."""
 
@@ -10,13 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_step import HEAP_SHIFT, PMI_SERVER_BROKE, STARTS, run_step
+from slurm_step import HEAP_SHIFT, PMI_SERVER_BROKE, STARTS, UCX_ADDRESS_BROKE, run_step
 
 FAKE_SRUN = """#!/bin/bash
 n=$(cat "$STATE/calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/calls"
 echo "${{#{shift}}}" >> "$STATE/shifts"
 if [ "$n" -lt "$BROKEN_STARTS" ]; then
     echo "slurmstepd-node1: error: $BROKEN_LINE" >&2
+    printf 'address bytes, not UTF-8: \\xb4\\x1f\\n' >&2
     [ -n "$BROKEN_EXIT" ] && exit "$BROKEN_EXIT"
     echo $$ > "$STATE/pid"; exec sleep 600
 fi
@@ -67,9 +69,9 @@ def test_a_step_broken_at_start_up_runs_again_at_once(tmp_path):
     assert time.monotonic() - t0 < 20  # ended on the line, not at the time limit
 
 
-@pytest.mark.parametrize("line", PMI_SERVER_BROKE)
+@pytest.mark.parametrize("line", [*PMI_SERVER_BROKE, *UCX_ADDRESS_BROKE])
 @pytest.mark.parametrize("exit_code", ["", "143"], ids=["hangs", "fails"])
-def test_each_line_of_the_broken_server_starts_the_step_again(tmp_path, line, exit_code):
+def test_each_line_of_a_broken_start_starts_the_step_again(tmp_path, line, exit_code):
     env = fake_env(tmp_path, broken_starts=1, BROKEN_LINE=line, BROKEN_EXIT=exit_code)
     proc = srun(tmp_path, env)
     assert proc.returncode == 0 and "ran: " in proc.stdout, proc
