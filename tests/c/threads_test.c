@@ -321,6 +321,24 @@ static void *driver(void *arg) {
     return NULL;
 }
 
+/* on_tensor_done adds 1 per success, 1000 per failure: wait until `expected` tensors are
+ * told, and fail unless every one of them failed. */
+static void expect_all_failed(atomic_int *done_count, int expected, const char *what) {
+    while (atomic_load(done_count) % 1000 + atomic_load(done_count) / 1000 < expected) sched_yield();
+    if (atomic_load(done_count) != 1000 * expected) fail(what, -1, -1, atomic_load(done_count), 1000 * expected);
+}
+
+/* The team's next request (a sum of 1, 2, 3 on every rank) is exact: this rank pairs with
+ * the others again. */
+static void expect_next_request_exact(mlc_team *team, const char *what) {
+    char err[MLC_MSG_LEN] = "";
+    float x[3] = {1, 2, 3};
+    mlc_tensor one = {x, NULL, 3, 0};
+    if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err)) fail(err[0] ? err : what, -1, -1, 0, 0);
+    for (int i = 0; i < 3; i++)
+        if (x[i] != (float)((i + 1) * size)) fail(what, -1, i, x[i], (i + 1) * size);
+}
+
 /* Only rank 0's step fails, after its first tensor: its group is cancelled. The
  * group fails on every rank (its seal, or with the finite check its own agreement
  * check, tells them), naming rank 0; no rank gets the sums in which rank 0's missing
@@ -339,20 +357,11 @@ static void cancel_on_one_rank(mlc_context *ctx, int finite) {
                                   on_tensor_done, &done_count, err, sizeof err))
             fail(err, -1, i, 0, 0);
     if (rank == 0 && mlc_team_group_cancel(team, 1, 0, &done_count) != MLC_OK) fail("cancel", -1, -1, 0, 1);
-    /* on_tensor_done adds 1 per success, 1000 per failure */
-    while (atomic_load(&done_count) % 1000 + atomic_load(&done_count) / 1000 < arrive) sched_yield();
-    if (atomic_load(&done_count) != 1000 * arrive)
-        fail("the cancelled group failed on this rank too", -1, -1, atomic_load(&done_count), 1000 * arrive);
+    expect_all_failed(&done_count, arrive, "the cancelled group failed on this rank too");
     mlc_team_last_error(team, err, sizeof err);
     const char *named = rank == 0 ? "failed on this rank" : finite ? "rank 0 submitted" : "failed on rank 0";
     if (!strstr(err, named)) fail(err[0] ? err : "no message", -1, -1, 0, 0);
-    float x[3] = {1, 2, 3};
-    mlc_tensor one = {x, NULL, 3, 0};
-    err[0] = '\0';
-    if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err))
-        fail(err[0] ? err : "the request after the cancelled group", -1, -1, 0, 0);
-    for (int i = 0; i < 3; i++)
-        if (x[i] != (float)((i + 1) * size)) fail("the request after the cancelled group", -1, i, x[i], (i + 1) * size);
+    expect_next_request_exact(team, "the request after the cancelled group");
     mlc_team_destroy(team);
 }
 
@@ -427,17 +436,8 @@ static void late_tensor_of_a_cancelled_step(mlc_context *ctx) {
         if (rc != MLC_ERR_STATE || !strstr(err, "after its step was cancelled"))
             fail(err[0] ? err : "the late tensor was taken", -1, 1, rc, MLC_ERR_STATE);
     }
-    /* on_tensor_done adds 1 per success, 1000 per failure */
-    while (atomic_load(&done_count) % 1000 + atomic_load(&done_count) / 1000 < before_cancel) sched_yield();
-    if (atomic_load(&done_count) != 1000 * before_cancel)
-        fail("the cancelled group", -1, -1, atomic_load(&done_count), 1000 * before_cancel);
-    float x[3] = {1, 2, 3};
-    mlc_tensor one = {x, NULL, 3, 0};
-    err[0] = '\0';
-    if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err))
-        fail(err[0] ? err : "the request after the late tensor", -1, -1, 0, 0);
-    for (int i = 0; i < 3; i++)
-        if (x[i] != (float)((i + 1) * size)) fail("the request after the late tensor", -1, i, x[i], (i + 1) * size);
+    expect_all_failed(&done_count, before_cancel, "the cancelled group");
+    expect_next_request_exact(team, "the request after the late tensor");
     mlc_team_destroy(team);
 }
 
