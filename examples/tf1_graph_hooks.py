@@ -7,8 +7,8 @@ written the way the Cray PE DL Plugin's listings were (``tf.compat.v1``, graph m
   make the same fixed-seed split);
 - the training op is ``optimizer.compute_gradients(loss)`` -> ``mc.gradients(grads, 0)`` ->
   ``optimizer.apply_gradients(...)`` with a ``GradientDescentOptimizer``;
-- ``BcastTensors``, a ``SessionRunHook``, builds ``mc.broadcast(trainable_variables, 0)`` and
-  the assign ops in ``begin()`` and runs them in ``after_create_session``, so every rank
+- ``BcastTensors``, a ``SessionRunHook``, builds ``mc.broadcast(trainable_variables, 0)`` in
+  ``begin()`` and runs its results (they assign) in ``after_create_session``, so every rank
   starts from rank 0's (randomly initialised) variables;
 - ``AverageMetrics`` fetches the batch loss/accuracy with each step, averages them over the
   ranks with ``mc.average`` every ``--log-every`` steps, scores the test set, and prints on
@@ -96,11 +96,8 @@ class BcastTensors(tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
         if not self.bcast:
-            variables = tf.compat.v1.trainable_variables()
-            new_vars = mc.broadcast(variables, 0)
-            self.bcast = tf.group(
-                *[tf.compat.v1.assign(v, new) for v, new in zip(variables, new_vars)]
-            )
+            # running the results assigns rank 0's values to the variables
+            self.bcast = tf.group(*mc.broadcast(tf.compat.v1.trainable_variables(), 0))
 
     def after_create_session(self, session, coord):
         session.run(self.bcast)

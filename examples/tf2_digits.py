@@ -5,8 +5,8 @@ A 64 -> 64 (ReLU) -> 10 multilayer perceptron (float32) on scikit-learn's bundle
 with a ``tf.GradientTape`` inside a ``tf.function``. Every MPI rank is a worker:
 
 - all ranks make the same fixed-seed train/test split; rank r trains on ``train[r::nranks]``;
-- each rank draws its own random initial weights, then ``mc.broadcast`` returns rank 0's values
-  and every rank assigns them to its variables;
+- each rank draws its own random initial weights, then ``mc.broadcast`` assigns rank 0's values
+  to every rank's variables;
 - each step computes the local gradients, averages them over the ranks with
   ``mc.gradients(grads)`` (TensorFlow ops inside the ``tf.function``) and applies a plain SGD
   update, so the weights stay identical on all ranks;
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    for v, value in zip(model.params, mc.broadcast(model.params, root=0)):
-        v.assign(value)
+    mc.broadcast(model.params, root=0)  # assigns rank 0's values to the variables
     if mc.check_buffers_match([v.numpy() for v in model.params]) != 0:
         print(f"rank {rank}: FAILED: weights differ across ranks after broadcast", flush=True)
         return 1

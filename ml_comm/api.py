@@ -316,9 +316,11 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
 def broadcast(values, root: int = 0, team: int = 0):
     """Overwrite each array in `values` with root's, in place; returns `values`.
 
-    With framework="tensorflow" (or "jax"): returns new tensors (JAX arrays) holding
-    root's values. `team`: the team that carries it (the model's, so that it keeps its
-    place among that team's calls when another thread drives another team).
+    With framework="tensorflow": returns new tensors holding root's values, and assigns
+    them to the variables among `values` (tf.Variable, Keras variables). With "jax":
+    returns new JAX arrays (JAX arrays cannot be changed in place). `team`: the team that
+    carries it (the model's, so that it keeps its place among that team's calls when
+    another thread drives another team).
     """
     s = session()
     if s.backend.name != "numpy":

@@ -152,7 +152,10 @@ def gradients(
 @raising_typed
 def broadcast(values, team_id: int, root: int):
     """The ops behind `ml_comm.broadcast` with framework="tensorflow": new tensors holding
-    root's values (a list for a list, a tensor for a tensor)."""
+    root's values (a list for a list, a tensor for a tensor). Variables among `values`
+    (tf.Variable, Keras variables) are also assigned root's values: a script that drops
+    the result must not train from each rank's own initial weights. In a graph, running
+    a returned tensor runs its variable's assignment."""
     ops = load_ops()
     single = not isinstance(values, (list, tuple))
     items = [values] if single else list(values)
@@ -176,7 +179,18 @@ def broadcast(values, team_id: int, root: int):
         # (unordered.py), and a rank that opened a group before the broadcast would
         # meet the others' broadcast with it.
         _last_anchor.setdefault(graph, {})[team_id] = previous[0]
+    for i, item in enumerate(items):
+        if _is_variable(item):
+            assigned = item.assign(result[i])
+            if not tf.executing_eagerly():
+                with tf.control_dependencies([assigned]):
+                    result[i] = tf.identity(result[i])
     return result[0] if single else result
+
+
+def _is_variable(value) -> bool:
+    """A tf.Variable or a Keras variable: something `assign` writes, unlike a tensor."""
+    return not isinstance(value, tf.Tensor) and callable(getattr(value, "assign", None))
 
 
 def check_version() -> None:

@@ -1,6 +1,6 @@
 """mc.broadcast with framework="tensorflow": new tensors holding root's values, from
-every root, for every dtype, from variables and tensors, in eager mode, inside
-tf.function and in a tf.compat.v1 graph."""
+every root, for every dtype, from variables (assigned too) and tensors, in eager mode,
+inside tf.function and in a tf.compat.v1 graph."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ def test_tensors_from_every_root(tf_session, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_variables_assigned_from_every_root(tf_session, mode):
-    """Variables of every dtype: broadcast returns new tensors (the variables keep their
-    own values until the caller assigns), assigning them gives root's values."""
+    """Variables of every dtype: broadcast assigns root's values to them and returns
+    them as new tensors; a script that drops the result (eagerly, in tf.function) still
+    has root's values. In a v1 graph, running the results runs the assignments."""
     c = Checks()
     r, n = tf_session.rank, tf_session.nranks
     sp = [((4, 3), dt, i) for i, dt in enumerate(DTYPES)] + [((1001,), np.float32, 9)]
@@ -63,32 +64,55 @@ def test_variables_assigned_from_every_root(tf_session, mode):
             with graph.as_default():
                 variables = [tf.Variable(a) for a in own]
                 new = mc.broadcast(variables, root=root)
-                assign = tf.group(*[v.assign(b) for v, b in zip(variables, new)])
                 init = tf.compat.v1.global_variables_initializer()
             with tf.compat.v1.Session(graph=graph) as sess:
                 sess.run(init)
+                before = sess.run(variables)
                 got_new = sess.run(new)
-                kept = sess.run(variables)
-                sess.run(assign)
                 assigned = sess.run(variables)
         else:
             variables = [tf.Variable(a) for a in own]
+            before = [v.numpy() for v in variables]
 
             def bcast(variables=variables, root=root):
                 return mc.broadcast(variables, root=root)
 
             fn = bcast if mode == "eager" else tf.function(bcast)
             got_new = [to_numpy(t) for t in fn()]
-            kept = [v.numpy() for v in variables]
-            for v, b in zip(variables, got_new):
-                v.assign(b)
             assigned = [v.numpy() for v in variables]
-        for i, (a, k, g, w) in enumerate(zip(assigned, kept, got_new, want)):
+            dropped = [tf.Variable(a) for a in own]
+
+            def drop_result(dropped=dropped, root=root):
+                mc.broadcast(dropped, root=root)  # the variables' assignment is all that runs
+
+            (drop_result if mode == "eager" else tf.function(drop_result))()
+            for i, (v, w) in enumerate(zip(dropped, want)):
+                c.equal(v.numpy(), w, f"{mode} root {root} variable {i}: result dropped")
+        for i, (b, g, a, w) in enumerate(zip(before, got_new, assigned, want)):
             what = f"{mode} root {root} variable {i} ({np.dtype(sp[i][1]).name})"
+            c.equal(b, own[i], f"{what}: before the broadcast")
             c.equal(g, w, f"{what}: broadcast result")
-            c.equal(k, own[i], f"{what}: changed before the assignment")
-            c.equal(a, w, f"{what}: after the assignment")
+            c.equal(a, w, f"{what}: assigned by the broadcast")
         c.true(mc.check_buffers_match(assigned) == 0, f"{mode} root {root}: check_buffers_match")
+    c.finish()
+
+
+def test_keras_variables_assigned(tf_session):
+    """A Keras model's variables (not tf.Variables) are assigned too: the two-line
+    serial-script change works without a loop over the results."""
+    import keras
+
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    keras.utils.set_random_seed(r)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    mc.broadcast(model.trainable_variables, root=n - 1)
+    weights = [v.numpy() for v in model.trainable_variables]
+    keras.utils.set_random_seed(n - 1)
+    root_model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    for i, (w, want) in enumerate(zip(weights, root_model.get_weights())):
+        c.equal(w, want, f"Keras variable {i}")
+    c.same_on_all_ranks(weights, "Keras variables")
     c.finish()
 
 
@@ -112,7 +136,9 @@ def test_single_value_and_types(tf_session):
     def single():
         return mc.broadcast(v, root=0)
 
-    c.equal(single().numpy(), make_input(0, (5, 2), np.float64, 1), "single value in tf.function")
+    # v holds root's values since the first broadcast, on every rank
+    c.equal(v.numpy(), make_input(root, (5, 2), np.float64, 1), "single variable assigned")
+    c.equal(single().numpy(), make_input(root, (5, 2), np.float64, 1), "single in tf.function")
     c.finish()
 
 
