@@ -318,9 +318,9 @@ def broadcast(values, root: int = 0, team: int = 0):
 
     With framework="tensorflow": returns new tensors holding root's values, and assigns
     them to the variables among `values` (tf.Variable, Keras variables). With "jax":
-    returns new JAX arrays (JAX arrays cannot be changed in place). `team`: the team that
-    carries it (the model's, so that it keeps its place among that team's calls when
-    another thread drives another team).
+    returns new JAX arrays (JAX arrays cannot be changed in place; one for one array).
+    `team`: the team that carries it (the model's, so that it keeps its place among that
+    team's calls when another thread drives another team).
     """
     s = session()
     if s.backend.name != "numpy":

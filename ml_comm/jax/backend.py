@@ -44,7 +44,12 @@ class JaxBackend:
     def broadcast(self, values, root: int, team: int = 0):
         import jax.numpy as jnp
 
-        values = list(values)
+        single = not isinstance(values, (list, tuple))  # one array in, one array out
+        if single and not hasattr(values, "shape"):
+            raise BadArgumentTypeError(
+                f"broadcast takes a JAX array or a list of them, got {type(values).__name__}"
+            )
+        values = [values] if single else list(values)
         if is_traced(values):
             raise BadArgumentTypeError(
                 "broadcast takes concrete JAX arrays (eagerly), not values being traced by "
@@ -52,7 +57,8 @@ class JaxBackend:
             )
         arrays = [np.array(v) for v in values]  # host copies, written in place
         self.host.broadcast(arrays, root, team)
-        return [jnp.asarray(a) for a in arrays]
+        out = [jnp.asarray(a) for a in arrays]
+        return out[0] if single else out
 
     def restart(self, team: int) -> None:
         self.host.restart(team)

@@ -92,3 +92,22 @@ def test_lists_that_differ_fail_on_every_rank(session):
     checks.true("rank 1 submitted 1 tensor, 9 float32" in str(error), f"no rank 1 in {error}")
     check_all(checks, step(inputs(rank)), expected(nranks), "the next call")
     checks.finish()
+
+
+def test_broadcast_of_a_list_and_of_one_array(session):
+    """Root's values from every root, as new JAX arrays: a list for a list, one array for
+    one array (not the rows of it), of the input's dtype and shape."""
+    rank, nranks = session
+    checks = Checks()
+    for root in range(nranks):
+        got = mc.broadcast([jnp.full((3, 2), rank, jnp.float32), jnp.arange(4) + rank], root)
+        checks.true(type(got) is list and len(got) == 2, f"root {root}: {type(got).__name__}")
+        want = [np.full((3, 2), root, np.float32), np.arange(4, dtype=np.int32) + root]
+        check_all(checks, got, want, "list")
+        one = mc.broadcast(jnp.full((5, 2), rank, jnp.int32), root)
+        checks.true(isinstance(one, jax.Array), f"root {root}: one array gave {type(one)}")
+        checks.equal(np.asarray(one), np.full((5, 2), root, np.int32), f"root {root}: one array")
+        scalar = mc.broadcast(jnp.float32(rank), root)
+        checks.equal(np.asarray(scalar), np.float32(root), f"root {root}: 0-d array")
+    checks.raises(mc.BadArgumentTypeError, lambda: mc.broadcast(3.0, 0), words=("float",))
+    checks.finish()
