@@ -25,6 +25,10 @@ def as_array(value, what: str) -> np.ndarray:
         hint = ""
         if type(value).__module__.startswith(("tensorflow", "keras")):
             hint = " (for TensorFlow tensors, init ml_comm with framework='tensorflow')"
+        elif type(value).__module__.startswith("torch"):
+            hint = " (a CPU torch tensor's .numpy() shares its memory: pass that)"
+        elif type(value).__module__.startswith("jax"):
+            hint = " (for JAX arrays, init ml_comm with framework='jax')"
         raise BadArgumentTypeError(
             f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}"
         )

@@ -86,3 +86,25 @@ def test_a_bad_compression_setting_raises_settings_error():
     with pytest.raises(mc.BadArgumentError) as info:
         compression.code("zip", "config_team: compression")
     assert type(info.value) is mc.BadArgumentError
+
+
+@pytest.mark.parametrize(
+    "module, hint",
+    [
+        ("torch", "a CPU torch tensor's .numpy() shares its memory: pass that"),
+        ("jax._src.array", "for JAX arrays, init ml_comm with framework='jax'"),
+        (
+            "tensorflow.python.framework.ops",
+            "for TensorFlow tensors, init ml_comm with framework='tensorflow'",
+        ),
+    ],
+)
+def test_a_framework_array_where_numpy_is_wanted_says_what_to_do(module, hint):
+    """The message names the type and what to pass instead (a stand-in of the framework's
+    class: only its module decides the hint)."""
+    from ml_comm.arrays.buffers import as_array
+
+    stand_in = type("Tensor", (), {"__module__": module})()
+    with pytest.raises(mc.BadArgumentTypeError) as raised:
+        as_array(stand_in, "gradients[0]")
+    assert str(raised.value) == f"gradients[0] must be a numpy.ndarray, got Tensor ({hint})"
