@@ -15,6 +15,16 @@ from .._core import ffi, lib
 from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentError, BadArgumentTypeError
 
+# What to pass instead of a framework's array, by the module its class comes from.
+_FRAMEWORK_HINTS = (
+    (
+        ("tensorflow", "keras"),
+        " (for TensorFlow tensors, init ml_comm with framework='tensorflow')",
+    ),
+    (("torch",), " (a CPU torch tensor's .numpy() shares its memory: pass that)"),
+    (("jax",), " (for JAX arrays, init ml_comm with framework='jax')"),
+)
+
 
 def as_array(value, what: str) -> np.ndarray:
     """`value` to be read: an array, or a NumPy scalar (np.float32(1), a Keras
@@ -22,13 +32,8 @@ def as_array(value, what: str) -> np.ndarray:
     if isinstance(value, np.generic):
         return np.asarray(value)
     if not isinstance(value, np.ndarray):
-        hint = ""
-        if type(value).__module__.startswith(("tensorflow", "keras")):
-            hint = " (for TensorFlow tensors, init ml_comm with framework='tensorflow')"
-        elif type(value).__module__.startswith("torch"):
-            hint = " (a CPU torch tensor's .numpy() shares its memory: pass that)"
-        elif type(value).__module__.startswith("jax"):
-            hint = " (for JAX arrays, init ml_comm with framework='jax')"
+        module = type(value).__module__
+        hint = next((h for prefixes, h in _FRAMEWORK_HINTS if module.startswith(prefixes)), "")
         raise BadArgumentTypeError(
             f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}"
         )

@@ -104,12 +104,16 @@ def test_keras_variables_assigned(tf_session):
 
     c = Checks()
     r, n = tf_session.rank, tf_session.nranks
-    keras.utils.set_random_seed(r)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+
+    def model_drawn_with_seed(seed: int):
+        keras.utils.set_random_seed(seed)
+        layers = [keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)]
+        return keras.Sequential(layers)
+
+    model = model_drawn_with_seed(r)
     mc.broadcast(model.trainable_variables, root=n - 1)
     weights = [v.numpy() for v in model.trainable_variables]
-    keras.utils.set_random_seed(n - 1)
-    root_model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    root_model = model_drawn_with_seed(n - 1)
     for i, (w, want) in enumerate(zip(weights, root_model.get_weights())):
         c.equal(w, want, f"Keras variable {i}")
     c.same_on_all_ranks(weights, "Keras variables")
