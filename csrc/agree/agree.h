@@ -112,7 +112,14 @@ enum {
     MLC_BAD_ROWS_UNEVEN = 5,         /* no splits: the input's rows; the ranks */
     MLC_BAD_SPLITS_OVERFLOW = 6,     /* splits whose sum passes 2^63-1: the split where it did; its value */
     MLC_BAD_SIZE_OVERFLOW = 7,       /* rows times the row's bytes passes 2^63-1: the rows; the row's elements */
-    MLC_BAD_NO_BUFFER = 8            /* no buffer for bytes that must move: 0 input, 1 output; the bytes */
+    MLC_BAD_NO_BUFFER = 8,           /* no buffer for bytes that must move: 0 input, 1 output; the bytes */
+    /* Device buffers (team/staged.c): */
+    MLC_BAD_DEVICE_HOST_ARRAY = 9,   /* a host array among device arrays: which tensor */
+    MLC_BAD_DEVICE_LAYOUT = 10,      /* a device array that is not contiguous: which tensor */
+    MLC_BAD_DEVICE_MEMORY = 11,      /* memory that is not on a CUDA device: which tensor; 1: CUDA's host memory */
+    MLC_BAD_DEVICE_MIXED = 12,       /* a tensor on another device than tensor 0: which tensor; its device */
+    MLC_BAD_CUDA = 13,               /* a CUDA call failed: its error code; 0 setting up, 1 copying */
+    MLC_BAD_NO_CUDA = 14             /* no CUDA driver could be loaded */
 };
 
 /* Where a request stands in the check (mlc_agreement.state). */

@@ -18,6 +18,8 @@ static const char *rows_kind_name(int kind) {
     return kind == MLC_KIND_ALLGATHER       ? "allgather"
            : kind == MLC_KIND_REDUCESCATTER ? "reducescatter"
            : kind == MLC_KIND_ALLTOALL      ? "alltoall"
+           : kind == MLC_KIND_ALLREDUCE     ? "allreduce"
+           : kind == MLC_KIND_BROADCAST     ? "broadcast"
                                             : "request kind";
 }
 
@@ -324,6 +326,21 @@ static void append_bad_args(char *buf, size_t len, size_t *off, int code, const 
     case MLC_BAD_NO_BUFFER:
         mlc_append(buf, len, off, "no %s buffer for its %lld bytes", x ? "output" : "input", y);
         break;
+    case MLC_BAD_DEVICE_HOST_ARRAY:
+        mlc_append(buf, len, off, "tensor %lld is a host array among device arrays (one call takes one kind)", x);
+        break;
+    case MLC_BAD_DEVICE_LAYOUT: mlc_append(buf, len, off, "device tensor %lld is not contiguous", x); break;
+    case MLC_BAD_DEVICE_MEMORY:
+        mlc_append(buf, len, off, "tensor %lld is not in CUDA device memory%s", x, y ? " (CUDA host memory)" : "");
+        break;
+    case MLC_BAD_DEVICE_MIXED:
+        mlc_append(buf, len, off, "tensor %lld is on CUDA device %lld, tensor 0 on another (one call, one device)",
+                   x, y);
+        break;
+    case MLC_BAD_CUDA:
+        mlc_append(buf, len, off, "CUDA error %lld while %s device buffers", x, y ? "copying" : "setting up for");
+        break;
+    case MLC_BAD_NO_CUDA: mlc_append(buf, len, off, "no CUDA driver could be loaded (libcuda.so.1)"); break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }
 }

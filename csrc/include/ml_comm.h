@@ -425,6 +425,43 @@ int64_t mlc_team_stop_seq(const mlc_team *team);
 /* 1 when the request's verdict found that some rank had asked to stop. */
 int mlc_request_stop_asked(const mlc_request *req);
 
+/* ---- device buffers: CUDA memory staged through pinned host memory (csrc/team/staged.c) ----
+ * The CUDA driver is loaded at the first device call (nothing of CUDA before: a machine
+ * without it never needs it). A call's bytes are cut into pieces of piece_bytes; piece k+1
+ * comes down and piece k-1 goes up on the team's CUDA streams while the ranks reduce piece k
+ * in pinned host memory (3 slots of piece_bytes per team, kept until the team ends). Each
+ * piece is one blocking request of the host path, checked like any other. */
+/* nstreams (1 to 16; half carry downloads, half uploads), copies_per_stream (a piece's copy is
+ * cut into at most this many), piece_bytes (>= 8; rounded down to a multiple of 8),
+ * cuda_library (the driver's file; NULL or "": libcuda.so.1): from the next device call. */
+int mlc_team_set_device_staging(mlc_team *team, int nstreams, int copies_per_stream, int64_t piece_bytes,
+                                const char *cuda_library);
+/* What a front end found wrong with one rank's arrays before the call (fault_tensor says which). */
+enum mlc_device_fault {
+    MLC_DEVICE_FAULT_NONE = 0,
+    MLC_DEVICE_FAULT_HOST_ARRAY = 1,    /* a host array among device arrays */
+    MLC_DEVICE_FAULT_NOT_CONTIGUOUS = 2 /* a device array that is not one contiguous block */
+};
+/* mlc_team_allreduce_part / mlc_team_broadcast_part of tensors whose data (and source, where
+ * not NULL) are CUDA device memory, all on one device; the results are on the device when it
+ * returns. stream: the caller's CUstream (0: the legacy default stream): the copies wait for
+ * the work queued on it first. A fault found by the caller, memory that is not device memory,
+ * tensors on two devices, and a failing CUDA call fail the call on every rank (the message names
+ * the ranks and tensors), so no rank waits for another. */
+int mlc_team_allreduce_device(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
+                              int part, int nparts, int call_dtypes, uintptr_t stream, int fault,
+                              int64_t fault_tensor, char *err, size_t errlen);
+int mlc_team_broadcast_device(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int root,
+                              int part, int nparts, int call_dtypes, uintptr_t stream, int fault,
+                              int64_t fault_tensor, char *err, size_t errlen);
+/* The team's device calls so far, and the bytes their copies moved each way with the time the
+ * copies themselves took (CUDA's events around each piece's copies). */
+typedef struct mlc_device_stats {
+    int64_t calls, bytes_down, bytes_up;
+    double seconds_down, seconds_up;
+} mlc_device_stats;
+void mlc_team_get_device_stats(mlc_team *team, mlc_device_stats *out);
+
 /* ---- timeline: what the team's threads did, for a Chrome trace ---- */
 enum mlc_event_kind {
     MLC_EVENT_SEGMENTS = 0, /* a thread reduced a batch of segments: [start, end] */

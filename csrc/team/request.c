@@ -282,6 +282,29 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
     return rc;
 }
 
+int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                    int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen) {
+    if (!mlc_agree_wants(&team->agree, kind, dtype)) { /* no exchange to carry it */
+        char what[256];
+        mlc_describe_bad_args(bad, detail, what, sizeof what);
+        if (err && errlen)
+            snprintf(err, errlen, "invalid %s arguments: rank %d: %s", kind == MLC_KIND_BROADCAST ? "broadcast" : "allreduce",
+                     team->ctx->rank, what);
+        return MLC_ERR_ARG;
+    }
+    mlc_request *req;
+    int rc = make_request(team, kind, NULL, 0, dtype, op, root, 1, &req);
+    if (rc) return rc;
+    req->part = part;
+    req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
+    req->fault.bad_args = bad;
+    req->fault.bad_detail[0] = detail[0];
+    req->fault.bad_detail[1] = detail[1];
+    rc = mlc_run_blocking(team, req, err, errlen);
+    return rc ? rc : MLC_ERR_ARG; /* never OK: the verdict fails it */
+}
+
 int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
                        char *err, size_t errlen) {
     return mlc_team_allreduce_part(team, tensors, ntensors, dtype, op, 0, 1, 0, err, errlen);

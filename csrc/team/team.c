@@ -192,6 +192,7 @@ int mlc_team_create(mlc_context *ctx, int nthreads, int64_t fusion_bytes, int64_
     team->config.submit_bytes = MLC_DEFAULT_SUBMIT_BYTES;
     pthread_mutex_init(&team->lock, NULL);
     pthread_mutex_init(&team->caller.lock, NULL);
+    mlc_device_init(team);
     pthread_cond_init(&team->work_cv, NULL);
     pthread_cond_init(&team->done_cv, NULL);
     pthread_cond_init(&team->groups.ready_cv, NULL);
@@ -317,6 +318,7 @@ void mlc_team_destroy(mlc_team *team) {
     free(team->caller.scratch);
     free(team->caller.rows_staging.data);
     free(team->timeline.events);
+    mlc_device_destroy(team);
     pthread_mutex_destroy(&team->lock);
     pthread_mutex_destroy(&team->caller.lock);
     pthread_cond_destroy(&team->work_cv);

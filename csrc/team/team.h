@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "agree/agree.h"
+#include "cuda/stage.h"
 #include "plan/plan.h"
 #include "transport/mpi.h"
 
@@ -200,6 +201,16 @@ typedef struct mlc_team_timeline {
     _Atomic int64_t used;
 } mlc_team_timeline;
 
+/* Device buffers (staged.c): their settings, and the stager the first device call makes. */
+typedef struct mlc_team_device {
+    pthread_mutex_t lock; /* one device call at a time: they share the stager */
+    int nstreams, copies_per_stream;
+    int64_t piece_bytes;
+    char library[256]; /* the CUDA driver's file ("": libcuda.so.1) */
+    mlc_stager *stager;
+    int64_t calls;
+} mlc_team_device;
+
 struct mlc_team {
     mlc_context *ctx;
     int nthreads;
@@ -229,6 +240,7 @@ struct mlc_team {
     mlc_team_caller caller;
     mlc_team_report report;
     mlc_team_timeline timeline;
+    mlc_team_device device;
     char last_error[MLC_MSG_LEN];
 
     MPI_Comm agree_comm; /* carries signatures only */
@@ -248,6 +260,11 @@ void mlc_plan_request(const mlc_team *team, mlc_request *req, int blocking);
 /* Fill req, whose tensors/starts arrays the caller provides (heap or stack), and plan it. */
 void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tensor *tensors,
                       int ntensors, int dtype, int op, int root, int blocking);
+/* A blocking call of this rank that failed its own check (MLC_BAD_*, detail as agree.h says):
+ * it takes its place, carries no data and fails on every rank with the verdict's message
+ * naming this rank; where no check runs (one rank, checks off), on this rank alone. */
+int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                    int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen);
 /* Carry out a blocking request (freed after, when on the heap); err gets its message. */
 int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen);
 /* The request's description and (non-group) finished signature input. */
@@ -301,6 +318,10 @@ void mlc_thread_name_self(int index);
 int mlc_execute_inline(mlc_team *team, mlc_request *req);
 /* The message of a request that failed with MLC_ERR_OVERFLOW: the same on every rank. */
 void mlc_overflow_message(const mlc_request *req, char *buf, size_t len);
+
+/* staged.c */
+void mlc_device_init(mlc_team *team);
+void mlc_device_destroy(mlc_team *team);
 
 /* timeline.c */
 void mlc_timeline_record(mlc_team *team, int kind, int thread, int64_t request, int64_t detail,

@@ -13,20 +13,25 @@ from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentTypeError
 from ..core.session import Session
 from ..core.status import ERR_LEN, check
+from . import device
 from .buffers import as_array, group_by_dtype, in_place_array, tensor_list
 from .reductions import reduce_in_place
 
 
 def broadcast(s: Session, values, root: int, team: int = 0):
     """Overwrite each array in `values` (an array or a list of them) with root's; returns values."""
-    single = isinstance(values, (np.ndarray, np.generic))  # a scalar: refused below, saying why
+    # A scalar is refused below, saying why.
+    single = isinstance(values, (np.ndarray, np.generic)) or device.view(values) is not None
     arrays = [values] if single else values
     if not isinstance(arrays, (list, tuple)):
         raise BadArgumentTypeError(
             f"broadcast takes a list of numpy arrays, got {type(values).__name__}"
         )
     root = s.check_root(root)
-    s.team(team)  # a bad team id fails before anything is sent
+    handle = s.team(team)  # a bad team id fails before anything is sent
+    if device.holds_device_array(arrays):
+        device.broadcast(handle, s.team_err(team), list(arrays), root)
+        return values
     arrays = [in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
     broadcast_arrays(s, arrays, root, team)
     return values

@@ -14,7 +14,7 @@ from ..core.layout import fused_order
 from ..core.session import Session, is_pipelined
 from ..core.status import ERR_LEN, check
 from ..faults import stop
-from . import pipeline
+from . import device, pipeline
 from .buffers import as_array, buffer, group_by_dtype, in_place_array, shape_digest
 from .pool import OutputPool
 from .requests import average_blocking, average_groups, average_now, submit_average, wait_one
@@ -22,6 +22,8 @@ from .requests import average_blocking, average_groups, average_now, submit_aver
 
 def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) -> np.ndarray:
     handle = s.team(team)
+    if type(arr) is not np.ndarray and device.view(arr) is not None:
+        return device.reduce_in_place(handle, s.team_err(team), arr, op, what)
     flags = arr.flags if type(arr) is np.ndarray else None
     # The common call (a writeable C-contiguous array of a reducible dtype) skips the checks
     # that would only name what is wrong: at 8 bytes the whole reduction takes microseconds.
@@ -58,6 +60,13 @@ def gradients(
             f"gradients takes a list of numpy arrays, got {type(grads).__name__}"
         )
     pipelined = is_pipelined(config.ksteps, config.max_steps)
+    if device.holds_device_array(grads):
+        if pipelined:
+            raise BadArgumentError(
+                "gradients of device arrays need a synchronous team (config_team's ksteps "
+                "and max_steps: none pipelined)"
+            )
+        return device.gradients(handle, s.team_err(team), grads, out, lib.MLC_OP_AVERAGE)
     if out is None and not pipelined and not s.guard.finite and _one_plain_dtype(grads):
         # The common call, with nothing to convert or group: a blocking call that runs
         # small lists on this thread; every microsecond of Python counts at 8 bytes.

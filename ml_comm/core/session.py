@@ -23,6 +23,7 @@ from . import (
     backend,
     checks,
     compression,
+    device_staging,
     pace,
     settings,
     settings_check,
@@ -135,6 +136,7 @@ class Session:
                     THREAD_SLICE,
                 )
                 thread_cores.apply(self.teams[-1], self.thread_cores)
+                device_staging.apply(self.teams[-1])
             if timeline.enabled():
                 timeline.enable(self.teams)
             self.backend = backend.create(framework, self)

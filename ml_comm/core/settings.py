@@ -106,6 +106,18 @@ SETTINGS = (
             '("{rank}" in it: the rank; otherwise one file per rank beside it).'),
     Setting("ML_COMM_TIMELINE_EVENTS", "1000000", "int", False,
             "How many events each team's timeline keeps."),
+    Setting("ML_COMM_NUM_CUDA_STREAMS", "2", "int", False,
+            "CUDA streams each team stages device arrays through (1-16): the first half "
+            "carry copies to the host, the rest copies back (docs/gpu.md)."),
+    Setting("ML_COMM_CPY_PER_CUDA_STREAM", "8", "int", False,
+            "At most this many copies per staged piece on its stream (each piece's bytes "
+            "cut so)."),
+    Setting("ML_COMM_CUDA_PIECE_BYTES", "16777216", "bytes", False,
+            "Device arrays are reduced in pieces of this size, staged through 3 pinned host "
+            "buffers of it per team (48 MiB by default)."),
+    Setting("ML_COMM_CUDA_LIBRARY", "unset", "path", False,
+            "The CUDA driver library loaded at the first call with device arrays "
+            "(unset: libcuda.so.1)."),
     Setting("ML_COMM_CHECK_SKIP_TF", "0", "bool", False,
             "1: `python -m ml_comm --check` leaves out TensorFlow and its op library."),
     Setting("ML_COMM_STRICT_SETTINGS", "0", "bool", False,

@@ -1,6 +1,7 @@
 """The C core's layers run one way (docs/developer.md).
 
     team -> agree, plan -> algos -> transport -> base
+    team -> cuda -> base (device buffers staged through host memory)
     pipeline -> base (the pipelined step: front ends and the scale model link it)
 
 A file may include and call files of its own layer and of the layers below; nothing calls
@@ -22,7 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-RANK = {"base": 0, "transport": 1, "algos": 2, "agree": 3, "plan": 3, "pipeline": 3, "team": 4}
+RANK = {"base": 0, "cuda": 1, "transport": 1, "algos": 2, "agree": 3, "plan": 3, "pipeline": 3}
+RANK["team"] = 4
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
