@@ -159,6 +159,11 @@ void mlc_sign_input_of(const mlc_team *team, const mlc_request *req, mlc_sign_in
                            .rows_capacity = req->rows.rows_out ? MLC_ROWS_CARRY_BYTES : 0,
                            .rows_out = req->rows.rows_out, .call = req->call};
     in->ahead_bytes = mlc_ahead_bytes_of(team, req, &in->ahead_own);
+    if (req->fault.scanned_count) {
+        in->nonfinite_tensor = req->fault.scanned_tensor;
+        in->nonfinite_count = req->fault.scanned_count;
+        return;
+    }
     /* A keyed group's tensors are scanned as they arrive (group.c). */
     if (req->group || !team->agree.finite || req->kind != MLC_KIND_ALLREDUCE ||
         !mlc_dtype_is_float(req->dtype))
@@ -303,6 +308,19 @@ int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int p
     req->fault.bad_detail[1] = detail[1];
     rc = mlc_run_blocking(team, req, err, errlen);
     return rc ? rc : MLC_ERR_ARG; /* never OK: the verdict fails it */
+}
+
+int mlc_run_scanned(mlc_team *team, int dtype, int op, int part, int nparts, int call_dtypes, int tensor,
+                    int count, char *err, size_t errlen) {
+    mlc_request *req;
+    int rc = make_request(team, MLC_KIND_ALLREDUCE, NULL, 0, dtype, op, 0, 1, &req);
+    if (rc) return rc;
+    req->part = part;
+    req->nparts = nparts;
+    req->call_dtypes = call_dtypes;
+    req->fault.scanned_tensor = tensor;
+    req->fault.scanned_count = count;
+    return mlc_run_blocking(team, req, err, errlen);
 }
 
 int mlc_team_allreduce(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,

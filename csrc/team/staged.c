@@ -12,6 +12,7 @@
  *      request is checked against the call's layout: counts in the piece, each tensor's shape
  *      digest), and piece k starts up;
  *   4. every copy is waited for: the results are on the device when the call returns.
+ * With the finite check every piece comes down once more first, to be scanned (scan_first).
  * Bytes on the wire: the host path's for each piece. Bytes over PCIe: T down and T up
  * (a broadcast's root: T down; its other ranks: T up).
  * A CUDA failure on one rank at piece k fails piece k's request on every rank, naming it.
@@ -139,6 +140,47 @@ static int run_piece(const staged_call *c, const mlc_tensor *host, char *err, si
                                    err, errlen);
 }
 
+/* With the finite check, a reduction fails before any piece moves where some rank's input
+ * holds NaN/Inf, as a host call does: every piece comes down and is scanned first, and the
+ * ranks compare what they found in a request of its own. MLC_OK: nothing found on any rank. */
+static int scan_first(const staged_call *c, mlc_stager *st, int *bad, int64_t detail[2], char *err, size_t errlen) {
+    int first = -1, count = 0;
+    char *found = calloc(c->ntensors ? c->ntensors : 1, 1);
+    mlc_tensor *host = malloc((c->ntensors ? c->ntensors : 1) * sizeof *host);
+    mlc_stage_span *down = malloc((c->ntensors ? c->ntensors : 1) * sizeof *down);
+    mlc_stage_span *up = malloc((c->ntensors ? c->ntensors : 1) * sizeof *up);
+    if (!found || !host || !down || !up) {
+        *bad = MLC_BAD_NO_BUFFER;
+        detail[0] = 0;
+        detail[1] = c->ntensors * (int64_t)sizeof *host;
+    }
+    for (int64_t k = 0; st && !*bad && k < c->npieces; k++) {
+        int cu = k == 0 ? mlc_stage_down(st, 0, down, piece_layout(c, st, 0, host, down, up)) : MLC_CU_SUCCESS;
+        if (cu == MLC_CU_SUCCESS && k + 1 < c->npieces)
+            cu = mlc_stage_down(st, k + 1, down, piece_layout(c, st, k + 1, host, down, up));
+        if (cu == MLC_CU_SUCCESS) cu = mlc_stage_wait_down(st, k);
+        if (cu != MLC_CU_SUCCESS) {
+            *bad = MLC_BAD_CUDA;
+            detail[0] = cu;
+            detail[1] = 1;
+            break;
+        }
+        piece_layout(c, st, k, host, down, up);
+        for (int i = 0; i < c->ntensors; i++)
+            if (host[i].count > 0 && !found[i] && mlc_has_nonfinite(host[i].data, host[i].count, c->dtype)) {
+                found[i] = 1;
+                count++;
+                if (first < 0 || i < first) first = i;
+            }
+    }
+    free(found);
+    free(host);
+    free(down);
+    free(up);
+    if (*bad) return MLC_OK; /* the pieces' first request carries the fault */
+    return mlc_run_scanned(c->team, c->dtype, c->op, c->part, c->nparts, c->call_dtypes, first, count, err, errlen);
+}
+
 /* Steps 2-4, with this rank's fault (bad) where step 1 or the staging found one. */
 static int run_pieces(staged_call *c, mlc_stager *st, int bad, int64_t detail[2], char *err, size_t errlen) {
     mlc_tensor *host = malloc((c->ntensors ? c->ntensors : 1) * sizeof *host);
@@ -233,7 +275,10 @@ static int staged(staged_call *c, uintptr_t stream, int caller_fault, int64_t ca
         } else
             begun = 1;
     }
-    int rc = run_pieces(c, begun ? st : NULL, bad, detail, err, errlen);
+    int rc = MLC_OK;
+    if (c->kind == MLC_KIND_ALLREDUCE && team->agree.finite && mlc_dtype_is_float(c->dtype) && !bad)
+        rc = scan_first(c, begun ? st : NULL, &bad, detail, err, errlen);
+    if (rc == MLC_OK) rc = run_pieces(c, begun ? st : NULL, bad, detail, err, errlen);
     if (begun) {
         int cu = mlc_stage_end(st);
         if (cu != MLC_CU_SUCCESS && rc == MLC_OK) {

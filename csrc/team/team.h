@@ -78,6 +78,9 @@ typedef struct mlc_request_fault {
     int cancelled;            /* a keyed group this rank's failed step cancelled (group.c) */
     int overflow_tensor;      /* MLC_ERR_OVERFLOW: the first tensor found Inf/NaN; -1 */
     int64_t overflow_element; /* and the element in it */
+    /* NaN/Inf the caller found in its input beforehand (a device call's scan, staged.c): the
+     * first such tensor and how many, signed in place of the request's own scan; 0: none. */
+    int scanned_tensor, scanned_count;
 } mlc_request_fault;
 
 /* How a request ends, and who is told. */
@@ -265,6 +268,11 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
  * naming this rank; where no check runs (one rank, checks off), on this rank alone. */
 int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
                     int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen);
+/* A blocking allreduce with no data whose signature carries what this rank's own scan of a
+ * call's input found (staged.c): every rank makes it, and it fails on every rank with
+ * MLC_ERR_NONFINITE, naming the ranks and tensors, where any rank found NaN/Inf. */
+int mlc_run_scanned(mlc_team *team, int dtype, int op, int part, int nparts, int call_dtypes, int tensor,
+                    int count, char *err, size_t errlen);
 /* Carry out a blocking request (freed after, when on the heap); err gets its message. */
 int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen);
 /* The request's description and (non-group) finished signature input. */

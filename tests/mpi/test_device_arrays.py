@@ -203,3 +203,45 @@ def test_counters(session):
 
 def x_bytes(n: int, itemsize: int) -> int:
     return n * itemsize
+
+
+def test_finite_check_fails_before_any_piece_moves(session):
+    """NaN in the second piece of one rank's array: every rank fails, naming the rank and the
+    tensor by its place in the call's list, and no rank's array changed (none was averaged
+    in part)."""
+    team = mc.api.session().team(1)
+    last = session.nranks - 1
+    host = [
+        make_input(session.rank, (300,), np.float32),
+        make_input(session.rank, (50,), np.float32),
+    ]
+    if session.rank == last:
+        host[1][5] = np.nan  # 305 elements of 4 bytes in: the call's second piece
+    arrays = [DEVICE.to_device(h) for h in host]
+    out = [DEVICE.empty(h.shape, h.dtype) for h in host]
+    one = DEVICE.to_device(np.concatenate(host))
+    lib.mlc_team_set_checks(team, 1, 1)
+    try:
+        fails_on_every_rank(session, lambda: mc.gradients(arrays, team=1, out=out),
+                            f"rank {last} tensor 1", "NaN or Inf")  # fmt: skip
+        fails_on_every_rank(session, lambda: mc.average(one, team=1), f"rank {last} tensor 0")
+        c = Checks()
+        c.true(DEVICE.to_host(one).tobytes() == np.concatenate(host).tobytes(), "changed")
+        c.finish()
+    finally:
+        lib.mlc_team_set_checks(team, 1, 0)
+
+
+def test_compressed_values_on_the_wire(session):
+    """bf16 on the wire: the pieces' float32 rings carry 16-bit values; small sums stay exact."""
+    team = mc.api.session().team(1)
+    lib.mlc_team_set_compression(team, lib.MLC_COMPRESSION_BF16)
+    try:
+        c = Checks()
+        x = DEVICE.to_device((np.arange(20011) % 7 + session.rank).astype(np.float32))
+        mc.allreduce_sum(x, team=1)
+        want = sum((np.arange(20011) % 7 + r).astype(np.float32) for r in range(session.nranks))
+        c.equal(DEVICE.to_host(x), want, "bf16 sum")
+        c.finish()
+    finally:
+        lib.mlc_team_set_compression(team, lib.MLC_COMPRESSION_NONE)
