@@ -140,102 +140,102 @@ static int run_piece(const staged_call *c, const mlc_tensor *host, char *err, si
                                    err, errlen);
 }
 
+/* A piece's host tensors and copies, one entry per tensor of the call. */
+typedef struct piece_lists {
+    mlc_tensor *host;
+    mlc_stage_span *down, *up, *ahead; /* ahead: the next piece's downloads */
+} piece_lists;
+
+static int lists_alloc(piece_lists *l, int ntensors, int *bad, int64_t detail[2]) {
+    const size_t n = ntensors ? (size_t)ntensors : 1;
+    l->host = malloc(n * sizeof *l->host);
+    l->down = malloc(n * sizeof *l->down);
+    l->up = malloc(n * sizeof *l->up);
+    l->ahead = malloc(n * sizeof *l->ahead);
+    if (l->host && l->down && l->up && l->ahead) return 1;
+    *bad = MLC_BAD_NO_BUFFER;
+    detail[0] = 0;
+    detail[1] = (int64_t)(n * sizeof *l->host);
+    return 0;
+}
+
+static void lists_free(piece_lists *l) {
+    free(l->host);
+    free(l->down);
+    free(l->up);
+    free(l->ahead);
+}
+
+/* Piece k in its slot, piece k+1 on its way down (piece 0 started first, where k is 0). */
+static int piece_down(const staged_call *c, mlc_stager *st, int64_t k, piece_lists *l) {
+    int cu = MLC_CU_SUCCESS;
+    if (k == 0) cu = mlc_stage_down(st, 0, l->ahead, piece_layout(c, st, 0, l->host, l->ahead, l->up));
+    if (cu == MLC_CU_SUCCESS && k + 1 < c->npieces)
+        cu = mlc_stage_down(st, k + 1, l->ahead, piece_layout(c, st, k + 1, l->host, l->ahead, l->up));
+    return cu == MLC_CU_SUCCESS ? mlc_stage_wait_down(st, k) : cu;
+}
+
+static void cuda_fault(int cu, int *bad, int64_t detail[2]) {
+    *bad = MLC_BAD_CUDA;
+    detail[0] = cu;
+    detail[1] = 1;
+}
+
 /* With the finite check, a reduction fails before any piece moves where some rank's input
  * holds NaN/Inf, as a host call does: every piece comes down and is scanned first, and the
  * ranks compare what they found in a request of its own. MLC_OK: nothing found on any rank. */
 static int scan_first(const staged_call *c, mlc_stager *st, int *bad, int64_t detail[2], char *err, size_t errlen) {
-    int first = -1, count = 0;
+    int first = -1, count = 0, cu;
     char *found = calloc(c->ntensors ? c->ntensors : 1, 1);
-    mlc_tensor *host = malloc((c->ntensors ? c->ntensors : 1) * sizeof *host);
-    mlc_stage_span *down = malloc((c->ntensors ? c->ntensors : 1) * sizeof *down);
-    mlc_stage_span *up = malloc((c->ntensors ? c->ntensors : 1) * sizeof *up);
-    if (!found || !host || !down || !up) {
-        *bad = MLC_BAD_NO_BUFFER;
-        detail[0] = 0;
-        detail[1] = c->ntensors * (int64_t)sizeof *host;
-    }
+    piece_lists l;
+    if (lists_alloc(&l, c->ntensors, bad, detail) && !found) *bad = MLC_BAD_NO_BUFFER;
     for (int64_t k = 0; st && !*bad && k < c->npieces; k++) {
-        int cu = k == 0 ? mlc_stage_down(st, 0, down, piece_layout(c, st, 0, host, down, up)) : MLC_CU_SUCCESS;
-        if (cu == MLC_CU_SUCCESS && k + 1 < c->npieces)
-            cu = mlc_stage_down(st, k + 1, down, piece_layout(c, st, k + 1, host, down, up));
-        if (cu == MLC_CU_SUCCESS) cu = mlc_stage_wait_down(st, k);
-        if (cu != MLC_CU_SUCCESS) {
-            *bad = MLC_BAD_CUDA;
-            detail[0] = cu;
-            detail[1] = 1;
+        if ((cu = piece_down(c, st, k, &l)) != MLC_CU_SUCCESS) {
+            cuda_fault(cu, bad, detail);
             break;
         }
-        piece_layout(c, st, k, host, down, up);
+        piece_layout(c, st, k, l.host, l.down, l.up);
         for (int i = 0; i < c->ntensors; i++)
-            if (host[i].count > 0 && !found[i] && mlc_has_nonfinite(host[i].data, host[i].count, c->dtype)) {
+            if (l.host[i].count > 0 && !found[i] && mlc_has_nonfinite(l.host[i].data, l.host[i].count, c->dtype)) {
                 found[i] = 1;
                 count++;
-                if (first < 0 || i < first) first = i;
+                if (first < 0) first = i;
             }
     }
     free(found);
-    free(host);
-    free(down);
-    free(up);
+    lists_free(&l);
     if (*bad) return MLC_OK; /* the pieces' first request carries the fault */
     return mlc_run_scanned(c->team, c->dtype, c->op, c->part, c->nparts, c->call_dtypes, first, count, err, errlen);
 }
 
-/* Steps 2-4, with this rank's fault (bad) where step 1 or the staging found one. */
+/* Steps 2-4, with this rank's fault (bad) where step 1 or the staging found one: the request
+ * of the piece where a fault is found carries it, so every rank's call fails there. */
 static int run_pieces(staged_call *c, mlc_stager *st, int bad, int64_t detail[2], char *err, size_t errlen) {
-    mlc_tensor *host = malloc((c->ntensors ? c->ntensors : 1) * sizeof *host);
-    mlc_stage_span *down = malloc((c->ntensors ? c->ntensors : 1) * sizeof *down);
-    mlc_stage_span *up = malloc((c->ntensors ? c->ntensors : 1) * sizeof *up);
-    mlc_stage_span *next_down = malloc((c->ntensors ? c->ntensors : 1) * sizeof *next_down);
-    int rc = MLC_OK;
-    if (!host || !down || !up || !next_down) {
-        bad = MLC_BAD_NO_BUFFER;
-        detail[0] = 0;
-        detail[1] = c->ntensors * (int64_t)sizeof *host;
-    }
+    piece_lists l;
+    int rc = MLC_OK, cu;
+    lists_alloc(&l, c->ntensors, &bad, detail);
     for (int64_t k = 0; k < c->npieces; k++) {
-        int cu = MLC_CU_SUCCESS;
-        if (!bad && st) {
-            if (k == 0 && c->down) {
-                int n = piece_layout(c, st, 0, host, down, up);
-                cu = mlc_stage_down(st, 0, down, n);
-            }
-            if (cu == MLC_CU_SUCCESS && k + 1 < c->npieces && c->down) {
-                int n = piece_layout(c, st, k + 1, host, next_down, up);
-                cu = mlc_stage_down(st, k + 1, next_down, n);
-            }
-            if (cu == MLC_CU_SUCCESS) cu = mlc_stage_wait_down(st, k);
-            if (cu != MLC_CU_SUCCESS) {
-                bad = MLC_BAD_CUDA;
-                detail[0] = cu;
-                detail[1] = 1;
-            }
-        }
-        if (bad) { /* this piece's request carries the fault: every rank's call fails here */
+        if (!bad && st && c->down && (cu = piece_down(c, st, k, &l)) != MLC_CU_SUCCESS) cuda_fault(cu, &bad, detail);
+        /* A piece that does not come down waits for its slot's last upload instead. */
+        if (!bad && st && !c->down && (cu = mlc_stage_wait_up(st, k)) != MLC_CU_SUCCESS) cuda_fault(cu, &bad, detail);
+        if (bad) {
             rc = mlc_run_faulted(c->team, c->kind, c->dtype, c->op, c->root, c->part, c->nparts, c->call_dtypes,
                                  bad, detail, err, errlen);
             break;
         }
-        const int nspans = piece_layout(c, st, k, host, down, up);
-        if (st && !c->down && (cu = mlc_stage_wait_up(st, k)) != MLC_CU_SUCCESS) {
-            rc = mlc_run_faulted(c->team, c->kind, c->dtype, c->op, c->root, c->part, c->nparts, c->call_dtypes,
-                                 MLC_BAD_CUDA, (int64_t[2]){cu, 1}, err, errlen);
-            break;
-        }
-        if ((rc = run_piece(c, host, err, errlen))) break;
-        if (st && c->up && (cu = mlc_stage_up(st, k, up, nspans)) != MLC_CU_SUCCESS) {
-            /* The other ranks' results are whole; this rank's are not: it says so alone. */
-            char name[64];
-            snprintf(err, errlen, "copying piece %lld of the results back to CUDA device %d failed (%s)",
-                     (long long)k, st->ordinal, mlc_cuda_error_name(&st->cu, cu, name, sizeof name));
-            rc = MLC_ERR_STATE;
-            break;
+        const int nspans = piece_layout(c, st, k, l.host, l.down, l.up);
+        if ((rc = run_piece(c, l.host, err, errlen))) break;
+        if (st && c->up && (cu = mlc_stage_up(st, k, l.up, nspans)) != MLC_CU_SUCCESS) {
+            cuda_fault(cu, &bad, detail); /* the next piece's request says so to every rank */
+            if (k + 1 == c->npieces) {    /* none: the others' results are whole, this rank's not */
+                char name[64];
+                snprintf(err, errlen, "copying the results back to CUDA device %d failed (%s)", st->ordinal,
+                         mlc_cuda_error_name(&st->cu, cu, name, sizeof name));
+                rc = MLC_ERR_STATE;
+            }
         }
     }
-    free(host);
-    free(down);
-    free(up);
-    free(next_down);
+    lists_free(&l);
     return rc;
 }
 

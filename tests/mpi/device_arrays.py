@@ -93,8 +93,9 @@ class FakeArrays:
         ctypes.memmove(out.ctypes.data, x.pointer, x.nbytes)
         return out
 
-    def fail_next_copy(self) -> None:
-        self.lib.fake_cuda_fail_copy(1)
+    def fail_copy(self, n: int) -> None:
+        """Fail the n-th copy from now (1: the next)."""
+        self.lib.fake_cuda_fail_copy(n)
 
     def is_result(self, x) -> bool:
         return isinstance(x, FakeArray)

@@ -164,12 +164,15 @@ def test_arrays_on_two_devices(session):
     fails_on_every_rank(session, call, rank, "tensor 1 is on CUDA device 1")
 
 
-def test_a_copy_failing_on_one_rank(session):
+# With pieces of 1024 bytes cut into 3 copies each (the session's settings), a piece takes
+# 4 copies: copy 1 brings piece 0 down, copy 9 takes it back up (pieces 0 and 1 came down first).
+@pytest.mark.parametrize("copy", [1, 9], ids=["download", "upload"])
+def test_a_copy_failing_on_one_rank(session, copy):
     if not DEVICE.can_fail_copies:
         pytest.skip("a real driver's copies cannot be made to fail")
     x = DEVICE.to_device(make_input(session.rank, (1001,), np.float32))
     if session.rank == session.nranks - 1:
-        DEVICE.fail_next_copy()
+        DEVICE.fail_copy(copy)
     fails_on_every_rank(session, lambda: mc.average(x), f"rank {session.nranks - 1}",
                         "CUDA error 700 while copying")  # fmt: skip
 
