@@ -34,6 +34,9 @@ for arrays in ${ARRAYS:-torch cupy}; do
         [ $rc -eq 0 ] || { status=1; tail -40 "$OUT/test_${arrays}_$n.log"; }
     done
 done
+echo "== docs/gpu.md's example, 2 ranks"
+$PY -c "import re, sys; print(re.search(r'\x60\x60\x60python\n(.*?)\x60\x60\x60', open('docs/gpu.md').read(), re.S).group(1))" \
+    > "$OUT/gpu_example.py" && timeout 120 mpiexec -n 2 $PY "$OUT/gpu_example.py" && echo "example: OK" || status=1
 [ -n "${SKIP_BENCHMARK:-}" ] && exit $status
 # RUNS=3: the benchmark that many times (device_gradients_<i>.json).
 for run in $(seq 1 "${RUNS:-1}"); do
@@ -41,10 +44,11 @@ for run in $(seq 1 "${RUNS:-1}"); do
     timeout 400 mpiexec -n 2 $PY benchmarks/device_gradients.py --json "$OUT/device_gradients_$run.json" \
         ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench.log" || status=1
 done
-# PIECE_SWEEP="4194304 67108864": the large sizes again with other piece sizes.
-for piece in ${PIECE_SWEEP:-}; do
-    echo "== ML_COMM_CUDA_PIECE_BYTES=$piece"
-    ML_COMM_CUDA_PIECE_BYTES=$piece timeout 200 mpiexec -n 2 $PY benchmarks/device_gradients.py \
-        --sizes-mib 64,256 --json "$OUT/device_gradients_piece_$piece.json" 2>&1 | tee -a "$OUT/bench.log"
+# SWEEP="ML_COMM_CUDA_PIECE_BYTES=4194304 ML_COMM_CPY_PER_CUDA_STREAM=1": the large sizes
+# again under each setting, one at a time.
+for setting in ${SWEEP:-}; do
+    echo "== $setting"
+    env "$setting" timeout 200 mpiexec -n 2 $PY benchmarks/device_gradients.py --sizes-mib 64,256 \
+        --json "$OUT/device_gradients_$(echo "${setting#ML_COMM_}" | tr 'A-Z=' 'a-z_').json" 2>&1 | tee -a "$OUT/bench.log"
 done
 exit $status
