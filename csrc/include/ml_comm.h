@@ -447,7 +447,9 @@ enum mlc_device_fault {
  * returns. stream: the caller's CUstream (0: the legacy default stream): the copies wait for
  * the work queued on it first. A fault found by the caller, memory that is not device memory,
  * tensors on two devices, and a failing CUDA call fail the call on every rank (the message names
- * the ranks and tensors), so no rank waits for another. */
+ * the ranks and tensors), so no rank waits for another; only a failed copy back of the last
+ * piece fails on its rank alone. With the finite check, every piece is scanned before any is
+ * reduced (a NaN leaves every array as it was). */
 int mlc_team_allreduce_device(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype, int op,
                               int part, int nparts, int call_dtypes, uintptr_t stream, int fault,
                               int64_t fault_tensor, char *err, size_t errlen);
