@@ -26,6 +26,12 @@ _FRAMEWORK_HINTS = (
 )
 
 
+_DEVICE_HINT = (
+    " (a CUDA array: gradients, average and broadcast take those, docs/gpu.md; for this call "
+    "copy it to the host)"
+)
+
+
 def as_array(value, what: str) -> np.ndarray:
     """`value` to be read: an array, or a NumPy scalar (np.float32(1), a Keras
     optimizer's iterations.numpy()) as a 0-d array."""
@@ -34,6 +40,8 @@ def as_array(value, what: str) -> np.ndarray:
     if not isinstance(value, np.ndarray):
         module = type(value).__module__
         hint = next((h for prefixes, h in _FRAMEWORK_HINTS if module.startswith(prefixes)), "")
+        if getattr(value, "is_cuda", False) or hasattr(value, "__cuda_array_interface__"):
+            hint = _DEVICE_HINT
         raise BadArgumentTypeError(
             f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}"
         )

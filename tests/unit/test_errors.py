@@ -88,6 +88,16 @@ def test_a_bad_compression_setting_raises_settings_error():
     assert type(info.value) is mc.BadArgumentError
 
 
+def test_a_cuda_array_where_only_host_arrays_go_says_so():
+    """A collective given a device array (a stand-in with __cuda_array_interface__) says which
+    calls take device arrays."""
+    from ml_comm.arrays.buffers import as_array
+
+    stand_in = type("ndarray", (), {"__module__": "cupy", "__cuda_array_interface__": {}})()
+    with pytest.raises(mc.BadArgumentTypeError, match=r"a CUDA array: gradients, average and"):
+        as_array(stand_in, "allgather value")
+
+
 @pytest.mark.parametrize(
     "module, hint",
     [
