@@ -60,13 +60,6 @@ def gradients(
             f"gradients takes a list of numpy arrays, got {type(grads).__name__}"
         )
     pipelined = is_pipelined(config.ksteps, config.max_steps)
-    if device.holds_device_array(grads):
-        if pipelined:
-            raise BadArgumentError(
-                "gradients of device arrays need a synchronous team (config_team's ksteps "
-                "and max_steps: none pipelined)"
-            )
-        return device.gradients(handle, s.team_err(team), grads, out, lib.MLC_OP_AVERAGE)
     if out is None and not pipelined and not s.guard.finite and _one_plain_dtype(grads):
         # The common call, with nothing to convert or group: a blocking call that runs
         # small lists on this thread; every microsecond of Python counts at 8 bytes.
@@ -75,6 +68,13 @@ def gradients(
         laid_out = [grads[i] for i in order]
         average_blocking(handle, s.team_err(team), [outputs[i] for i in order], laid_out, order)
         return outputs  # synchronous: should_stop reads the team's mark
+    if device.holds_device_array(grads):
+        if pipelined:
+            raise BadArgumentError(
+                "gradients of device arrays need a synchronous team (config_team's ksteps "
+                "and max_steps: none pipelined)"
+            )
+        return device.gradients(handle, s.team_err(team), grads, out, lib.MLC_OP_AVERAGE)
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
     inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
