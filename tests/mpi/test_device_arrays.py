@@ -248,3 +248,12 @@ def test_compressed_values_on_the_wire(session):
         c.finish()
     finally:
         lib.mlc_team_set_compression(team, lib.MLC_COMPRESSION_NONE)
+
+
+def test_a_pipelined_team_takes_host_arrays_only(session):
+    mc.config_team(1, mc.ALG_AUTO, 0, 10)  # pipelined from the first call
+    try:
+        with pytest.raises(BadArgumentError, match="device arrays need a synchronous team"):
+            mc.gradients([DEVICE.to_device(np.ones(3, np.float32))], team=1)
+    finally:
+        mc.config_team(1, mc.ALG_AUTO, 0, 0)
