@@ -340,7 +340,7 @@ static void append_bad_args(char *buf, size_t len, size_t *off, int code, const 
     case MLC_BAD_CUDA:
         mlc_append(buf, len, off, "CUDA error %lld while %s device buffers", x, y ? "copying" : "setting up for");
         break;
-    case MLC_BAD_NO_CUDA: mlc_append(buf, len, off, "no CUDA driver could be loaded (libcuda.so.1)"); break;
+    case MLC_BAD_NO_CUDA: mlc_append(buf, len, off, "no CUDA driver could be loaded"); break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }
 }

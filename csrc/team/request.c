@@ -287,22 +287,30 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
     return rc;
 }
 
+/* A blocking request with no data, of the caller's call part (staged.c's fault and scan). */
+static int empty_request(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                         int call_dtypes, mlc_request **out) {
+    int rc = make_request(team, kind, NULL, 0, dtype, op, root, 1, out);
+    if (rc) return rc;
+    (*out)->part = part;
+    (*out)->nparts = nparts;
+    (*out)->call_dtypes = call_dtypes;
+    return MLC_OK;
+}
+
 int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
                     int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen) {
     if (!mlc_agree_wants(&team->agree, kind, dtype)) { /* no exchange to carry it */
         char what[256];
         mlc_describe_bad_args(bad, detail, what, sizeof what);
         if (err && errlen)
-            snprintf(err, errlen, "invalid %s arguments: rank %d: %s", kind == MLC_KIND_BROADCAST ? "broadcast" : "allreduce",
-                     team->ctx->rank, what);
+            snprintf(err, errlen, "invalid %s arguments: rank %d: %s",
+                     kind == MLC_KIND_BROADCAST ? "broadcast" : "allreduce", team->ctx->rank, what);
         return MLC_ERR_ARG;
     }
     mlc_request *req;
-    int rc = make_request(team, kind, NULL, 0, dtype, op, root, 1, &req);
+    int rc = empty_request(team, kind, dtype, op, root, part, nparts, call_dtypes, &req);
     if (rc) return rc;
-    req->part = part;
-    req->nparts = nparts;
-    req->call_dtypes = call_dtypes;
     req->fault.bad_args = bad;
     req->fault.bad_detail[0] = detail[0];
     req->fault.bad_detail[1] = detail[1];
@@ -313,11 +321,8 @@ int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int p
 int mlc_run_scanned(mlc_team *team, int dtype, int op, int part, int nparts, int call_dtypes, int tensor,
                     int count, char *err, size_t errlen) {
     mlc_request *req;
-    int rc = make_request(team, MLC_KIND_ALLREDUCE, NULL, 0, dtype, op, 0, 1, &req);
+    int rc = empty_request(team, MLC_KIND_ALLREDUCE, dtype, op, 0, part, nparts, call_dtypes, &req);
     if (rc) return rc;
-    req->part = part;
-    req->nparts = nparts;
-    req->call_dtypes = call_dtypes;
     req->fault.scanned_tensor = tensor;
     req->fault.scanned_count = count;
     return mlc_run_blocking(team, req, err, errlen);

@@ -165,16 +165,15 @@ def _by_dtype(views: list[DeviceArray | None]) -> dict[int, list[int]]:
 def gradients(handle, err, grads, out, op: int) -> list:
     """The gradients averaged (op) over the ranks into `out`, or new arrays of their library."""
     views, fault, at = _views(grads)
+    outputs, targets = None, []  # a fault's call fails on every rank: no results
     if fault == lib.MLC_DEVICE_FAULT_NONE:
-        reducible = [v for v in views if not lib.mlc_dtype_is_reducible(v.code)]
-        if reducible:
-            raise BadArgumentTypeError(
-                f"gradients: {_dtypes.NAMES[reducible[0].code]} arrays are not reduced"
-            )
-    outputs = None
-    if fault == lib.MLC_DEVICE_FAULT_NONE:
+        for v in views:
+            if not lib.mlc_dtype_is_reducible(v.code):
+                raise BadArgumentTypeError(
+                    f"gradients: {_dtypes.NAMES[v.code]} arrays are not reduced"
+                )
         outputs = _checked_out(out, views) if out is not None else [_empty_like(v) for v in views]
-    targets = [view(o) for o in outputs] if outputs is not None else []
+        targets = [view(o) for o in outputs]
     _run(lib.mlc_team_allreduce_device, handle, _by_dtype(views), targets, views, fault, at,
          "gradients", err, op)  # fmt: skip
     return outputs
