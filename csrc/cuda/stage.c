@@ -163,47 +163,49 @@ static double elapsed(mlc_stager *st, CUevent start, CUevent end) {
     return st->cu.event_elapsed_time(&ms, start, end) == MLC_CU_SUCCESS ? ms * 1e-3 : 0;
 }
 
-/* The slot's upload is done (it has had a whole piece's reduction to finish): count it. */
+/* A slot's copies one way are done: count their bytes and the time they took. */
+static CUresult finish(mlc_stager *st, int64_t *pending, CUevent start, CUevent done, int64_t *bytes,
+                       double *seconds) {
+    if (!*pending) return MLC_CU_SUCCESS;
+    TRY(st->cu.event_synchronize(done));
+    *bytes += *pending;
+    *seconds += elapsed(st, start, done);
+    *pending = 0;
+    return MLC_CU_SUCCESS;
+}
+
+/* The slot's upload is done (it has had a whole piece's reduction to finish). */
 static CUresult finish_up(mlc_stager *st, int slot) {
-    if (!st->up_bytes[slot]) return MLC_CU_SUCCESS;
-    TRY(st->cu.event_synchronize(st->up_done[slot]));
-    st->counters.bytes_up += st->up_bytes[slot];
-    st->counters.seconds_up += elapsed(st, st->up_start[slot], st->up_done[slot]);
-    st->up_bytes[slot] = 0;
+    return finish(st, &st->up_bytes[slot], st->up_start[slot], st->up_done[slot], &st->counters.bytes_up,
+                  &st->counters.seconds_up);
+}
+
+/* A piece's copies one way, between the slot's two events, on its stream for that way. */
+static CUresult start(mlc_stager *st, int64_t piece, const mlc_stage_span *spans, int nspans, int up) {
+    const int slot = (int)(piece % MLC_STAGE_SLOTS);
+    CUstream stream = stream_for(st, piece, up);
+    TRY(st->cu.event_record(up ? st->up_start[slot] : st->down_start[slot], stream));
+    TRY(copy_spans(st, piece, spans, nspans, up, stream));
+    TRY(st->cu.event_record(up ? st->up_done[slot] : st->down_done[slot], stream));
+    (up ? st->up_bytes : st->down_bytes)[slot] = span_bytes(spans, nspans);
     return MLC_CU_SUCCESS;
 }
 
 int mlc_stage_wait_up(mlc_stager *st, int64_t piece) { return finish_up(st, (int)(piece % MLC_STAGE_SLOTS)); }
 
 int mlc_stage_down(mlc_stager *st, int64_t piece, const mlc_stage_span *spans, int nspans) {
-    const int slot = (int)(piece % MLC_STAGE_SLOTS);
-    CUstream stream = stream_for(st, piece, 0);
-    TRY(finish_up(st, slot));
-    TRY(st->cu.event_record(st->down_start[slot], stream));
-    TRY(copy_spans(st, piece, spans, nspans, 0, stream));
-    TRY(st->cu.event_record(st->down_done[slot], stream));
-    st->down_bytes[slot] = span_bytes(spans, nspans);
-    return MLC_CU_SUCCESS;
+    TRY(finish_up(st, (int)(piece % MLC_STAGE_SLOTS)));
+    return start(st, piece, spans, nspans, 0);
 }
 
 int mlc_stage_wait_down(mlc_stager *st, int64_t piece) {
     const int slot = (int)(piece % MLC_STAGE_SLOTS);
-    if (!st->down_bytes[slot]) return MLC_CU_SUCCESS;
-    TRY(st->cu.event_synchronize(st->down_done[slot]));
-    st->counters.bytes_down += st->down_bytes[slot];
-    st->counters.seconds_down += elapsed(st, st->down_start[slot], st->down_done[slot]);
-    st->down_bytes[slot] = 0;
-    return MLC_CU_SUCCESS;
+    return finish(st, &st->down_bytes[slot], st->down_start[slot], st->down_done[slot], &st->counters.bytes_down,
+                  &st->counters.seconds_down);
 }
 
 int mlc_stage_up(mlc_stager *st, int64_t piece, const mlc_stage_span *spans, int nspans) {
-    const int slot = (int)(piece % MLC_STAGE_SLOTS);
-    CUstream stream = stream_for(st, piece, 1);
-    TRY(st->cu.event_record(st->up_start[slot], stream));
-    TRY(copy_spans(st, piece, spans, nspans, 1, stream));
-    TRY(st->cu.event_record(st->up_done[slot], stream));
-    st->up_bytes[slot] = span_bytes(spans, nspans);
-    return MLC_CU_SUCCESS;
+    return start(st, piece, spans, nspans, 1);
 }
 
 int mlc_stage_end(mlc_stager *st) {
