@@ -188,6 +188,30 @@ int64_t StepOf(OpKernelContext *ctx) {
   return id != 0 ? id : 1;
 }
 
+// The attributes an opener and its submits share: which team and group, the group's
+// layout (each tensor's element count and shape digest) and how it is reduced.
+struct GroupAttrs {
+  int64_t team_id = 0, group_key = 0;
+  std::vector<int64_t> counts;
+  std::vector<int64_t> shapes;  // mlc_tensor.shape of each tensor, as TensorFlow's int64 attr
+  bool average = true;
+  int nranks = 0;
+  CallPart part;
+
+  tensorflow::Status Read(OpKernelConstruction *c) {
+    TF_RETURN_IF_ERROR(c->GetAttr("team_id", &team_id));
+    TF_RETURN_IF_ERROR(c->GetAttr("group_key", &group_key));
+    TF_RETURN_IF_ERROR(c->GetAttr("counts", &counts));
+    TF_RETURN_IF_ERROR(c->GetAttr("shapes", &shapes));
+    if (!shapes.empty() && shapes.size() != counts.size())
+      return tensorflow::errors::InvalidArgument("shapes: one per tensor of the group, or none");
+    TF_RETURN_IF_ERROR(c->GetAttr("average", &average));
+    TF_RETURN_IF_ERROR(c->GetAttr("nranks", &nranks));
+    return ReadCallPart(c, &part);
+  }
+  int Op() const { return average ? MLC_OP_AVERAGE : MLC_OP_SUM; }
+};
+
 // Whether the core's plan has this gradient's submit reduce it then and there (a group of
 // one small tensor: mlc_team_group_by_submit), as every rank's plan says alike.
 bool ReducedBySubmit(mlc_team *team, const std::vector<int64_t> &counts, DataType dtype) {
@@ -223,37 +247,29 @@ class GroupOpenOp : public tensorflow::OpKernel {
  public:
   explicit GroupOpenOp(OpKernelConstruction *c) : OpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("T", &dtype_));
-    OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
-    OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
-    OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
-    OP_REQUIRES_OK(c, c->GetAttr("shapes", &shapes_));
-    OP_REQUIRES(c, shapes_.empty() || shapes_.size() == counts_.size(),
-                tensorflow::errors::InvalidArgument("shapes: one per tensor of the group, or none"));
-    OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
-    OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
-    OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
+    OP_REQUIRES_OK(c, group_.Read(c));
   }
 
   void Compute(OpKernelContext *ctx) override {
     Tensor *opener = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &opener));
     opener->scalar<int64_t>()() = 0;
-    if (nranks_ == 1) return;
-    HeldTeam held(ctx, team_id_);
+    const GroupAttrs &g = group_;
+    if (g.nranks == 1) return;
+    HeldTeam held(ctx, g.team_id);
     mlc_team *team = held.get();
-    if (team == nullptr || ReducedBySubmit(team, counts_, dtype_)) return;
+    if (team == nullptr || ReducedBySubmit(team, g.counts, dtype_)) return;
     int64_t id = 0;
     char err[256] = "";
-    int rc = mlc_team_group_open_part(team, group_key_, static_cast<int>(counts_.size()), counts_.data(),
-                                      Shapes(shapes_), CoreDtype(dtype_), average_ ? MLC_OP_AVERAGE : MLC_OP_SUM,
-                                      part_.part, part_.nparts, part_.call_dtypes, StepOf(ctx), &id, err,
-                                      sizeof err);
+    int rc = mlc_team_group_open_part(team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(),
+                                      Shapes(g.shapes), CoreDtype(dtype_), g.Op(), g.part.part,
+                                      g.part.nparts, g.part.call_dtypes, StepOf(ctx), &id, err, sizeof err);
     OP_REQUIRES(ctx, rc == MLC_OK, CoreError(rc, absl::StrCat("ml_comm: ", err)));
     opener->scalar<int64_t>()() = id;
     if (id == 0) return;  // every gradient of the step came first: nothing left to cancel
     tensorflow::CancellationManager *cm = ctx->cancellation_manager();
     if (cm == nullptr) return;
-    const int64_t team_id = team_id_;
+    const int64_t team_id = g.team_id;
     auto cancel = [team_id, id] {
       if (mlc_team *t = AcquireLive(team_id)) {
         mlc_team_group_cancel_opened(t, id);  // MLC_ERR_STATE: complete, nothing to do
@@ -265,12 +281,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
 
  private:
   DataType dtype_;
-  int64_t team_id_ = 0, group_key_ = 0;
-  std::vector<int64_t> counts_;
-  std::vector<int64_t> shapes_;  // mlc_tensor.shape of each tensor, as TensorFlow's int64 attr
-  bool average_ = true;
-  int nranks_ = 0;
-  CallPart part_;
+  GroupAttrs group_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("MlCommGroupOpen").Device(tensorflow::DEVICE_CPU), GroupOpenOp);
@@ -304,34 +315,26 @@ read it only through MlCommGroupWait(buffer, token).
 class GroupSubmitOp : public tensorflow::OpKernel {
  public:
   explicit GroupSubmitOp(OpKernelConstruction *c) : OpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("team_id", &team_id_));
-    OP_REQUIRES_OK(c, c->GetAttr("group_key", &group_key_));
+    OP_REQUIRES_OK(c, group_.Read(c));
     OP_REQUIRES_OK(c, c->GetAttr("index", &index_));
-    OP_REQUIRES_OK(c, c->GetAttr("counts", &counts_));
-    OP_REQUIRES_OK(c, c->GetAttr("shapes", &shapes_));
-    OP_REQUIRES(c, shapes_.empty() || shapes_.size() == counts_.size(),
-                tensorflow::errors::InvalidArgument("shapes: one per tensor of the group, or none"));
-    OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
-    OP_REQUIRES_OK(c, c->GetAttr("nranks", &nranks_));
-    OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
-    OP_REQUIRES(c, index_ >= 0 && index_ < static_cast<int>(counts_.size()),
+    OP_REQUIRES(c, index_ >= 0 && index_ < static_cast<int>(group_.counts.size()),
                 Carrying(tensorflow::errors::InvalidArgument("ml_comm: index outside counts"),
                          MLC_ERR_ARG));
   }
 
   void Compute(OpKernelContext *ctx) override {
     const Tensor &input = ctx->input(0);
-    OP_REQUIRES(ctx, input.NumElements() == counts_[index_],
+    OP_REQUIRES(ctx, input.NumElements() == group_.counts[index_],
                 Carrying(tensorflow::errors::InvalidArgument(
                              "ml_comm: gradient ", index_, " has ", input.NumElements(),
-                             " elements but the graph was built for ", counts_[index_]),
+                             " elements but the graph was built for ", group_.counts[index_]),
                          MLC_ERR_ARG));
-    HeldTeam held(ctx, team_id_);
+    HeldTeam held(ctx, group_.team_id);
     mlc_team *team = held.get();
     if (team == nullptr) return;
     Tensor *token = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({}), &token));
-    if (nranks_ == 1) {  // the average over one rank is the input itself
+    if (group_.nranks == 1) {  // the average over one rank is the input itself
       ctx->set_output(0, input);
       token->scalar<int64_t>()() = 0;
       return;
@@ -348,20 +351,19 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     }
     auto completion = std::make_shared<Completion>();
     completion->team = team;
-    completion->team_id = team_id_;
-    completion->key = group_key_;
+    completion->team_id = group_.team_id;
+    completion->key = group_.group_key;
     completion->index = index_;
     completion->input = input;
     completion->buffer = *output;
     const int64_t id = AddToken(completion);
     char err[256] = "";
+    const GroupAttrs &g = group_;
     int rc = mlc_team_group_arrive_part(
-        team, group_key_, static_cast<int>(counts_.size()), counts_.data(), Shapes(shapes_),
-        CoreDtype(input.dtype()),
-        average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part, part_.nparts, part_.call_dtypes, index_,
-        StepOf(ctx), input.tensor_data().data(),
-        const_cast<char *>(output->tensor_data().data()), CompleteTensor, CoreUser(id), err,
-        sizeof err);
+        team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(), Shapes(g.shapes),
+        CoreDtype(input.dtype()), g.Op(), g.part.part, g.part.nparts, g.part.call_dtypes, index_,
+        StepOf(ctx), input.tensor_data().data(), const_cast<char *>(output->tensor_data().data()),
+        CompleteTensor, CoreUser(id), err, sizeof err);
     if (rc != MLC_OK) {
       DropToken(id);
       ctx->SetStatus(CoreError(rc, absl::StrCat("ml_comm: ", err)));
@@ -382,7 +384,7 @@ class GroupSubmitOp : public tensorflow::OpKernel {
 
  private:
   bool RunsHere(mlc_team *team, const Tensor &input) const {
-    return ReducedBySubmit(team, counts_, input.dtype());
+    return ReducedBySubmit(team, group_.counts, input.dtype());
   }
 
   void Reduce(OpKernelContext *ctx, mlc_team *team, const Tensor &input, Tensor *output) const {
@@ -390,20 +392,15 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     char *out = const_cast<char *>(output->tensor_data().data());
     mlc_tensor tensor = {out, in == out ? nullptr : in, input.NumElements(), ShapeDigest(input)};
     char err[256] = "";
-    int rc = mlc_team_allreduce_part(team, &tensor, 1, CoreDtype(input.dtype()),
-                                     average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_.part,
-                                     part_.nparts, part_.call_dtypes, err, sizeof err);
+    int rc = mlc_team_allreduce_part(team, &tensor, 1, CoreDtype(input.dtype()), group_.Op(),
+                                     group_.part.part, group_.part.nparts, group_.part.call_dtypes,
+                                     err, sizeof err);
     if (rc != MLC_OK)
       ctx->SetStatus(CoreError(rc, absl::StrCat("ml_comm allreduce failed: ", err)));
   }
 
-  int64_t team_id_ = 0, group_key_ = 0;
+  GroupAttrs group_;
   int index_ = 0;
-  std::vector<int64_t> counts_;
-  std::vector<int64_t> shapes_;  // mlc_tensor.shape of each tensor, as TensorFlow's int64 attr
-  bool average_ = true;
-  int nranks_ = 0;
-  CallPart part_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("MlCommGroupSubmit").Device(tensorflow::DEVICE_CPU), GroupSubmitOp);
