@@ -162,8 +162,19 @@ static int failed(mlc_agree *ag, mlc_agreement *a, int rc) {
     return rc;
 }
 
-/* Post the receive (src >= 0) and the send (dest >= 0), then wait for both.
+/* Count the `posted` requests in ag->reqs and wait for them (rc: how their posting went).
  * After an error nothing stays posted. */
+static int wait_posted(mlc_agree *ag, mlc_agreement *a, int posted, int rc) {
+    a->messages += posted;
+    if (rc == MLC_OK) rc = mlc_tp_waitall(&ag->tp, posted, ag->reqs);
+    if (rc != MLC_OK) {
+        mlc_tp_abandon(&ag->tp, posted, ag->reqs);
+        return failed(ag, a, rc);
+    }
+    return MLC_OK;
+}
+
+/* Post the receive (src >= 0) and the send (dest >= 0), then wait for both. */
 static int move(mlc_agree *ag, mlc_agreement *a, const void *out, int64_t out_bytes, int dest,
                 void *in, int64_t in_bytes, int src, int tag) {
     mlc_tp *tp = &ag->tp;
@@ -171,13 +182,7 @@ static int move(mlc_agree *ag, mlc_agreement *a, const void *out, int64_t out_by
     if (src >= 0 && (rc = mlc_tp_irecv(tp, in, in_bytes, src, tag, &ag->reqs[posted])) == MLC_OK) posted++;
     if (rc == MLC_OK && dest >= 0 && (rc = mlc_tp_isend(tp, out, out_bytes, dest, tag, &ag->reqs[posted])) == MLC_OK)
         posted++;
-    a->messages += posted;
-    if (rc == MLC_OK) rc = mlc_tp_waitall(tp, posted, ag->reqs);
-    if (rc != MLC_OK) {
-        mlc_tp_abandon(tp, posted, ag->reqs);
-        return failed(ag, a, rc);
-    }
-    return MLC_OK;
+    return wait_posted(ag, a, posted, rc);
 }
 
 /* ---- the tree ---- */
@@ -351,12 +356,7 @@ static int table(mlc_agree *ag, mlc_agreement *a) {
             if (rc == MLC_OK) rc = mlc_tp_isend(tp, slot(ag, me), bytes, to, MLC_AGREE_TABLE_TAG, &ag->reqs[posted]);
             posted += rc == MLC_OK;
         }
-        a->messages += posted;
-        if (rc == MLC_OK) rc = mlc_tp_waitall(tp, posted, ag->reqs);
-        if (rc != MLC_OK) {
-            mlc_tp_abandon(tp, posted, ag->reqs);
-            return failed(ag, a, rc);
-        }
+        if ((rc = wait_posted(ag, a, posted, rc)) != MLC_OK) return rc;
     }
     return MLC_OK;
 }
