@@ -324,17 +324,18 @@ class GroupSubmitOp : public tensorflow::OpKernel {
 
   void Compute(OpKernelContext *ctx) override {
     const Tensor &input = ctx->input(0);
-    OP_REQUIRES(ctx, input.NumElements() == group_.counts[index_],
+    const GroupAttrs &g = group_;
+    OP_REQUIRES(ctx, input.NumElements() == g.counts[index_],
                 Carrying(tensorflow::errors::InvalidArgument(
                              "ml_comm: gradient ", index_, " has ", input.NumElements(),
-                             " elements but the graph was built for ", group_.counts[index_]),
+                             " elements but the graph was built for ", g.counts[index_]),
                          MLC_ERR_ARG));
-    HeldTeam held(ctx, group_.team_id);
+    HeldTeam held(ctx, g.team_id);
     mlc_team *team = held.get();
     if (team == nullptr) return;
     Tensor *token = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tensorflow::TensorShape({}), &token));
-    if (group_.nranks == 1) {  // the average over one rank is the input itself
+    if (g.nranks == 1) {  // the average over one rank is the input itself
       ctx->set_output(0, input);
       token->scalar<int64_t>()() = 0;
       return;
@@ -351,14 +352,13 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     }
     auto completion = std::make_shared<Completion>();
     completion->team = team;
-    completion->team_id = group_.team_id;
-    completion->key = group_.group_key;
+    completion->team_id = g.team_id;
+    completion->key = g.group_key;
     completion->index = index_;
     completion->input = input;
     completion->buffer = *output;
     const int64_t id = AddToken(completion);
     char err[256] = "";
-    const GroupAttrs &g = group_;
     int rc = mlc_team_group_arrive_part(
         team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(), Shapes(g.shapes),
         CoreDtype(input.dtype()), g.Op(), g.part.part, g.part.nparts, g.part.call_dtypes, index_,
