@@ -11,6 +11,16 @@ mc.gradients([a], out=[b]) (a fixed output); --only times one of them alone. Eve
 is written before the loop: an np.zeros array never written reads the kernel's shared zero
 page, which measures nothing.
 
+layers: a one-array mc.gradients (--size bytes, 8 by default) through each layer it
+crosses, each alone in blocks of --iters calls, the fastest of 5 blocks: the API call, the
+NumPy backend's method, the glue's one C call (`_numpy_glue.average`, with the caller's
+identity read once before the loop), and MPI_Allreduce for scale. Differences between
+rows are what each layer adds. It also runs
+on a checkout from before calls carried an identity (for an A/B with ab_builds.py's --a):
+
+    .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/cost_split.py layers -n 100000
+    PYTHONPATH=OLD .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/cost_split.py layers -n 100000
+
 cpu: mc.gradients of a list (--shapes resnet50, or --tensors K of --size bytes together)
 through NumPy (--api gradients) or the TensorFlow op inside tf.function, the caller holding
 the inputs (--api tf) or the gradients computed in the function (--api tf-forwarded: x * 2,
@@ -108,6 +118,44 @@ def placement(args, comm, MPI) -> None:
     mc.finalize()
 
 
+def layers(args, comm, MPI) -> None:
+    count = max(args.size // 4, 1)
+    mc.init(args.threads, 1, count)
+    a = np.ones(count, np.float32)
+    sent, got = np.ones(count, np.float32), np.empty(count, np.float32)
+    from ml_comm.arrays import _numpy_glue
+
+    mc.gradients([a])  # binds the team's one-array path
+    session = mc.api.session() if hasattr(mc.api, "session") else mc.api._active()  # older
+    backend = session.backend
+    if hasattr(session, "calls"):  # calls carry the caller's identity
+        binding, signed = backend.bindings[0], session.calls.identity()
+        glue = lambda: _numpy_glue.average(binding, a, signed)  # noqa: E731
+    else:
+        binding = backend.plain[0]
+        glue = lambda: _numpy_glue.average(binding, a)  # noqa: E731
+    rows = {
+        "mc.gradients([a])": lambda: mc.gradients([a]),
+        "backend.gradients": lambda: backend.gradients([a], 0),
+        "glue's C call": glue,
+        "MPI_Allreduce": lambda: comm.Allreduce(sent, got, op=MPI.SUM),
+    }
+    best = dict.fromkeys(rows, np.inf)
+    for _ in range(5):
+        for name, fn in rows.items():
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / args.iters)
+    if comm.rank == 0:
+        print(f"# {comm.size} ranks, {count * 4} B float32, fastest of 5 blocks of "
+              f"{args.iters} calls; per call, us")  # fmt: skip
+        for name, seconds in best.items():
+            print(f"{name:20s} {seconds * 1e6:7.3f}")
+    mc.finalize()
+
+
 def cpu(args, comm, MPI) -> None:
     if args.shapes == "resnet50":
         shapes = product_paths.resnet50_shapes()
@@ -167,8 +215,8 @@ def cpu(args, comm, MPI) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("placement", "cpu"))
-    p.add_argument("-s", "--size", type=parse_bytes, default=64 << 20, help="bytes (64M)")
+    p.add_argument("what", choices=("placement", "layers", "cpu"))
+    p.add_argument("-s", "--size", type=parse_bytes, help="bytes (64M; layers: 8)")
     p.add_argument("-n", "--iters", type=int, default=30)
     p.add_argument("--only", choices=PLACEMENTS, help="placement only: time this call alone")
     p.add_argument("-t", "--threads", type=int, default=2, help="ml_comm threads per team")
@@ -181,11 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", choices=("resnet50",), help="cpu only: this model's gradients")
     p.add_argument("--tensors", type=int, default=1, help="cpu only: tensors --size is split into")
     args = p.parse_args(argv)
+    if args.size is None:
+        args.size = 8 if args.what == "layers" else 64 << 20
     mc.init_mpi()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    (placement if args.what == "placement" else cpu)(args, comm, MPI)
+    {"placement": placement, "layers": layers, "cpu": cpu}[args.what](args, comm, MPI)
     return 0
 
 

@@ -302,15 +302,12 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
-    s = session()
-    backend = s.backend
-    if backend.name != "numpy":  # a framework's ops, on its own threads: no call identity
-        if out is not None:
-            raise BadArgumentError(
-                "gradients(out=...) takes NumPy arrays (framework=None or 'numpy')"
-            )
+    backend = session().backend
+    if out is None:  # NumPy's calls are signed with the caller's identity there
         return backend.gradients(grads, team)
-    return backend.gradients(grads, team, out)  # signed with the caller's identity there
+    if backend.name != "numpy":
+        raise BadArgumentError("gradients(out=...) takes NumPy arrays (framework=None or 'numpy')")
+    return backend.gradients(grads, team, out)
 
 
 def broadcast(values, root: int = 0, team: int = 0):

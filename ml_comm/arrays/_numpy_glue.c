@@ -20,14 +20,14 @@
  *   every view of it are gone; at most `keep` free blocks are kept (the oldest are freed).
  *   free_blocks(pool) -> how many are free.
  * bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool,
- *   pool_from_bytes, dtypes) -> a binding of one team. average(binding, grad, step, origin, name) -> the
+ *   pool_from_bytes, dtypes) -> a binding of one team. average(binding, grad, identity) -> the
  *   average over the ranks as a new array (from the pool from pool_from_bytes, else
- *   fresh), made inside one call of the caller's identity (step, origin, name: its thread,
- *   core/calls.py; begun and ended here, holding the GIL, as two cffi calls would release
- *   and take it again); None when grad is not a plain, aligned, C-contiguous,
+ *   fresh), made inside one call of the caller's identity (the tuple (step, origin, name:
+ *   bytes) of its thread, core/calls.py; begun and ended here, holding the GIL, as two
+ *   cffi calls would release and take it again); None when grad is not a plain, aligned, C-contiguous,
  *   native-order ndarray of a dtype in the table (the caller then takes its general path,
  *   and no call was begun); the core's status (an int) when the core failed, its text in
- *   the error buffer. reduce_in_place(binding, array, op, step, origin, name) -> the
+ *   the error buffer. reduce_in_place(binding, array, op, identity) -> the
  *   array, reduced in place with op (mc.average, mc.allreduce_sum) inside one call of the
  *   caller's identity, as average's; None also when the array is read-only; the core's
  *   status on failure. The Python caller drops the binding before the team or the error
@@ -302,20 +302,36 @@ static int plain_code(const binding *b, PyObject *object, int writes_into) {
     return -1;
 }
 
+/* The caller's identity tuple (step, origin, name), origins being 30-bit digests. */
+_Static_assert(sizeof(long) == sizeof(int64_t), "steps and origins are 64-bit longs");
+typedef struct {
+    long step, origin;
+    const char *name;
+} identity;
+
+static int read_identity(PyObject *tuple, identity *id) {
+    if (!PyTuple_CheckExact(tuple) || PyTuple_GET_SIZE(tuple) != 3 || !PyBytes_Check(PyTuple_GET_ITEM(tuple, 2))) {
+        PyErr_SetString(PyExc_TypeError, "the identity is a tuple (step, origin, name: bytes)");
+        return -1;
+    }
+    id->step = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 0));
+    id->origin = PyLong_AsLong(PyTuple_GET_ITEM(tuple, 1));
+    id->name = PyBytes_AS_STRING(PyTuple_GET_ITEM(tuple, 2));
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "average(binding, grad, step, origin, name: bytes)");
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "average(binding, grad, identity)");
         return NULL;
     }
     const binding *b = PyCapsule_GetPointer(args[0], BINDING_NAME);
-    if (!b) return NULL;
-    const long long step = PyLong_AsLongLong(args[2]);
-    const unsigned long long origin = PyLong_AsUnsignedLongLong(args[3]);
-    if (PyErr_Occurred()) return NULL;
+    identity id;
+    if (!b || read_identity(args[2], &id)) return NULL;
     const int code = plain_code(b, args[1], 0);
     if (code < 0) Py_RETURN_NONE;
     PyArrayObject *grad = (PyArrayObject *)args[1];
-    int rc = b->begin_call(b->team, step, origin, PyBytes_AS_STRING(args[4]), b->err, b->err_len);
+    int rc = b->begin_call(b->team, id.step, (uint64_t)id.origin, id.name, b->err, b->err_len);
     if (rc) return PyLong_FromLong(rc);
     const Py_ssize_t nbytes = PyArray_NBYTES(grad);
     PyObject *result;
@@ -350,20 +366,19 @@ static PyObject *average(PyObject *module, PyObject *const *args, Py_ssize_t nar
 }
 
 static PyObject *reduce_in_place(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyBytes_Check(args[5])) {
-        PyErr_SetString(PyExc_TypeError, "reduce_in_place(binding, array, op, step, origin, name: bytes)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "reduce_in_place(binding, array, op, identity)");
         return NULL;
     }
     const binding *b = PyCapsule_GetPointer(args[0], BINDING_NAME);
-    if (!b) return NULL;
+    identity id;
+    if (!b || read_identity(args[3], &id)) return NULL;
     const int op = PyLong_AsLong(args[2]);
-    const long long step = PyLong_AsLongLong(args[3]);
-    const unsigned long long origin = PyLong_AsUnsignedLongLong(args[4]);
     if (PyErr_Occurred()) return NULL;
     const int code = plain_code(b, args[1], 1);
     if (code < 0) Py_RETURN_NONE;
     PyArrayObject *array = (PyArrayObject *)args[1];
-    int rc = b->begin_call(b->team, step, origin, PyBytes_AS_STRING(args[5]), b->err, b->err_len);
+    int rc = b->begin_call(b->team, id.step, (uint64_t)id.origin, id.name, b->err, b->err_len);
     if (rc) return PyLong_FromLong(rc);
     void *data = PyArray_DATA(array);
     const int64_t count = PyArray_SIZE(array);
@@ -386,10 +401,10 @@ static PyMethodDef methods[] = {
      "bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool, pool_from_bytes, "
      "dtypes) -> binding"},
     {"average", (PyCFunction)(void (*)(void))average, METH_FASTCALL,
-     "average(binding, grad, step, origin, name) -> new array | None (not handled here) | int (core "
+     "average(binding, grad, identity) -> new array | None (not handled here) | int (core "
      "status)"},
     {"reduce_in_place", (PyCFunction)(void (*)(void))reduce_in_place, METH_FASTCALL,
-     "reduce_in_place(binding, array, op, step, origin, name) -> array | None (not handled here) | int "
+     "reduce_in_place(binding, array, op, identity) -> array | None (not handled here) | int "
      "(core status)"},
     {NULL, NULL, 0, NULL},
 };

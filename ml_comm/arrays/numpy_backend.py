@@ -18,6 +18,7 @@ class NumpyBackend:
 
     def __init__(self, session: Session):
         self.session = session
+        self.thread_state = session.calls.thread_state
         # Pipelined teams: team -> {gradient layout: pipeline.Stage}
         self.pipelines: dict[int, dict] = {}
         # Results' memory, per team (teams run concurrently): team -> OutputPool
@@ -26,16 +27,21 @@ class NumpyBackend:
         # config_team's restart drops it.
         self.bindings: dict[int, object] = {}
         # Teams whose one-array gradients may take _numpy_glue.average: synchronous, no
-        # finite check (until a restart).
-        self.plain: set[int] = set()
+        # finite check (until a restart): team -> its binding.
+        self.plain: dict[int, object] = {}
 
     def gradients(self, grads, team: int, out=None) -> list:
-        if team in self.plain and out is None and type(grads) is list and len(grads) == 1:
+        binding = self.plain.get(team)
+        if binding is not None and out is None and type(grads) is list and len(grads) == 1:
             # With the signature of the general path's one-dtype request: ranks may take
-            # either path. At 8 bytes the whole reduction takes a few microseconds; the
-            # call's identity is begun and ended in the same C call.
-            step, origin, name = self.session.calls.identity()
-            result = _numpy_glue.average(self.bindings[team], grads[0], step, origin, name)
+            # either path. At 8 bytes the whole reduction takes about a microsecond; the
+            # call's identity is begun and ended in the same C call, read here without a
+            # call while the thread keeps the name it was made with (Thread.name is a
+            # property around _name).
+            thread, named, signed = self.thread_state.current
+            if thread._name is not named:
+                signed = self.session.calls.identity()
+            result = _numpy_glue.average(binding, grads[0], signed)
             if type(result) is int:  # the core's status
                 check(result, "gradients", self.session.team_err(team))
             if result is not None:
@@ -52,8 +58,7 @@ class NumpyBackend:
         config = s.configs[team]
         pipelined = is_pipelined(config.ksteps, config.max_steps)
         if team not in self.plain and not s.guard.finite and not pipelined:  # until a restart
-            self.binding(team, handle)
-            self.plain.add(team)
+            self.plain[team] = self.binding(team, handle)
         return reductions.gradients(s, stages, pool, grads, team, out)
 
     def reduce_in_place(self, array, team: int, op: int, what: str):
@@ -61,8 +66,10 @@ class NumpyBackend:
         gradients'), anything else through reductions.reduce_in_place's checks."""
         binding = self.bindings.get(team)
         if binding is not None:
-            step, origin, name = self.session.calls.identity()
-            result = _numpy_glue.reduce_in_place(binding, array, op, step, origin, name)
+            thread, named, signed = self.thread_state.current  # as in gradients
+            if thread._name is not named:
+                signed = self.session.calls.identity()
+            result = _numpy_glue.reduce_in_place(binding, array, op, signed)
             if type(result) is int:  # the core's status
                 check(result, what, self.session.team_err(team))
             if result is not None:
@@ -85,13 +92,13 @@ class NumpyBackend:
         return broadcasts.broadcast(self.session, values, root, team)
 
     def restart(self, team: int) -> None:
-        self.plain.discard(team)
+        self.plain.pop(team, None)
         self.bindings.pop(team, None)
         # A reduction in flight finishes (under the old settings) and its result is dropped.
         pipeline.drain_all(self.pipelines.pop(team, {}), wait_one)
 
     def close(self) -> None:
-        self.plain = set()
+        self.plain = {}
         self.bindings = {}
         for stages in self.pipelines.values():
             pipeline.drain_all(stages, wait_one)

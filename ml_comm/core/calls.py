@@ -32,7 +32,8 @@ def _origin(thread: threading.Thread) -> tuple[int, bytes]:
     if isinstance(thread, threading._DummyThread):
         return 0, b""
     name = thread.name.encode(errors="replace")
-    return zlib.crc32(name) or 1, name
+    # 30 bits: one digit of Python's int, which C reads without PyLong's general path.
+    return zlib.crc32(name) & 0x3FFFFFFF or 1, name
 
 
 class _Thread(threading.local):
@@ -47,25 +48,36 @@ class _Thread(threading.local):
         self.named = None
         self.origin, self.name, self.name_bytes = 0, ffi.NULL, b""
         self.err = ffi.new(f"char[{ERR_LEN}]")
-        # (step, origin, name bytes), kept up to date: an 8-byte call takes microseconds.
+        # (step, origin, name bytes), kept up to date: an 8-byte call takes about a
+        # microsecond. `current` holds (thread, named, signed) for the fast paths, which
+        # read one attribute of this thread-local object instead of three.
         self.signed = (0, 0, b"")
+        self.current = (self.thread, self.named, self.signed)
 
     def identity(self) -> tuple[int, object]:
-        if self.thread.name != self.named:
+        # Renamed: made again (for an equal new name too, as the fast paths compare objects).
+        if self.thread.name is not self.named:
             self.named = self.thread.name
             origin, name = _origin(self.thread)
             self.origin, self.name, self.name_bytes = origin, ffi.new("char[]", name), name
-            self.signed = (self.step, origin, name)
+            self.sign((self.step, origin, name))
         return self.origin, self.name
 
     def mark(self, step: int) -> None:
         self.step = step
-        self.signed = (step, self.origin, self.name_bytes)
+        self.sign((step, self.origin, self.name_bytes))
+
+    def sign(self, signed: tuple[int, int, bytes]) -> None:
+        self.signed = signed
+        self.current = (self.thread, self.named, signed)
 
 
 class Calls:
     def __init__(self) -> None:
         self._thread = _Thread()
+        # The same per-thread state, for the one-array fast paths (arrays/numpy_backend.py),
+        # which read its `current` without a call.
+        self.thread_state = self._thread
 
     @contextmanager
     def step(self, number: int | None) -> Iterator[int]:
@@ -89,7 +101,7 @@ class Calls:
         """The calling thread's (step, origin, name) for a call that C code begins itself
         (mlc_team_begin_call's arguments; C reads the name up to a NUL, as the char[] one)."""
         mine = self._thread
-        if mine.thread.name != mine.named:
+        if mine.thread.name is not mine.named:
             mine.identity()
         return mine.signed
 

@@ -337,10 +337,10 @@ def test_c_path_takes_only_what_it_can_read(session):
     binding, pool = backend.bindings[0], backend.pools[0]
     me = api.session().calls.identity()  # the caller's (step, origin, name), as gradients signs
     g = make_input(session.rank, (7,), np.float32, 1)
-    out = _numpy_glue.average(binding, g, *me)
+    out = _numpy_glue.average(binding, g, me)
     c.equal(out, expected_average((7,), np.float32, session.nranks, 1), "plain float32")
     big = make_input(session.rank, (_pool.MIN_BYTES,), np.float32, 2)
-    out = _numpy_glue.average(binding, big, *me)
+    out = _numpy_glue.average(binding, big, me)
     c.equal(out, expected_average(big.shape, np.float32, session.nranks, 2), "from the pool")
     free = pool.free_blocks()
     view = out[10:20]
@@ -357,15 +357,15 @@ def test_c_path_takes_only_what_it_can_read(session):
         "list": [1.0, 2.0],
     }
     for what, value in declined.items():
-        c.true(_numpy_glue.average(binding, value, *me) is None, f"{what} was not declined")
+        c.true(_numpy_glue.average(binding, value, me) is None, f"{what} was not declined")
     x = make_input(session.rank, (3, 5), np.float32, 3)
-    out = _numpy_glue.reduce_in_place(binding, x, lib.MLC_OP_AVERAGE, *me)
+    out = _numpy_glue.reduce_in_place(binding, x, lib.MLC_OP_AVERAGE, me)
     c.true(out is x, "in place: the array itself comes back")
     c.equal(x, expected_average((3, 5), np.float32, session.nranks, 3), "averaged in place")
     read_only = make_input(session.rank, (7,), np.float32, 1)
     read_only.flags.writeable = False
     declined["read-only"] = read_only
     for what, value in declined.items():
-        got = _numpy_glue.reduce_in_place(binding, value, lib.MLC_OP_SUM, *me)
+        got = _numpy_glue.reduce_in_place(binding, value, lib.MLC_OP_SUM, me)
         c.true(got is None, f"{what} was not declined in place")
     c.finish()

@@ -166,3 +166,29 @@ def test_steps_do_not_nest_and_take_positive_numbers(session):
     with mc.step() as number:  # the previous + 1
         c.true(number == 6, f"step() after step(5) is {number}")
     c.finish()
+
+
+@pytest.mark.parametrize("call", ["gradients", "average"])
+def test_a_renamed_thread_signs_with_its_new_name(pair, call):
+    """The one-array calls (one C call each) read the thread's identity without a call; a
+    thread renamed between calls signs with its new name: renamed on one rank only, the
+    call raises on every rank naming both threads; renamed back, the next is exact."""
+    c = Checks()
+    last = pair.nranks - 1
+    me = threading.current_thread()
+    own = me.name
+
+    def reduce(seed: int) -> np.ndarray:
+        x = make_input(pair.rank, (5,), np.float32, seed)
+        return mc.gradients([x])[0] if call == "gradients" else mc.average(x)
+
+    c.equal(reduce(1), expected_average((5,), np.float32, pair.nranks, 1), "before")
+    if pair.rank == last:
+        me.name = "renamed-here"
+    try:
+        e = c.raises(mc.MismatchError, lambda: reduce(2), words=("'renamed-here'",))
+        c.true(f"thread '{own}'" in str(e), f"the other threads' name is not in {e}")
+    finally:
+        me.name = own
+    c.equal(reduce(3), expected_average((5,), np.float32, pair.nranks, 3), "after")
+    c.finish()
