@@ -131,6 +131,10 @@ def layers(args, comm, MPI) -> None:
     if hasattr(session, "calls"):  # calls carry the caller's identity
         binding, signed = backend.bindings[0], session.calls.identity()
         glue = lambda: _numpy_glue.average(binding, a, signed)  # noqa: E731
+        try:
+            glue()
+        except TypeError:  # a glue that took the identity as three arguments
+            glue = lambda: _numpy_glue.average(binding, a, *signed)  # noqa: E731
     else:
         binding = backend.plain[0]
         glue = lambda: _numpy_glue.average(binding, a)  # noqa: E731
