@@ -20,12 +20,12 @@
  *   every view of it are gone; at most `keep` free blocks are kept (the oldest are freed).
  *   free_blocks(pool) -> how many are free.
  * bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool,
- *   pool_from_bytes, dtypes) -> a binding of one team. average(binding, grad, identity) -> the
- *   average over the ranks as a new array (from the pool from pool_from_bytes, else
+ *   pool_from_bytes, dtypes) -> a binding of one team. average(binding, grad, identity) ->
+ *   the average over the ranks as a new array (from the pool from pool_from_bytes, else
  *   fresh), made inside one call of the caller's identity (the tuple (step, origin, name:
  *   bytes) of its thread, core/calls.py; begun and ended here, holding the GIL, as two
- *   cffi calls would release and take it again); None when grad is not a plain, aligned, C-contiguous,
- *   native-order ndarray of a dtype in the table (the caller then takes its general path,
+ *   cffi calls would release and take it again); None when grad is not a plain, aligned,
+ *   C-contiguous, native-order ndarray of a dtype in the table (the caller then takes its general path,
  *   and no call was begun); the core's status (an int) when the core failed, its text in
  *   the error buffer. reduce_in_place(binding, array, op, identity) -> the
  *   array, reduced in place with op (mc.average, mc.allreduce_sum) inside one call of the
