@@ -35,9 +35,8 @@ class NumpyBackend:
         if binding is not None and out is None and type(grads) is list and len(grads) == 1:
             # With the signature of the general path's one-dtype request: ranks may take
             # either path. At 8 bytes the whole reduction takes about a microsecond; the
-            # call's identity is begun and ended in the same C call, read here without a
-            # call while the thread keeps the name it was made with (Thread.name is a
-            # property around _name).
+            # call's identity is begun and ended in the same C call, read here as
+            # Calls.identity reads it, without the call.
             thread, named, signed = self.thread_state.current
             if thread._name is not named:
                 signed = self.session.calls.identity()

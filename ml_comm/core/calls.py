@@ -100,10 +100,11 @@ class Calls:
     def identity(self) -> tuple[int, int, bytes]:
         """The calling thread's (step, origin, name) for a call that C code begins itself
         (mlc_team_begin_call's arguments; C reads the name up to a NUL, as the char[] one)."""
-        mine = self._thread
-        if mine.thread.name is not mine.named:
-            mine.identity()
-        return mine.signed
+        thread, named, signed = self._thread.current
+        if thread._name is not named:  # renamed (Thread.name is a property around _name)
+            self._thread.identity()
+            return self._thread.signed
+        return signed
 
     def calling(self, team: int, handle) -> _Call:
         """One call on `team` (its handle), as a `with` block: counted, refused while another
