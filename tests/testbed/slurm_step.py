@@ -22,7 +22,8 @@ which are not UTF-8, so the step's output is read with such bytes replaced. Anyt
 
     python tests/testbed/slurm_step.py TIMEOUT_S SRUN_OPTIONS... PROGRAM ARGS...
 
-runs one such step from a shell (tools/testbed.sh's self-test) and exits with its status.
+runs one such step from a shell (tools/testbed.sh's self-test, the requeue tests' batch
+script), passing its output through as it comes, and exits with its status.
 """
 
 from __future__ import annotations
@@ -51,10 +52,12 @@ HEAP_SHIFT = "ML_COMM_TESTBED_HEAP_SHIFT"
 
 
 def run_step(
-    options: list[str], env: dict, cwd: Path, timeout: float
+    options: list[str], env: dict, cwd: Path, timeout: float, echo: bool = False
 ) -> subprocess.CompletedProcess:
-    """`srun OPTIONS` (the program and its arguments last) with a job name of its own."""
-    proc, broke = _start(options, env, cwd, timeout)
+    """`srun OPTIONS` (the program and its arguments last) with a job name of its own.
+    With echo, the step's output goes on to this process's as it comes (the returned
+    stdout is then empty): a batch script's log shows the epochs while the step runs."""
+    proc, broke = _start(options, env, cwd, timeout, echo)
     for start in range(1, STARTS):
         if not broke:
             break
@@ -62,12 +65,12 @@ def run_step(
         time.sleep(1.0)
         # Larger than pymalloc's 512-byte objects, so that glibc's heap holds the copy.
         shifted = dict(env, **{HEAP_SHIFT: "x" * (1000 * start)})
-        proc, broke = _start(options, shifted, cwd, timeout)
+        proc, broke = _start(options, shifted, cwd, timeout, echo)
     return proc
 
 
 def _start(
-    options: list[str], env: dict, cwd: Path, timeout: float
+    options: list[str], env: dict, cwd: Path, timeout: float, echo: bool
 ) -> tuple[subprocess.CompletedProcess, bool]:
     name = f"ml_comm-test-{uuid.uuid4().hex[:8]}"
     cmd = ["srun", f"--job-name={name}", "--kill-on-bad-exit=1", *options]
@@ -75,15 +78,20 @@ def _start(
         tempfile.TemporaryFile("w+", errors="replace") as out,
         tempfile.TemporaryFile("w+", errors="replace") as err,
     ):
-        job = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
-        deadline, broke = time.monotonic() + timeout, False
+        stdout = None if echo else out
+        job = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=stdout, stderr=err, text=True)
+        deadline, broke, echoed = time.monotonic() + timeout, False, 0
         while job.poll() is None and time.monotonic() < deadline and not broke:
             time.sleep(0.2)
             err.seek(0)
-            broke = server_broke(err.read())
+            text = err.read()
+            echoed = _echo(text, echoed) if echo else echoed
+            broke = server_broke(text)
         timed_out = job.poll() is None and not broke
         if job.poll() is None:
             subprocess.run(["scancel", f"--name={name}"], env=env, timeout=30)
+            if "SLURM_JOB_ID" in env:  # a step of a batch job: scancel --name names jobs
+                job.terminate()  # srun passes it on to the step's tasks
             try:
                 job.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -92,9 +100,18 @@ def _start(
         out.seek(0)
         err.seek(0)
         proc = subprocess.CompletedProcess(cmd, job.returncode, out.read(), err.read())
+        if echo:
+            _echo(proc.stderr, echoed)
     if timed_out:
         pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\n{proc.stdout[-4000:]}")
     return proc, broke or (proc.returncode != 0 and server_broke(proc.stderr))
+
+
+def _echo(stderr: str, echoed: int) -> int:
+    """Write what the step added to its stderr since the last call; returns the length."""
+    sys.stderr.write(stderr[echoed:])
+    sys.stderr.flush()
+    return len(stderr)
 
 
 def server_broke(stderr: str) -> bool:
@@ -103,7 +120,5 @@ def server_broke(stderr: str) -> bool:
 
 
 if __name__ == "__main__":
-    step = run_step(sys.argv[2:], dict(os.environ), Path.cwd(), float(sys.argv[1]))
-    sys.stdout.write(step.stdout)
-    sys.stderr.write(step.stderr)
+    step = run_step(sys.argv[2:], dict(os.environ), Path.cwd(), float(sys.argv[1]), echo=True)
     raise SystemExit(step.returncode)

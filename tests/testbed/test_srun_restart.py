@@ -7,6 +7,8 @@ Runs without the test bed: `srun` and `scancel` here are scripts that play the b
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -105,3 +107,17 @@ def test_a_hung_step_still_fails_at_its_timeout(tmp_path):
     (tmp_path / "bin" / "srun").write_text('#!/bin/bash\necho $$ > "$STATE/pid"; exec sleep 600\n')
     with pytest.raises(pytest.fail.Exception, match="timed out after 2 s"):
         srun(tmp_path, env, timeout=2)
+
+
+def test_from_a_shell_it_starts_again_passes_output_through_and_exits_with_the_status(tmp_path):
+    """The requeue tests' batch scripts run their step this way, in every allocation."""
+    env = fake_env(tmp_path, broken_starts=1, BROKEN_EXIT="143", EXIT="75")
+    script = Path(__file__).with_name("slurm_step.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), "60", "--mpi=pmi2", "python", "x.py"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, errors="replace", timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 75, proc
+    assert calls(tmp_path) == 2
+    assert "ran: " in proc.stdout and "srun started again" in proc.stdout, proc
+    assert proc.stderr.count(PMI_SERVER_BROKE[0]) == 1, proc  # the broken start's, once
