@@ -29,6 +29,7 @@ script), passing its output through as it comes, and exits with its status.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -120,5 +121,10 @@ def server_broke(stderr: str) -> bool:
 
 
 if __name__ == "__main__":
+    # Slurm ends an allocation (a requeue, a time limit) with SIGTERM to every process of
+    # the batch step, srun and this one among them: srun passes it on to the tasks and
+    # still forwards what they print last (rank 0's "requeued" line), so this one keeps
+    # passing that on until srun has ended, instead of dying first.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     step = run_step(sys.argv[2:], dict(os.environ), Path.cwd(), float(sys.argv[1]), echo=True)
     raise SystemExit(step.returncode)
