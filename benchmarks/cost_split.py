@@ -13,10 +13,10 @@ page, which measures nothing.
 
 layers: a one-array mc.gradients (--size bytes, 8 by default) through each layer it
 crosses, each alone in blocks of --iters calls, the fastest of 5 blocks: the API call, the
-NumPy backend's method, the glue's one C call (`_numpy_glue.average`, with the caller's
-identity read once before the loop), and MPI_Allreduce for scale. Differences between
-rows are what each layer adds. It also runs
-on a checkout from before calls carried an identity (for an A/B with ab_builds.py's --a):
+NumPy backend's method, the glue's one C call (`_numpy_glue.gradients`; on older checkouts
+`_numpy_glue.average`, with the caller's identity read once before the loop), and
+MPI_Allreduce for scale. Differences between rows are what each layer adds. It also runs
+on older checkouts (for an A/B with ab_builds.py's --a):
 
     .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/cost_split.py layers -n 100000
     PYTHONPATH=OLD .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/cost_split.py layers -n 100000
@@ -128,7 +128,10 @@ def layers(args, comm, MPI) -> None:
     mc.gradients([a])  # binds the team's one-array path
     session = mc.api.session() if hasattr(mc.api, "session") else mc.api._active()  # older
     backend = session.backend
-    if hasattr(session, "calls"):  # calls carry the caller's identity
+    if hasattr(_numpy_glue, "gradients"):  # the whole one-array call in C
+        plain, thread_state = backend.plain, backend.thread_state
+        glue = lambda: _numpy_glue.gradients(plain, [a], 0, thread_state)  # noqa: E731
+    elif hasattr(session, "calls"):  # calls carry the caller's identity
         binding, signed = backend.bindings[0], session.calls.identity()
         glue = lambda: _numpy_glue.average(binding, a, signed)  # noqa: E731
         try:

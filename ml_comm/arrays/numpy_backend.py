@@ -26,25 +26,20 @@ class NumpyBackend:
         # Each team's _numpy_glue binding (one-array calls in one C call each): team -> it;
         # config_team's restart drops it.
         self.bindings: dict[int, object] = {}
-        # Teams whose one-array gradients may take _numpy_glue.average: synchronous, no
+        # Teams whose one-array gradients may take _numpy_glue.gradients: synchronous, no
         # finite check (until a restart): team -> its binding.
         self.plain: dict[int, object] = {}
 
     def gradients(self, grads, team: int, out=None) -> list:
-        binding = self.plain.get(team)
-        if binding is not None and out is None and type(grads) is list and len(grads) == 1:
-            # With the signature of the general path's one-dtype request: ranks may take
-            # either path. At 8 bytes the whole reduction takes about a microsecond; the
-            # call's identity is begun and ended in the same C call, read here as
-            # Calls.identity reads it, without the call.
-            thread, named, signed = self.thread_state.current
-            if thread._name is not named:
-                signed = self.session.calls.identity()
-            result = _numpy_glue.average(binding, grads[0], signed)
-            if type(result) is int:  # the core's status
+        if out is None:
+            # One plain array on a plain team, in one C call with the signature of the
+            # general path's one-dtype request: ranks may take either path. At 8 bytes the
+            # whole reduction takes about a microsecond; None: the general path takes it.
+            result = _numpy_glue.gradients(self.plain, grads, team, self.thread_state)
+            if type(result) is list:
+                return result
+            if result is not None:  # the core's status
                 check(result, "gradients", self.session.team_err(team))
-            if result is not None:
-                return [result]
         s = self.session
         handle = s.team(team)  # a bad team id fails before the pipelines are touched
         with s.calls.calling(team, handle):
@@ -63,16 +58,11 @@ class NumpyBackend:
     def reduce_in_place(self, array, team: int, op: int, what: str):
         """mc.average / mc.allreduce_sum: a plain writeable array in one C call (as
         gradients'), anything else through reductions.reduce_in_place's checks."""
-        binding = self.bindings.get(team)
-        if binding is not None:
-            thread, named, signed = self.thread_state.current  # as in gradients
-            if thread._name is not named:
-                signed = self.session.calls.identity()
-            result = _numpy_glue.reduce_in_place(binding, array, op, signed)
-            if type(result) is int:  # the core's status
-                check(result, what, self.session.team_err(team))
-            if result is not None:
-                return result
+        result = _numpy_glue.reduce_in_place(self.bindings, array, team, op, self.thread_state)
+        if type(result) is int:  # the core's status
+            check(result, what, self.session.team_err(team))
+        if result is not None:
+            return result
         s = self.session
         handle = s.team(team)  # a bad team id fails here
         with s.calls.calling(team, handle):

@@ -328,19 +328,24 @@ def test_one_array_forms_meet(session, dtype):
 
 
 def test_c_path_takes_only_what_it_can_read(session):
-    """The C path answers plain arrays, small and large, and hands everything else back
-    (None); its large results come from the team's pool and go back to it. The in-place
-    reductions' C path answers plain writeable arrays, in place."""
+    """The C path answers one plain array in a list, small and large, and hands everything
+    else back (None); its large results come from the team's pool and go back to it. The
+    in-place reductions' C path answers plain writeable arrays, in place."""
     c = Checks()
     mc.gradients([np.zeros(3, np.float32)])  # binds the team's short path
     backend = api.session().backend
-    binding, pool = backend.bindings[0], backend.pools[0]
-    me = api.session().calls.identity()  # the caller's (step, origin, name), as gradients signs
+    plain, bindings, pool = backend.plain, backend.bindings, backend.pools[0]
+    me = backend.thread_state  # the thread's identity, as gradients signs
+
+    def gradients(grads, team=0):
+        return _numpy_glue.gradients(plain, grads, team, me)
+
     g = make_input(session.rank, (7,), np.float32, 1)
-    out = _numpy_glue.average(binding, g, me)
-    c.equal(out, expected_average((7,), np.float32, session.nranks, 1), "plain float32")
+    out = gradients([g])
+    c.true(type(out) is list and len(out) == 1, f"the C path gave {out!r}")
+    c.equal(out[0], expected_average((7,), np.float32, session.nranks, 1), "plain float32")
     big = make_input(session.rank, (_pool.MIN_BYTES,), np.float32, 2)
-    out = _numpy_glue.average(binding, big, me)
+    (out,) = gradients([big])
     c.equal(out, expected_average(big.shape, np.float32, session.nranks, 2), "from the pool")
     free = pool.free_blocks()
     view = out[10:20]
@@ -357,15 +362,20 @@ def test_c_path_takes_only_what_it_can_read(session):
         "list": [1.0, 2.0],
     }
     for what, value in declined.items():
-        c.true(_numpy_glue.average(binding, value, me) is None, f"{what} was not declined")
+        c.true(gradients([value]) is None, f"{what} was not declined")
+    lists = {"a tuple": (g,), "two arrays": [g, g], "no array": [], "a team unbound": None}
+    for what, grads in lists.items():
+        got = gradients([g], team=7) if grads is None else gradients(grads)
+        c.true(got is None, f"{what} was not declined")
     x = make_input(session.rank, (3, 5), np.float32, 3)
-    out = _numpy_glue.reduce_in_place(binding, x, lib.MLC_OP_AVERAGE, me)
+    out = _numpy_glue.reduce_in_place(bindings, x, 0, lib.MLC_OP_AVERAGE, me)
     c.true(out is x, "in place: the array itself comes back")
     c.equal(x, expected_average((3, 5), np.float32, session.nranks, 3), "averaged in place")
     read_only = make_input(session.rank, (7,), np.float32, 1)
     read_only.flags.writeable = False
     declined["read-only"] = read_only
     for what, value in declined.items():
-        got = _numpy_glue.reduce_in_place(binding, value, lib.MLC_OP_SUM, me)
+        got = _numpy_glue.reduce_in_place(bindings, value, 0, lib.MLC_OP_SUM, me)
         c.true(got is None, f"{what} was not declined in place")
+    c.true(_numpy_glue.reduce_in_place(bindings, x, 7, lib.MLC_OP_SUM, me) is None, "team 7")
     c.finish()
