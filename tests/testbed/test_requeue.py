@@ -28,10 +28,12 @@ STEP = ROOT / "tests" / "testbed" / "slurm_step.py"
 JOB_TIMEOUT_S = 1500
 # Rank 0's "epoch E" lines; not anchored: srun may run two tasks' lines together.
 EPOCH = r"epoch (\d+)\b"
-# 8 batches of 0.25 s each: 2 s an epoch or more, a minute and a half in all, more than
-# an allocation of --time=3 leaves after start-up and before its signal (seen: 15 to 21
-# epochs an allocation on a loaded 2-core machine).
-LONG_EPOCHS = 45
+# 8 batches an epoch, each followed by a 1 s sleep: 4 minutes or more in all, longer than
+# any allocation of --time=3 runs before its signal (2 to 3 minutes) on however fast a
+# machine. Sleeps of 0.25 s, 45 epochs, took 15 to 21 epochs an allocation on a loaded
+# 2-core machine, and on an idle one ended in 90 s, before the signal.
+LONG_EPOCHS = 30
+LONG_BATCH_SLEEP_S = "1.0"
 # Each requeue waits about 2 minutes in Slurm: CI runs the scancel case only; these two
 # (10-20 minutes together) run with ML_COMM_LONG_TESTBED=1.
 long_testbed = pytest.mark.skipif(
@@ -172,7 +174,7 @@ def test_time_limit_shorter_than_training_requeues_and_resumes(testbed, tmp_path
         TF_CPP_MIN_LOG_LEVEL="2",
     )
     plain_out = plain_run(testbed, tmp_path, token, env)
-    env["ML_COMM_TEST_BATCH_SLEEP"] = "0.25"
+    env["ML_COMM_TEST_BATCH_SLEEP"] = LONG_BATCH_SLEEP_S
     text = run_batch_job(testbed, tmp_path, token, env, ["--time=3", "--signal=USR1@60"])
     check_resumed_exactly(testbed, text, tmp_path, plain_out, last_epoch=LONG_EPOCHS - 1)
 
