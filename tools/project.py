@@ -760,7 +760,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--step", type=float, help="one node's step time in seconds")
     p.add_argument("--nodes", default="2,16,128", help="node counts, comma-separated")
     p.add_argument(
-        "--algorithms", default="auto", help="auto, ring, rd, rabenseifner (comma-separated)"
+        "--algorithms",
+        default="auto",
+        help="auto, ring, rd, rabenseifner (comma-separated); none: the baselines only "
+        "(--horovod, --after-backprop), where ml_comm's rows ran elsewhere",
     )
     p.add_argument("--threads", type=int, default=2, help="communication threads per node")
     p.add_argument("--cores", type=int, default=2, help="cores left to communication per node")
@@ -877,7 +880,7 @@ def main(argv: list[str]) -> int:
             args.ablate_replicates, args.at_nodes,
         )  # fmt: skip
     args.nodes = [int(x) for x in args.nodes.split(",")]
-    args.algorithms = args.algorithms.split(",")
+    args.algorithms = [a for a in args.algorithms.split(",") if a != "none"]
     if args.check_sampling:
         return check_sampling(args)
     return project(args)
