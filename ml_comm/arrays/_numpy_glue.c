@@ -384,11 +384,10 @@ static PyObject *reduce_in_place_of(const binding *b, PyObject *object, int op, 
  * signed), signed standing while the thread keeps the name object `named`). 1: both
  * found; 0: the caller's Python path must take the call (a team without a binding, a
  * renamed thread); -1: an error is set. */
+static PyObject *current_name, *thread_name_name; /* "current", "_name": made at import */
+
 static int fast_call(PyObject *bindings, PyObject *team, PyObject *thread_state, const binding **b,
                      identity *id) {
-    static PyObject *current_name, *thread_name_name;
-    if (!current_name && !(current_name = PyUnicode_InternFromString("current"))) return -1;
-    if (!thread_name_name && !(thread_name_name = PyUnicode_InternFromString("_name"))) return -1;
     if (!PyDict_CheckExact(bindings)) {
         PyErr_SetString(PyExc_TypeError, "the bindings are a dict: team -> binding");
         return -1;
@@ -423,10 +422,7 @@ static PyObject *gradients(PyObject *module, PyObject *const *args, Py_ssize_t n
     const binding *b;
     identity id;
     const int found = fast_call(args[0], args[2], args[3], &b, &id);
-    if (found <= 0) {
-        if (found < 0) return NULL;
-        Py_RETURN_NONE;
-    }
+    if (found <= 0) return found < 0 ? NULL : Py_NewRef(Py_None);
     PyObject *grad = PyList_GET_ITEM(args[1], 0);
     Py_INCREF(grad); /* the list may change while the call waits with the GIL released */
     PyObject *result = average_of(b, grad, &id);
@@ -452,10 +448,7 @@ static PyObject *reduce_in_place(PyObject *module, PyObject *const *args, Py_ssi
     const binding *b;
     identity id;
     const int found = fast_call(args[0], args[2], args[4], &b, &id);
-    if (found <= 0) {
-        if (found < 0) return NULL;
-        Py_RETURN_NONE;
-    }
+    if (found <= 0) return found < 0 ? NULL : Py_NewRef(Py_None);
     return reduce_in_place_of(b, args[1], op, &id);
 }
 
@@ -486,5 +479,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__numpy_glue(void) {
     import_array(); /* returns NULL with an ImportError set when NumPy's C API is missing */
     if (PyType_Ready(&lease_type) < 0) return NULL;
+    if (!(current_name = PyUnicode_InternFromString("current"))) return NULL;
+    if (!(thread_name_name = PyUnicode_InternFromString("_name"))) return NULL;
     return PyModule_Create(&module_def);
 }
