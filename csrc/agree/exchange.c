@@ -147,7 +147,8 @@ static void describe_long_wait(const void *arg, char *buf, size_t len) {
 static void exchange_progress(void *arg, const mlc_tp *tp, int64_t poll) {
     waiting *w = arg;
     mlc_stall_poll(&w->stall);
-    if (w->ag->waits && w->stall.polls % 64 == 1) mlc_waits_poll(w->ag->waits, &w->wait);
+    /* Not at the first poll: the job's deadlock check looks at waits of 64 polls or more. */
+    if (w->ag->waits && w->stall.polls % 64 == 1 && w->stall.polls > 1) mlc_waits_poll(w->ag->waits, &w->wait);
     if (w->announced || w->stall.start == 0 || w->stall.polls % 64 != 1) return;
     const mlc_watchdog *d = w->stall.dog;
     double limit = d->warn > 0 ? d->warn : d->abort;
@@ -382,7 +383,7 @@ static void settle_ahead(mlc_agree *ag, mlc_agreement *a) {
 
 /* The tree, then the table when the record says the ranks differ; the verdict. */
 static int exchange(mlc_agree *ag, mlc_agreement *a) {
-    waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, mlc_now(), describe_long_wait, NULL, ""}};
+    waiting w = {ag, a, ag->rounds, {0}, 0, {NULL, 0, 0, describe_long_wait, NULL, ""}};
     w.wait.arg = &w;
     mlc_stall_begin(&w.stall, &ag->dog, a->seq, describe_agreement, a, describe_missing, &w);
     mlc_tp_set_progress(&ag->tp, exchange_progress, &w);

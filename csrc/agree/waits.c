@@ -205,7 +205,10 @@ static void judge(mlc_waits *b, double limit) {
 
 void mlc_waits_poll(mlc_waits *b, mlc_wait *w) {
     const double limit = b ? atomic_load(&b->limit) : 0;
-    if (limit <= 0 || b->tp.size < 2 || mlc_now() - w->since < limit / 4) return;
+    if (limit <= 0 || b->tp.size < 2) return;
+    const double now = mlc_now();
+    if (w->since == 0) w->since = now; /* the wait's clock starts at its first look */
+    if (now - w->since < limit / 4) return;
     if (pthread_mutex_trylock(&b->lock)) return; /* another thread is at it */
     if (!w->registered) {
         w->describe(w->arg, w->what, sizeof w->what);

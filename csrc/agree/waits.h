@@ -19,7 +19,7 @@
 typedef struct mlc_wait {
     struct mlc_wait *next; /* the board's list, while registered */
     int registered;
-    double since; /* the exchange began (mlc_now) */
+    double since; /* the wait's first look (mlc_now); 0 before it */
     void (*describe)(const void *arg, char *buf, size_t len);
     const void *arg;
     char what[MLC_WAIT_TEXT];

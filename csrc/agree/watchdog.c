@@ -4,8 +4,10 @@
  * exchange (exchange.c: which ranks have not reached the request), the
  * transport's message waits (through its progress hook: which peer's data), and
  * a keyed group waiting for this rank's own tensors (team/group.c). Steps: the
- * first poll notes the time; every MLC_STALL_STRIDE-th poll reads the clock
- * again, so a wait that ends quickly costs one clock read. Past the warn limit it
+ * MLC_STALL_STRIDE-th poll notes the time and every MLC_STALL_STRIDE-th poll after it
+ * reads the clock again, so a wait that ends quickly reads no clock (most end in a few
+ * polls; the stride's first polls take microseconds, nothing beside the seconds of the
+ * limits). Past the warn limit it
  * prints one line to stderr (rank, team, request, what it waits for), again every
  * warn interval; past the abort limit it prints the line with "aborting" and
  * calls the team's abort_job (MPI_Abort), which makes mpiexec and srun end every
@@ -58,7 +60,7 @@ static void start(mlc_stall *s, double now) {
 }
 
 void mlc_stall_poll(mlc_stall *s) {
-    if (s->polls++ % MLC_STALL_STRIDE) return;
+    if (++s->polls % MLC_STALL_STRIDE) return;
     if (s->dog->warn <= 0 && s->dog->abort <= 0) return;
     double now = mlc_now();
     if (s->start == 0) start(s, now);

@@ -229,10 +229,12 @@ struct mlc_team {
     _Atomic uint64_t published_seq; /* lets idle threads spin briefly without the lock */
     int shutting_down;
     int users; /* holders of mlc_team_acquire: destroy waits for them to release */
-    /* The caller-level call a thread is inside (calls.c), under lock: its requests carry
-     * its identity; requests from other threads (a framework's ops) carry none. */
+    /* The caller-level call a thread is inside (calls.c), under lock but for the end of a
+     * call: its requests carry its identity; requests from other threads (a framework's
+     * ops) carry none. */
     struct {
-        int depth; /* calls of `thread` inside one another; 0: none */
+        _Atomic int depth; /* calls of `thread` inside one another; 0: none. Lowered
+                              by `thread` alone, without the lock (calls.c) */
         pthread_t thread;
         mlc_call_id id;
         int64_t count;      /* calls where steps are not marked, so far */

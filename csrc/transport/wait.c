@@ -28,13 +28,15 @@
 
 #define MLC_SPIN_SECONDS 100e-6
 #define MLC_MAX_SLEEP_SECONDS 1e-3
-/* Clock reads are not free: the spin looks at the clock every this many polls. */
+/* Clock reads are not free: the spin looks at the clock every this many polls, from
+ * the this-many-th (a wait that ends sooner reads none; the spin's time counts from
+ * there, a few microseconds late). */
 #define MLC_POLLS_PER_CLOCK 16
 
-/* Between two polls of a wait that began at *start (0: not yet read). */
+/* Between two polls of a wait whose clock started at *start (0: not yet read). */
 static void poll_once(mlc_tp *tp, int64_t poll, double *start) {
     if (tp->progress) tp->progress(tp->progress_arg, tp, poll);
-    if (poll % MLC_POLLS_PER_CLOCK || tp->never_sleeps) {
+    if (poll == 0 || poll % MLC_POLLS_PER_CLOCK || tp->never_sleeps) {
         sched_yield();
         return;
     }
