@@ -32,8 +32,10 @@
  *   reduce_in_place(bindings, array, team, op, thread_state) -> the array, reduced in
  *   place with op (mc.average, mc.allreduce_sum) inside one call of the caller's
  *   identity, as gradients'; None also when the array is read-only; the core's status on
- *   failure. The Python caller drops the binding before the team or the error
- *   buffer go away. Every function runs holding the GIL, which guards the pools, except
+ *   failure. publish(thread_state, current): the calling thread's thread_state.current,
+ *   handed over by core/calls.py whenever it changes it (Calls.publish_with) and kept in
+ *   the thread's own dict, for the two calls above. The Python caller drops the binding
+ *   before the team or the error buffer go away. Every function runs holding the GIL, which guards the pools, except
  *   the core's call itself.
  */
 #define PY_SSIZE_T_CLEAN
@@ -379,13 +381,52 @@ static PyObject *reduce_in_place_of(const binding *b, PyObject *object, int op, 
     return (PyObject *)array;
 }
 
-/* The binding of `team` in `bindings` (a dict: team -> binding) and the identity of the
- * calling thread, read from thread_state.current (core/calls.py: the tuple (thread, named,
- * signed), signed standing while the thread keeps the name object `named`). 1: both
- * found; 0: the caller's Python path must take the call (a team without a binding, a
- * renamed thread); -1: an error is set. */
-static PyObject *current_name, *thread_name_name; /* "current", "_name": made at import */
+/* "current", "_name", and the key of the thread's published identity: made at import. */
+static PyObject *current_name, *thread_name_name, *published_key;
 
+/* The calling thread's thread_state.current as published in its Python thread state's
+ * dict: the entry (thread_state, current), written by publish() whenever core/calls.py
+ * changes it and read here with one lookup, where thread_state.current (a threading.local)
+ * costs a few. The entry keeps both alive; it goes with the thread, and is replaced when
+ * another session's thread_state is published. */
+static int publish_entry(PyObject *thread_state, PyObject *current) {
+    PyObject *dict = PyThreadState_GetDict(); /* borrowed; NULL: none can be made */
+    if (!dict) return 0;
+    PyObject *entry = PyTuple_Pack(2, thread_state, current);
+    if (!entry) return -1;
+    const int rc = PyDict_SetItem(dict, published_key, entry);
+    Py_DECREF(entry);
+    return rc;
+}
+
+/* publish(thread_state, current): the calling thread's current identity tuple. */
+static PyObject *publish(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "publish(thread_state, current)");
+        return NULL;
+    }
+    return publish_entry(args[0], args[1]) < 0 ? NULL : Py_NewRef(Py_None);
+}
+
+/* thread_state.current for the calling thread, a new reference: the published one, or
+ * read from the object (and published) where none is, or one of another thread_state. */
+static PyObject *current_of(PyObject *thread_state) {
+    PyObject *dict = PyThreadState_GetDict();
+    PyObject *entry = dict ? PyDict_GetItemWithError(dict, published_key) : NULL; /* borrowed */
+    if (entry && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
+        PyTuple_GET_ITEM(entry, 0) == thread_state)
+        return Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+    if (PyErr_Occurred()) return NULL;
+    PyObject *current = PyObject_GetAttr(thread_state, current_name);
+    if (current && publish_entry(thread_state, current) < 0) Py_CLEAR(current);
+    return current;
+}
+
+/* The binding of `team` in `bindings` (a dict: team -> binding) and the identity of the
+ * calling thread, thread_state.current (core/calls.py: the tuple (thread, named, signed),
+ * signed standing while the thread keeps the name object `named`). 1: both found; 0: the
+ * caller's Python path must take the call (a team without a binding, a renamed thread);
+ * -1: an error is set. */
 static int fast_call(PyObject *bindings, PyObject *team, PyObject *thread_state, const binding **b,
                      identity *id) {
     if (!PyDict_CheckExact(bindings)) {
@@ -395,7 +436,7 @@ static int fast_call(PyObject *bindings, PyObject *team, PyObject *thread_state,
     PyObject *capsule = PyDict_GetItemWithError(bindings, team); /* borrowed */
     if (!capsule) return PyErr_Occurred() ? -1 : 0;
     if (!(*b = PyCapsule_GetPointer(capsule, BINDING_NAME))) return -1;
-    PyObject *current = PyObject_GetAttr(thread_state, current_name);
+    PyObject *current = current_of(thread_state);
     if (!current) return -1;
     int found = -1;
     if (!PyTuple_CheckExact(current) || PyTuple_GET_SIZE(current) != 3) {
@@ -462,6 +503,8 @@ static PyMethodDef methods[] = {
     {"gradients", (PyCFunction)(void (*)(void))gradients, METH_FASTCALL,
      "gradients(bindings, grads, team, thread_state) -> [new array] | None (not handled here) | "
      "int (core status)"},
+    {"publish", (PyCFunction)(void (*)(void))publish, METH_FASTCALL,
+     "publish(thread_state, current): the calling thread's identity, as core/calls.py changes it"},
     {"reduce_in_place", (PyCFunction)(void (*)(void))reduce_in_place, METH_FASTCALL,
      "reduce_in_place(bindings, array, team, op, thread_state) -> array | None (not handled "
      "here) | int (core status)"},
@@ -481,5 +524,6 @@ PyMODINIT_FUNC PyInit__numpy_glue(void) {
     if (PyType_Ready(&lease_type) < 0) return NULL;
     if (!(current_name = PyUnicode_InternFromString("current"))) return NULL;
     if (!(thread_name_name = PyUnicode_InternFromString("_name"))) return NULL;
+    if (!(published_key = PyUnicode_InternFromString("ml_comm.arrays._numpy_glue.current"))) return NULL;
     return PyModule_Create(&module_def);
 }

@@ -19,6 +19,7 @@ class NumpyBackend:
     def __init__(self, session: Session):
         self.session = session
         self.thread_state = session.calls.thread_state
+        session.calls.publish_with(_numpy_glue.publish)  # the glue's copy of each identity
         # Pipelined teams: team -> {gradient layout: pipeline.Stage}
         self.pipelines: dict[int, dict] = {}
         # Results' memory, per team (teams run concurrently): team -> OutputPool

@@ -43,7 +43,8 @@ class _Thread(threading.local):
     step = 0
     last_step = 0
 
-    def __init__(self) -> None:
+    def __init__(self, publishers: list) -> None:
+        self.publishers = publishers  # the same list on every thread: Calls.publish_with's
         self.thread = threading.current_thread()
         self.named = None
         self.origin, self.name, self.name_bytes = 0, ffi.NULL, b""
@@ -70,14 +71,23 @@ class _Thread(threading.local):
     def sign(self, signed: tuple[int, int, bytes]) -> None:
         self.signed = signed
         self.current = (self.thread, self.named, signed)
+        for publish in self.publishers:
+            publish(self, self.current)
 
 
 class Calls:
     def __init__(self) -> None:
-        self._thread = _Thread()
+        self._publishers: list = []
+        self._thread = _Thread(self._publishers)
         # The same per-thread state, for the one-array fast paths (arrays/numpy_backend.py),
         # which read its `current` without a call.
         self.thread_state = self._thread
+
+    def publish_with(self, publish) -> None:
+        """Hand every change of a thread's `current` to publish(thread_state, current), on
+        that thread: for a fast path that keeps it where it reads it faster than from
+        thread_state (arrays/_numpy_glue.c, which takes the first one itself)."""
+        self._publishers.append(publish)
 
     @contextmanager
     def step(self, number: int | None) -> Iterator[int]:

@@ -92,6 +92,36 @@ def test_a_rank_steps_behind_is_told_how_far(pair):
     c.finish()
 
 
+def test_one_array_calls_sign_with_the_step_they_are_in(pair):
+    """One-array calls (one C call each, which keeps the thread's identity where it reads
+    it fast) after unmarked ones: rank n-1 makes its third call in step 4, ahead of the
+    others; they fail their step 3 naming where rank n-1 is, rank n-1 fails its second
+    call of step 4, and every other call pairs with the call of its step and is exact.
+    Calls signed with an identity that did not follow the steps would all pair silently."""
+    c = Checks()
+    last = pair.nranks - 1
+    errors = []
+    for k in range(3):  # unmarked calls first: the identity the steps then change
+        x = make_input(pair.rank, (5,), np.float32, k)
+        c.equal(
+            mc.gradients([x])[0], expected_average((5,), np.float32, pair.nranks, k), f"call {k}"
+        )
+    for i in range(1, STEPS + 1):
+        step = 4 if (pair.rank == last and i == 3) else i
+        x = make_input(pair.rank, (5,), np.float32, 10 * step)
+        try:
+            with mc.step(step):
+                out = mc.gradients([x])[0]
+            c.equal(out, expected_average((5,), np.float32, pair.nranks, 10 * step), f"step {step}")
+        except mc.MLCommError as e:
+            errors.append((i, str(e)))
+    c.true([e[0] for e in errors] == ([4] if pair.rank == last else [3]), f"{errors}")
+    if pair.rank != last:
+        text = errors[0][1] if errors else ""
+        c.true(f"rank {last} is at step 4" in text and "(1 step behind)" in text, f"{text!r}")
+    c.finish()
+
+
 def test_unmarked_a_call_that_raised_on_one_rank_is_found_at_the_next(pair):
     """No steps marked: rank n-1's call fails before it reaches the others (an argument
     only it has wrong); the others' call fails at once naming it, and the calls after
