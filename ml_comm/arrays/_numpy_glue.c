@@ -35,8 +35,8 @@
  *   failure. publish(thread_state, current): the calling thread's thread_state.current,
  *   handed over by core/calls.py whenever it changes it (Calls.publish_with) and kept in
  *   the thread's own dict, for the two calls above. The Python caller drops the binding
- *   before the team or the error buffer go away. Every function runs holding the GIL, which guards the pools, except
- *   the core's call itself.
+ *   before the team or the error buffer go away. Every function runs holding the GIL,
+ *   which guards the pools, except the core's call itself.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
