@@ -19,8 +19,8 @@
  *   pages fault now and never again). The block goes back to the pool when the array and
  *   every view of it are gone; at most `keep` free blocks are kept (the oldest are freed).
  *   free_blocks(pool) -> how many are free.
- * bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool,
- *   pool_from_bytes, dtypes) -> a binding of one team. gradients(bindings, grads, team,
+ * bind(allreduce_into, begin_call, end_call, shape_digest, team, pool, pool_from_bytes,
+ *   dtypes) -> a binding of one team. gradients(bindings, grads, team,
  *   thread_state) -> mc.gradients([grad]) whole: [the average over the ranks] as a new
  *   array (from the pool from pool_from_bytes, else fresh), made inside one call of the
  *   caller's identity (the tuple (step, origin, name: bytes) of its thread, read from
@@ -28,14 +28,14 @@
  *   would release and take it again); None when the caller's Python path must take it
  *   (grads not a list of one plain, aligned, C-contiguous, native-order ndarray of a dtype
  *   in the table; a team without a binding in bindings; a renamed thread), no call begun;
- *   the core's status (an int) when the core failed, its text in the error buffer.
+ *   (status, text) when the core failed, the text the calling thread's own.
  *   reduce_in_place(bindings, array, team, op, thread_state) -> the array, reduced in
  *   place with op (mc.average, mc.allreduce_sum) inside one call of the caller's
- *   identity, as gradients'; None also when the array is read-only; the core's status on
+ *   identity, as gradients'; None also when the array is read-only; (status, text) on
  *   failure. publish(thread_state, current): the calling thread's thread_state.current,
  *   handed over by core/calls.py whenever it changes it (Calls.publish_with) and kept in
  *   the thread's own dict, for the two calls above. The Python caller drops the binding
- *   before the team or the error buffer go away. Every function runs holding the GIL,
+ *   before the team goes away. Every function runs holding the GIL,
  *   which guards the pools, except the core's call itself.
  */
 #define PY_SSIZE_T_CLEAN
@@ -218,8 +218,6 @@ typedef struct {
     end_call_fn end_call;
     shape_digest_fn shape_digest;
     mlc_team *team;
-    char *err;
-    size_t err_len;
     results_pool *pool;
     Py_ssize_t pool_from_bytes; /* smaller results are fresh arrays: a few pages fault little */
     int ndtypes;
@@ -254,16 +252,16 @@ static int read_dtype_table(PyObject *pairs, binding *b) {
 }
 
 static PyObject *bind(PyObject *module, PyObject *args) {
-    unsigned long long allreduce_into, begin_call, end_call, shape_digest, team, err;
-    Py_ssize_t err_len, pool_from_bytes;
+    unsigned long long allreduce_into, begin_call, end_call, shape_digest, team;
+    Py_ssize_t pool_from_bytes;
     PyObject *pool_capsule, *dtypes;
-    if (!PyArg_ParseTuple(args, "KKKKKKnOnO:bind", &allreduce_into, &begin_call, &end_call, &shape_digest,
-                          &team, &err, &err_len, &pool_capsule, &pool_from_bytes, &dtypes))
+    if (!PyArg_ParseTuple(args, "KKKKKOnO:bind", &allreduce_into, &begin_call, &end_call, &shape_digest,
+                          &team, &pool_capsule, &pool_from_bytes, &dtypes))
         return NULL;
     results_pool *p = PyCapsule_GetPointer(pool_capsule, POOL_NAME);
     if (!p) return NULL;
-    if (!allreduce_into || !begin_call || !end_call || !shape_digest || !team || !err || err_len <= 0) {
-        PyErr_SetString(PyExc_ValueError, "bind needs the core's function, a team and an error buffer");
+    if (!allreduce_into || !begin_call || !end_call || !shape_digest || !team) {
+        PyErr_SetString(PyExc_ValueError, "bind needs the core's functions and a team");
         return NULL;
     }
     binding *b = PyMem_Calloc(1, sizeof *b);
@@ -273,8 +271,6 @@ static PyObject *bind(PyObject *module, PyObject *args) {
     b->shape_digest = (shape_digest_fn)(uintptr_t)shape_digest;
     b->end_call = (end_call_fn)(uintptr_t)end_call;
     b->team = (mlc_team *)(uintptr_t)team;
-    b->err = (char *)(uintptr_t)err;
-    b->err_len = (size_t)err_len;
     b->pool_from_bytes = pool_from_bytes;
     if (read_dtype_table(dtypes, b)) {
         PyMem_Free(b);
@@ -324,12 +320,22 @@ static int read_identity(PyObject *tuple, identity *id) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* The calling thread's error text: a call's own, never another thread's that calls on the
+ * same team meanwhile (with the GIL released). */
+static _Thread_local char call_err[512];
+
+/* A failed call: (status, its text). */
+static PyObject *failure(int rc) {
+    return Py_BuildValue("(iN)", rc, PyUnicode_DecodeUTF8(call_err, strnlen(call_err, sizeof call_err), "replace"));
+}
+
 static PyObject *average_of(const binding *b, PyObject *object, const identity *id) {
     const int code = plain_code(b, object, 0);
     if (code < 0) Py_RETURN_NONE;
     PyArrayObject *grad = (PyArrayObject *)object;
-    int rc = b->begin_call(b->team, id->step, (uint64_t)id->origin, id->name, b->err, b->err_len);
-    if (rc) return PyLong_FromLong(rc);
+    call_err[0] = '\0';
+    int rc = b->begin_call(b->team, id->step, (uint64_t)id->origin, id->name, call_err, sizeof call_err);
+    if (rc) return failure(rc);
     const Py_ssize_t nbytes = PyArray_NBYTES(grad);
     PyObject *result;
     if (nbytes < b->pool_from_bytes) {
@@ -351,13 +357,13 @@ static PyObject *average_of(const binding *b, PyObject *object, const identity *
     /* The call waits for the other ranks: other Python threads run meanwhile. The caller's
      * list keeps grad alive; result is ours. */
     Py_BEGIN_ALLOW_THREADS
-    rc = b->allreduce_into(b->team, source, data, count, code, MLC_OP_AVERAGE, 1 << code, shape, b->err,
-                           b->err_len);
+    rc = b->allreduce_into(b->team, source, data, count, code, MLC_OP_AVERAGE, 1 << code, shape, call_err,
+                           sizeof call_err);
     Py_END_ALLOW_THREADS
     b->end_call(b->team);
     if (rc) {
         Py_DECREF(result);
-        return PyLong_FromLong(rc);
+        return failure(rc);
     }
     return result;
 }
@@ -366,17 +372,18 @@ static PyObject *reduce_in_place_of(const binding *b, PyObject *object, int op, 
     const int code = plain_code(b, object, 1);
     if (code < 0) Py_RETURN_NONE;
     PyArrayObject *array = (PyArrayObject *)object;
-    int rc = b->begin_call(b->team, id->step, (uint64_t)id->origin, id->name, b->err, b->err_len);
-    if (rc) return PyLong_FromLong(rc);
+    call_err[0] = '\0';
+    int rc = b->begin_call(b->team, id->step, (uint64_t)id->origin, id->name, call_err, sizeof call_err);
+    if (rc) return failure(rc);
     void *data = PyArray_DATA(array);
     const int64_t count = PyArray_SIZE(array);
     const uint64_t shape = b->shape_digest(PyArray_NDIM(array), (const int64_t *)PyArray_DIMS(array));
     /* The caller's reference keeps the array alive while other Python threads run. */
     Py_BEGIN_ALLOW_THREADS
-    rc = b->allreduce_into(b->team, NULL, data, count, code, op, 0, shape, b->err, b->err_len);
+    rc = b->allreduce_into(b->team, NULL, data, count, code, op, 0, shape, call_err, sizeof call_err);
     Py_END_ALLOW_THREADS
     b->end_call(b->team);
-    if (rc) return PyLong_FromLong(rc);
+    if (rc) return failure(rc);
     Py_INCREF(array);
     return (PyObject *)array;
 }
@@ -498,16 +505,16 @@ static PyMethodDef methods[] = {
     {"take", take, METH_VARARGS, "take(pool, nbytes) -> uint8 array over a pool block"},
     {"free_blocks", free_blocks, METH_O, "free_blocks(pool) -> number of free blocks"},
     {"bind", bind, METH_VARARGS,
-     "bind(allreduce_into, begin_call, end_call, shape_digest, team, err, err_len, pool, pool_from_bytes, "
-     "dtypes) -> binding"},
+     "bind(allreduce_into, begin_call, end_call, shape_digest, team, pool, pool_from_bytes, dtypes) -> "
+     "binding"},
     {"gradients", (PyCFunction)(void (*)(void))gradients, METH_FASTCALL,
      "gradients(bindings, grads, team, thread_state) -> [new array] | None (not handled here) | "
-     "int (core status)"},
+     "(core status, text)"},
     {"publish", (PyCFunction)(void (*)(void))publish, METH_FASTCALL,
      "publish(thread_state, current): the calling thread's identity, as core/calls.py changes it"},
     {"reduce_in_place", (PyCFunction)(void (*)(void))reduce_in_place, METH_FASTCALL,
      "reduce_in_place(bindings, array, team, op, thread_state) -> array | None (not handled "
-     "here) | int (core status)"},
+     "here) | (core status, text)"},
     {NULL, NULL, 0, NULL},
 };
 

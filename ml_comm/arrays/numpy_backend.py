@@ -6,7 +6,7 @@ from __future__ import annotations
 from .._core import ffi, lib
 from ..core import dtypes as _dtypes
 from ..core.session import Session, is_pipelined
-from ..core.status import ERR_LEN, check
+from ..core.status import check
 from . import _numpy_glue, broadcasts, pipeline, reductions
 from .pool import MIN_BYTES, OutputPool
 from .requests import wait_one
@@ -39,8 +39,8 @@ class NumpyBackend:
             result = _numpy_glue.gradients(self.plain, grads, team, self.thread_state)
             if type(result) is list:
                 return result
-            if result is not None:  # the core's status
-                check(result, "gradients", self.session.team_err(team))
+            if result is not None:  # the core's status and text
+                check(result[0], "gradients", result[1])
         s = self.session
         handle = s.team(team)  # a bad team id fails before the pipelines are touched
         with s.calls.calling(team, handle):
@@ -60,8 +60,8 @@ class NumpyBackend:
         """mc.average / mc.allreduce_sum: a plain writeable array in one C call (as
         gradients'), anything else through reductions.reduce_in_place's checks."""
         result = _numpy_glue.reduce_in_place(self.bindings, array, team, op, self.thread_state)
-        if type(result) is int:  # the core's status
-            check(result, what, self.session.team_err(team))
+        if type(result) is tuple:  # the core's status and text
+            check(result[0], what, result[1])
         if result is not None:
             return result
         s = self.session
@@ -75,7 +75,7 @@ class NumpyBackend:
         binding = self.bindings.get(team)
         if binding is None:
             pool = self.pools.setdefault(team, OutputPool())
-            binding = self.bindings[team] = bind_team(handle, pool, self.session.team_err(team))
+            binding = self.bindings[team] = bind_team(handle, pool)
         return binding
 
     def broadcast(self, values, root: int, team: int = 0):
@@ -95,7 +95,7 @@ class NumpyBackend:
         self.pipelines = {}
 
 
-def bind_team(handle, pool: OutputPool, err):
+def bind_team(handle, pool: OutputPool):
     """_numpy_glue's binding of one team: results from the team's pool from MIN_BYTES
     (fresh arrays below), for every dtype the core reduces."""
     return _numpy_glue.bind(
@@ -104,8 +104,6 @@ def bind_team(handle, pool: OutputPool, err):
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_team_end_call"))),
         int(ffi.cast("uintptr_t", ffi.addressof(lib, "mlc_shape_digest"))),
         int(ffi.cast("uintptr_t", handle)),
-        int(ffi.cast("uintptr_t", err)),
-        ERR_LEN,
         pool.handle,
         MIN_BYTES,
         [(dtype.num, code) for dtype, code in _dtypes.REDUCED_CODES.items()],

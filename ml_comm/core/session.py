@@ -11,6 +11,7 @@ handed in by the caller, which sits above both.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,8 +98,9 @@ class Session:
         self.thread_cores = thread_cores.choose(comm, mpi)
         self.comm = comm
         self.err = ffi.new(f"char[{ERR_LEN}]")  # init's and finalize's, on one thread
-        # Each team's own: teams run on several threads at once, with the GIL released.
-        self._team_errs: dict[int, object] = {}
+        # Each thread's own, per team: teams run on several threads at once, with the GIL
+        # released, and a thread that calls on a team another drives must read its own text.
+        self._thread_errs = threading.local()
         # The registry of live teams: by team number, the core's handle and the team's id.
         self.teams: list = []
         self.team_ids: list[int] = []
@@ -169,10 +171,14 @@ class Session:
         return out[0]
 
     def team_err(self, team: int):
-        """The error buffer of team `team`'s calls (a C char array of ERR_LEN)."""
-        err = self._team_errs.get(team)
+        """The calling thread's error buffer for team `team`'s calls (a C char array of
+        ERR_LEN)."""
+        errs = getattr(self._thread_errs, "by_team", None)
+        if errs is None:
+            errs = self._thread_errs.by_team = {}
+        err = errs.get(team)
         if err is None:
-            err = self._team_errs.setdefault(team, ffi.new(f"char[{ERR_LEN}]"))
+            err = errs[team] = ffi.new(f"char[{ERR_LEN}]")
         return err
 
     def team(self, team: int):

@@ -38,7 +38,7 @@ def error(status: int, message: str) -> MLCommError:
 
 def check(rc: int, what: str, err=None) -> None:
     """Raise the class of rc ("<what> failed: ...") unless rc is MLC_OK; err: the call's
-    text buffer."""
+    text buffer, or its text."""
     if rc != lib.MLC_OK:
-        detail = text(err) if err is not None else ""
+        detail = err if isinstance(err, str) else text(err) if err is not None else ""
         raise error(rc, f"{what} failed: {detail or name(rc)}")

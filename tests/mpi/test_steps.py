@@ -179,12 +179,9 @@ def test_two_threads_on_one_team_raise_and_never_mix(session):
     c.true(not wrong, f"mixed results: {wrong[:3]}")
     # One rank's calls end too quickly to overlap reliably (and have nothing to mix).
     c.true(len(raised) >= 1 or session.nranks == 1, "no call raised: the threads never overlapped")
-    c.true(
-        all(
-            "in use by thread" in m or "called from thread" in m or " at call " in m for m in raised
-        ),
-        f"messages: {raised[:3]}",
-    )
+    named = ("in use by thread", "called from thread", " at call ")
+    unnamed = [m for m in raised if not any(words in m for words in named)]
+    c.true(not unnamed, f"messages that name no clash of threads: {unnamed}")
     c.finish()
 
 
