@@ -8,8 +8,9 @@ so drifting machine load hits both alike. Each run already compares ml_comm with
 MPI_Allreduce in the same process (its ratio column); this script reports, per size, the
 median of those ratios for A and for B, and B/A: below 1 means B is slower than A relative to
 the same MPI. The allreduce.py JSON of every run is kept in --out (`--table-of FOLDER` prints
-the table of such a folder again). On the test bed, --launch
-starts the ranks instead of `mpiexec -n N` (srun passes PYTHONPATH on):
+the table of such a folder again; --floor, for runs with allreduce.py --tf-floor, takes the
+ratio as benchmarks/product_targets.py does: (t_floor + t_MPI) / t_ml_comm). On the test
+bed, --launch starts the ranks instead of `mpiexec -n N` (srun passes PYTHONPATH on):
 
     .venv/bin/python benchmarks/ab_builds.py --a OLD --b . --launch "srun -N 2 \\
         --ntasks-per-node=1 --mpi=pmi2 --time=10 tools/pin_to_node_core.sh" -- --api gradients
@@ -29,6 +30,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def row_ratio(row: dict, floor: bool) -> float:
+    if not floor:
+        return row["ratio"]
+    return (row["tf_floor_time_us"] + row["mpi_time_us"]) / row["mlcomm_time_us"]
+
+
 def run_once(checkout: Path, launch: list[str], extra: list[str], out: Path) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
     cmd = [*launch, sys.executable, str(HERE / "allreduce.py"), "--json", str(out), *extra]
@@ -45,6 +52,7 @@ def main() -> int:
     p.add_argument("-n", "--nranks", type=int, default=2)
     p.add_argument("--launch", help="what starts the ranks (default: this venv's mpiexec -n N)")
     p.add_argument("--out", type=Path, default=Path("ab-runs"), help="folder for the JSON runs")
+    p.add_argument("--floor", action="store_true", help="ratio with TensorFlow's call floor")
     p.add_argument("extra", nargs="*", help="arguments for allreduce.py (after --)")
     args = p.parse_args()
     ratios: dict[str, dict[int, list[float]]] = {"A": {}, "B": {}}
@@ -52,7 +60,7 @@ def main() -> int:
         for name in ratios:
             for run in sorted(args.table_of.glob(f"{name}*.json")):
                 for row in json.loads(run.read_text())["rows"]:
-                    ratios[name].setdefault(row["bytes"], []).append(row["ratio"])
+                    ratios[name].setdefault(row["bytes"], []).append(row_ratio(row, args.floor))
         print(f"# the runs in {args.table_of}")
     else:
         if not (args.a and args.b):
@@ -66,10 +74,11 @@ def main() -> int:
                 checkout = args.a if name == "A" else args.b
                 rows = run_once(checkout, launch, args.extra, args.out / f"{name}{i}.json")
                 for row in rows:
-                    ratios[name].setdefault(row["bytes"], []).append(row["ratio"])
+                    ratios[name].setdefault(row["bytes"], []).append(row_ratio(row, args.floor))
                 print(f"# round {i} {name} done", flush=True)
         print(f"# A = {args.a}, B = {args.b}, {args.rounds} runs each, by {shlex.join(launch)}")
-    print(f"# {'bytes':>12} {'A ratio':>9} {'B ratio':>9} {'B/A':>7}   (ratio = t_MPI / t_ml_comm)")
+    defined = "(t_floor + t_MPI) / t_ml_comm" if args.floor else "t_MPI / t_ml_comm"
+    print(f"# {'bytes':>12} {'A ratio':>9} {'B ratio':>9} {'B/A':>7}   (ratio = {defined})")
     for nbytes in sorted(ratios["A"]):
         a, b = statistics.median(ratios["A"][nbytes]), statistics.median(ratios["B"][nbytes])
         print(f"  {nbytes:>12} {a:9.3f} {b:9.3f} {b / a:7.3f}")
