@@ -182,6 +182,7 @@ def finalize() -> None:
         )
         ending.summarise()
         ending.report_slow_ranks(records)
+        ending.weights.finalizing()
     finally:
         ending.close()
 
@@ -302,7 +303,10 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     NumPy, synchronous teams: `out` (a list of arrays of the gradients' shapes and
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
-    backend = session().backend
+    s = session()
+    if not s.weights.settled:
+        s.weights.averaged()
+    backend = s.backend
     if out is None:  # NumPy's calls are signed with the caller's identity there
         return backend.gradients(grads, team)
     if backend.name != "numpy":
@@ -320,6 +324,7 @@ def broadcast(values, root: int = 0, team: int = 0):
     team's calls when another thread drives another team).
     """
     s = session()
+    s.weights.shared()
     if s.backend.name != "numpy":
         return s.backend.broadcast(values, root, team)
     with s.calls.calling(team, s.team(team)):
@@ -402,6 +407,7 @@ def check_buffers_match(values, flag: int = 1) -> int:
     flag: when nonzero, each rank whose buffers differ prints so.
     """
     s = session()
+    s.weights.shared()
     with s.calls.calling(0, s.team(0)):
         return broadcasts.check_buffers_match(s, values, flag)
 

@@ -37,6 +37,7 @@ from .errors import BadArgumentError, BadArgumentTypeError, MLCommError, OutOfMe
 from .output import say
 from .report import TeamReporter, stats_dict
 from .status import ERR_LEN, check, error, text
+from .weights_notice import WeightsNotice
 
 ALG_AUTO = lib.MLC_ALG_AUTO
 THREAD_SLICE = "ML_COMM_THREAD_SLICE_US"
@@ -117,6 +118,7 @@ class Session:
             raise MLCommError(text(self.err))
         self.rank = lib.mlc_context_rank(self.ctx)
         self.size = lib.mlc_context_size(self.ctx)
+        self.weights = WeightsNotice(self.rank, self.size)
         check(lib.mlc_context_set_deadlock_limit(self.ctx, settings.get(DEADLOCK)), DEADLOCK)
         self.configs = [TeamConfig() for _ in range(nteams)]
         self.calls = Calls()  # where each team's caller stands (core/calls.py)

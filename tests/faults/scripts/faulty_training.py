@@ -49,6 +49,7 @@ def main() -> int:
     rank, n = mc.get_rank(), mc.get_nranks()
     print(f"started rank {rank} pid {os.getpid()}", flush=True)
     weights = np.zeros(3000, np.float32)
+    mc.broadcast([weights])  # every rank starts from rank 0's weights
     steps = STEPS if mode in ("kill", "raise", "exit", "finalize_exit") else CLEAN_STEPS
     if mode in ("long", "thread_raise"):
         steps = LONG_STEPS

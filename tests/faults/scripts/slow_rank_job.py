@@ -35,6 +35,7 @@ def main() -> int:
     rank = mc.get_rank()
     print(f"started rank {rank} pid {os.getpid()}", flush=True)
     weights = np.zeros(1000, np.float32)
+    mc.broadcast([weights])  # every rank starts from rank 0's weights
     for step in range(STEPS):
         time.sleep(STEP_SECONDS + (EXTRA_SECONDS if mode != "even" and rank == slow else 0.0))
         (avg,) = mc.gradients([np.full(weights.shape, step, np.float32)])

@@ -40,6 +40,7 @@ def main() -> int:
     rank, n = mc.get_rank(), mc.get_nranks()
     print(f"started rank {rank} pid {os.getpid()}", flush=True)
     weights = np.zeros(1000, np.float32)
+    mc.broadcast([weights])  # every rank starts from rank 0's weights
     stopped = None
     for step in range(STEPS):
         grad = np.full(weights.shape, rank + step % 7, np.float32)

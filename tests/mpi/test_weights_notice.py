@@ -1,0 +1,56 @@
+"""A job that averages gradients without broadcasting its weights is warned, once, by
+rank 0 (core/weights_notice.py); a job that broadcasts or checks them, before the first
+step or right after it, is not. This module manages init itself (no `session` fixture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi_helpers import CHUNK_BYTES, ml_comm_session
+
+import ml_comm as mc
+
+pytestmark = pytest.mark.mpi
+
+WARNING = "no weights were broadcast"
+
+
+def run_job(capfd, calls) -> list[str]:
+    """Run `calls` (names, in order) in a session of its own; this rank's stderr after
+    each call, and last after finalize."""
+    capfd.readouterr()
+    weights = [np.ones(5, np.float32)]
+    said = []
+    with ml_comm_session(1, 1, 1024, CHUNK_BYTES):
+        for name in calls:
+            if name == "gradients":
+                assert np.array_equal(
+                    mc.gradients([np.ones(7, np.float32)])[0], np.ones(7, np.float32)
+                )
+            elif name == "broadcast":
+                mc.broadcast(weights)
+            elif name == "check":
+                mc.check_buffers_match(weights, 0)
+            said.append(capfd.readouterr().err)
+    said.append(capfd.readouterr().err)
+    return said
+
+
+@pytest.mark.parametrize(
+    "calls, warned_after",
+    [
+        (["gradients", "gradients", "gradients"], 1),  # the second call says it
+        (["gradients"], 1),  # finalize says it (a step traced once calls gradients once)
+        (["broadcast", "gradients", "gradients"], None),
+        (["gradients", "broadcast", "gradients", "gradients"], None),  # after the first step
+        (["check", "gradients", "gradients"], None),
+        (["broadcast"], None),
+    ],
+)
+def test_warned_once_by_rank_zero(capfd, calls, warned_after):
+    said = [err.count(WARNING) for err in run_job(capfd, calls)]
+    rank, size = mc.get_rank(), mc.get_nranks()
+    expected = [0] * (len(calls) + 1)
+    if warned_after is not None and rank == 0 and size > 1:
+        expected[warned_after] = 1
+    assert said == expected, f"rank {rank} of {size}, calls {calls}: warnings {said}"
