@@ -304,9 +304,9 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     dtypes, possibly the gradients themselves) receives the averages and is returned.
     """
     s = session()
-    if not s.weights.settled:
-        s.weights.averaged()
     backend = s.backend
+    if not s.weights.settled:
+        s.weights.averaged(backend.name == "numpy")
     if out is None:  # NumPy's calls are signed with the caller's identity there
         return backend.gradients(grads, team)
     if backend.name != "numpy":

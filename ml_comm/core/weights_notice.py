@@ -6,10 +6,12 @@ then applies the same averaged update to different weights and trains a model of
 own, with no error anywhere: the checkpoint rank 0 writes is not the job's model.
 
 So a job on more than one rank whose gradients were averaged (`mc.gradients`) with no
-`mc.broadcast` and no `mc.check_buffers_match` before gradients' second call, or before
-finalize, gets one warning from rank 0. Not at the first call: Horovod-style scripts
-broadcast after the first step, once a lazily built model has its weights. And at
-finalize too: a step traced once (tf.function) calls gradients once, at its tracing.
+`mc.broadcast` and no `mc.check_buffers_match` before finalize gets one warning from rank
+0, and a job on NumPy arrays earlier, at gradients' second call. Not at the first:
+Horovod-style scripts broadcast after the first step, once a lazily built model has its
+weights. Not before finalize with a framework: a traced step (tf.function, jax.jit, a
+TF1 graph) calls gradients when it is built, each team's block or tower once, in any
+order with the graph's broadcast.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ class WeightsNotice:
         """A broadcast or a check of the buffers ran."""
         self.settled = True
 
-    def averaged(self) -> None:
-        """gradients ran before any broadcast (the caller checks `settled` first: the
-        hot path's cost is that one attribute)."""
+    def averaged(self, eager: bool) -> None:
+        """gradients ran before any broadcast; `eager`: on NumPy arrays, so each call is
+        a step's (the caller checks `settled` first: the hot path's cost is that one
+        attribute)."""
         self.calls_unshared += 1
-        if self.calls_unshared >= 2:
+        if eager and self.calls_unshared >= 2:
             self._warn()
 
     def finalizing(self) -> None:
