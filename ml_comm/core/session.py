@@ -72,6 +72,13 @@ class TeamConfig:
     perf_freq: int = 100
 
 
+class _ThreadErrors(threading.local):
+    """The calling thread's error buffers, by team number (each thread starts empty)."""
+
+    def __init__(self):
+        self.by_team: dict[int, Any] = {}
+
+
 class Session:
     """The context and teams on `comm`; rank and size are this communicator's."""
 
@@ -101,7 +108,7 @@ class Session:
         self.err = ffi.new(f"char[{ERR_LEN}]")  # init's and finalize's, on one thread
         # Each thread's own, per team: teams run on several threads at once, with the GIL
         # released, and a thread that calls on a team another drives must read its own text.
-        self._thread_errs = threading.local()
+        self._thread_errs = _ThreadErrors()
         # The registry of live teams: by team number, the core's handle and the team's id.
         self.teams: list = []
         self.team_ids: list[int] = []
@@ -175,9 +182,7 @@ class Session:
     def team_err(self, team: int):
         """The calling thread's error buffer for team `team`'s calls (a C char array of
         ERR_LEN)."""
-        errs = getattr(self._thread_errs, "by_team", None)
-        if errs is None:
-            errs = self._thread_errs.by_team = {}
+        errs = self._thread_errs.by_team
         err = errs.get(team)
         if err is None:
             err = errs[team] = ffi.new(f"char[{ERR_LEN}]")
