@@ -23,6 +23,7 @@ the number of training steps per epoch (_agree_on_steps). Models opted out with
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import math
 import sys
@@ -44,6 +45,7 @@ from .teams import forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
 _per_batch_default = False
+_said: set[str] = set()  # the warnings given in this session
 
 
 def install(patches: Patches, per_batch_metrics: bool) -> None:
@@ -66,6 +68,7 @@ def forget() -> None:
         if getattr(model, "compiled", False):
             model.make_train_function(force=True)  # its traced steps hold ml_comm's ops
     _seen.clear()
+    _said.clear()
     forget_all()
 
 
@@ -329,12 +332,15 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
         return
-    table = np.zeros(2 * nranks + 2, np.float64)
+    # Per rank: steps, samples and the data's fingerprint; then the stop flags.
+    table = np.zeros(3 * nranks + 2, np.float64)
     table[rank], table[nranks + rank] = steps, samples
-    table[2 * nranks :] = stopper.agree_per_batch, stopper.agree_per_epoch
+    table[2 * nranks + rank] = _fingerprint(arguments, samples)
+    table[3 * nranks :] = stopper.agree_per_batch, stopper.agree_per_epoch
     mc.allreduce_sum(table, team)
-    stopper.agree_per_batch = bool(table[2 * nranks] > 0)
-    stopper.agree_per_epoch = bool(table[2 * nranks + 1] > 0)
+    stopper.agree_per_batch = bool(table[3 * nranks] > 0)
+    stopper.agree_per_epoch = bool(table[3 * nranks + 1] > 0)
+    _warn_if_one_data(table[2 * nranks : 3 * nranks], arguments)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
@@ -370,6 +376,38 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
         print(
             f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what}, so that "
             f"every rank runs {fewest} steps per epoch",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _fingerprint(arguments, samples: int) -> int:
+    """Arrays' training data: a 48-bit digest (exact in a float64) of its count and its
+    first batch of x, the same on ranks that were given the same data; 0 where unknown."""
+    if samples <= 0:
+        return 0
+    first = keras.tree.flatten(arguments["x"])[0]
+    rows = min(samples, int(arguments.get("batch_size") or 32))
+    digest = hashlib.blake2b(str(samples).encode(), digest_size=6)
+    digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(first[:rows])).tobytes())
+    return int.from_bytes(digest.digest(), "little") or 1
+
+
+def _warn_if_one_data(fingerprints, arguments) -> None:
+    """Rank 0 warns, once a session, when every rank was given the same training arrays:
+    the ranks then train on copies of one data set, and with the same shuffling (or none)
+    average copies of one gradient, no faster than one rank."""
+    if fingerprints[0] == 0 or len(set(fingerprints.tolist())) != 1 or "one data" in _said:
+        return
+    _said.add("one data")
+    if mc.get_rank() == 0:
+        rows = min(_sample_count(arguments["x"]), int(arguments.get("batch_size") or 32))
+        print(
+            f"ml_comm: warning: every rank was given the same training data (as many "
+            f"samples, the same first {rows}): each rank trains on all of it, and ranks that "
+            "shuffle alike (or not at all) average copies of one gradient, no faster than "
+            "one rank. Give each rank its share: x = ml_comm.data.shard(x) (rows "
+            "rank::nranks), the same for y",
             file=sys.stderr,
             flush=True,
         )
