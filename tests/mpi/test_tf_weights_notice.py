@@ -1,0 +1,42 @@
+"""A traced step (tf.function) builds its gradients before its broadcast, a block per
+team: no warning while it is built or runs, and at finalize only when nothing was
+broadcast (core/weights_notice.py). This module manages init itself."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+from mpi_helpers import CHUNK_BYTES, ml_comm_session
+
+import ml_comm as mc
+
+pytestmark = pytest.mark.mpi
+
+WARNING = "no weights were broadcast"
+
+
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_a_traced_step_is_judged_at_finalize(capfd, broadcast):
+    """A step traced once, its gradients built for two teams before its broadcast (as a
+    graph's are): no warning while it is built; at finalize only if nothing broadcast."""
+    capfd.readouterr()
+    with ml_comm_session(1, 2, 1024, CHUNK_BYTES, framework="tensorflow"):
+        rank, size = mc.get_rank(), mc.get_nranks()  # the session's (a suite comm may reorder)
+        weights = tf.Variable(tf.ones(5))
+
+        @tf.function
+        def step():
+            first = mc.gradients([tf.ones(7)], team=0)
+            second = mc.gradients([tf.ones(3)], team=1)
+            if broadcast:
+                with tf.control_dependencies(first + second):
+                    mc.broadcast([weights])
+            return first + second
+
+        for _ in range(3):
+            out = step()
+            assert [o.numpy().tolist() for o in out] == [[1.0] * 7, [1.0] * 3]
+        while_training = capfd.readouterr().err.count(WARNING)
+    at_finalize = capfd.readouterr().err.count(WARNING)
+    expected = 1 if not broadcast and rank == 0 and size > 1 else 0
+    assert (while_training, at_finalize) == (0, expected), f"rank {rank} of {size}"
