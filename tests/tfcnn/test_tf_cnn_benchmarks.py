@@ -122,6 +122,8 @@ def check_ps_ml_comm_run(job: Run, nranks: int) -> None:
     rates = re.search(r"\(per rank: (.*)\)", total[0]).group(1).split(", ")
     assert len(rates) == nranks and all(float(r) > 0 for r in rates), total
     assert f"ml_comm: trainable variables identical on all {nranks} ranks" in job.out[0], job.tail()
+    # The graph builds its gradients before its broadcast: not a job that never broadcasts.
+    assert "no weights were broadcast" not in job.err[0], job.tail()
     for rank in range(1, nranks):  # rank 0 alone reports
         assert "ml_comm: total" not in job.out[rank], job.tail()
 
