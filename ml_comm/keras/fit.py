@@ -26,7 +26,6 @@ import functools
 import hashlib
 import inspect
 import math
-import sys
 import weakref
 
 import keras
@@ -34,6 +33,7 @@ import numpy as np
 
 from .. import api as mc
 from ..core.errors import MismatchError, NonFiniteError
+from ..core.output import say
 from ..core.patches import Patches
 from . import apply
 from .apply import broadcast_model_weights
@@ -300,7 +300,7 @@ def _local_steps(arguments) -> tuple[int, int]:
         return -1, -1
     split = _validation_split(arguments)
     train = int(math.floor(samples * (1.0 - split))) if split else samples
-    batch = int(arguments.get("batch_size") or 32)
+    batch = _batch_size(arguments)
     return math.ceil(train / batch), train
 
 
@@ -350,7 +350,7 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
     if arguments.get("steps_per_epoch") is None and min(all_samples) >= 0:
         if len(set(all_samples)) == 1:
             return
-        batch = int(arguments.get("batch_size") or 32)
+        batch = _batch_size(arguments)
         keep = min(all_samples)
         _truncate_arrays(arguments, keep)
         fewest = -(-keep // batch)
@@ -373,12 +373,14 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
         dropped = _listing(s - fewest for s in all_steps)
         what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     if rank == 0:
-        print(
+        say(
             f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what}, so that "
-            f"every rank runs {fewest} steps per epoch",
-            file=sys.stderr,
-            flush=True,
+            f"every rank runs {fewest} steps per epoch"
         )
+
+
+def _batch_size(arguments) -> int:
+    return int(arguments.get("batch_size") or 32)  # Keras's default
 
 
 def _fingerprint(arguments, samples: int) -> int:
@@ -387,7 +389,7 @@ def _fingerprint(arguments, samples: int) -> int:
     if samples <= 0:
         return 0
     first = keras.tree.flatten(arguments["x"])[0]
-    rows = min(samples, int(arguments.get("batch_size") or 32))
+    rows = min(samples, _batch_size(arguments))
     digest = hashlib.blake2b(str(samples).encode(), digest_size=6)
     digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(first[:rows])).tobytes())
     return int.from_bytes(digest.digest(), "little") or 1
@@ -401,15 +403,13 @@ def _warn_if_one_data(fingerprints, arguments) -> None:
         return
     _said.add("one data")
     if mc.get_rank() == 0:
-        rows = min(_sample_count(arguments["x"]), int(arguments.get("batch_size") or 32))
-        print(
+        rows = min(_sample_count(arguments["x"]), _batch_size(arguments))
+        say(
             f"ml_comm: warning: every rank was given the same training data (as many "
             f"samples, the same first {rows}): each rank trains on all of it, and ranks that "
             "shuffle alike (or not at all) average copies of one gradient, no faster than "
             "one rank. Give each rank its share: x = ml_comm.data.shard(x) (rows "
-            "rank::nranks), the same for y",
-            file=sys.stderr,
-            flush=True,
+            "rank::nranks), the same for y"
         )
 
 
