@@ -335,12 +335,13 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
     # Per rank: steps, samples and the data's fingerprint; then the stop flags.
     table = np.zeros(3 * nranks + 2, np.float64)
     table[rank], table[nranks + rank] = steps, samples
-    table[2 * nranks + rank] = _fingerprint(arguments, samples)
+    first_rows = min(samples, _batch_size(arguments))  # the batch the digest reads
+    table[2 * nranks + rank] = _fingerprint(arguments, samples, first_rows)
     table[3 * nranks :] = stopper.agree_per_batch, stopper.agree_per_epoch
     mc.allreduce_sum(table, team)
     stopper.agree_per_batch = bool(table[3 * nranks] > 0)
     stopper.agree_per_epoch = bool(table[3 * nranks + 1] > 0)
-    _warn_if_one_data(table[2 * nranks : 3 * nranks], arguments)
+    _warn_if_one_data(table[2 * nranks : 3 * nranks], first_rows)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
@@ -383,19 +384,18 @@ def _batch_size(arguments) -> int:
     return int(arguments.get("batch_size") or 32)  # Keras's default
 
 
-def _fingerprint(arguments, samples: int) -> int:
+def _fingerprint(arguments, samples: int, rows: int) -> int:
     """Arrays' training data: a 48-bit digest (exact in a float64) of its count and its
     first batch of x, the same on ranks that were given the same data; 0 where unknown."""
     if samples <= 0:
         return 0
     first = keras.tree.flatten(arguments["x"])[0]
-    rows = min(samples, _batch_size(arguments))
     digest = hashlib.blake2b(str(samples).encode(), digest_size=6)
     digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(first[:rows])).tobytes())
     return int.from_bytes(digest.digest(), "little") or 1
 
 
-def _warn_if_one_data(fingerprints, arguments) -> None:
+def _warn_if_one_data(fingerprints, rows: int) -> None:
     """Rank 0 warns, once a session, when every rank was given the same training arrays:
     the ranks then train on copies of one data set, and with the same shuffling (or none)
     average copies of one gradient, no faster than one rank."""
@@ -403,7 +403,6 @@ def _warn_if_one_data(fingerprints, arguments) -> None:
         return
     _said.add("one data")
     if mc.get_rank() == 0:
-        rows = min(_sample_count(arguments["x"]), _batch_size(arguments))
         say(
             f"ml_comm: warning: every rank was given the same training data (as many "
             f"samples, the same first {rows}): each rank trains on all of it, and ranks that "
