@@ -369,7 +369,9 @@ def _broadcast_list(tensors, root_rank):
     dense = [tf.convert_to_tensor(t) for t in tensors]
     if not dense:
         return []
-    root = basics.session().check_root(root_rank)
+    session = basics.session()
+    root = session.check_root(root_rank)
+    session.weights.shared()
     if not all(t.dtype.is_floating for t in dense):
         return _broadcast_once(dense, root)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
-from mpi_helpers import CHUNK_BYTES, ml_comm_session
+from mpi_helpers import CHUNK_BYTES, comm_world, ml_comm_session
 
 import ml_comm as mc
+import ml_comm.horovod.tensorflow as hvd
 
 pytestmark = pytest.mark.mpi
 
@@ -40,3 +41,29 @@ def test_a_traced_step_is_judged_at_finalize(capfd, broadcast):
     at_finalize = capfd.readouterr().err.count(WARNING)
     expected = 1 if not broadcast and rank == 0 and size > 1 else 0
     assert (while_training, at_finalize) == (0, expected), f"rank {rank} of {size}"
+
+
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_horovod_tape_is_judged_at_shutdown(capfd, broadcast):
+    """ml_comm.horovod's DistributedGradientTape averages gradients like mc.gradients: a
+    script that never calls broadcast_variables gets the warning at hvd.shutdown (rank 0,
+    more than one rank), one that does gets none."""
+    capfd.readouterr()
+    comm_world().barrier()
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    try:
+        weights = tf.Variable(tf.ones(4))
+        for _ in range(2):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(weights * float(rank + 1))
+            grad = hvd.DistributedGradientTape(tape).gradient(loss, [weights])[0]
+            assert grad.numpy().tolist() == [(size + 1) / 2] * 4
+            if broadcast:
+                hvd.broadcast_variables([weights], root_rank=0)
+        while_training = capfd.readouterr().err.count(WARNING)
+    finally:
+        hvd.shutdown()
+    at_shutdown = capfd.readouterr().err.count(WARNING)
+    expected = 1 if not broadcast and rank == 0 and size > 1 else 0
+    assert (while_training, at_shutdown) == (0, expected), f"rank {rank} of {size}"
