@@ -10,7 +10,9 @@ interleaved iteration by iteration (the order alternates, so machine noise hits 
 
 - ml_comm: the call that --api names (benchmarks/product_paths.py), on --tensors tensors that
   split the size (or, with --shapes resnet50, on ResNet-50's 214 gradients, one row):
-  ``gradients`` (the default: ``mc.gradients(list)``, new results each call), ``tf`` (the op
+  ``gradients`` (the default: ``mc.gradients(list)``, new results each call),
+  ``gradients-tfmem`` (the same on copies in TensorFlow's memory, one allocation per tensor
+  as the op's inputs have), ``tf`` (the op
   inside tf.function, the caller holding the inputs), ``tf-forwarded`` (gradients computed
   inside the function), ``average`` / ``allreduce_sum`` (in place, one buffer);
 - MPI: ``comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)`` through mpi4py on the same MPI library,
@@ -141,8 +143,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--api {args.api} averages: it needs a floating-point --dtype")
     if args.tensors < 1:
         p.error("--tensors must be at least 1")
-    if args.mpi_memory == "tensorflow" and not args.api.startswith("tf"):
-        p.error("--mpi-memory tensorflow compares with the tf apis")
+    if args.mpi_memory == "tensorflow" and not (args.api.startswith("tf") or "tfmem" in args.api):
+        p.error("--mpi-memory tensorflow compares with the apis on TensorFlow's memory")
     if args.tf_floor and not args.api.startswith("tf"):
         p.error("--tf-floor goes with --api tf or tf-forwarded")
     args.op = "average" if averages else "sum"

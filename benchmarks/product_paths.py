@@ -3,6 +3,9 @@ tensors that are views of one flat buffer, so that MPI_Allreduce can run on the 
 
 - gradients:     results = mc.gradients(tensors): a new result list each call; the previous
                  one is kept until the call returns, as a training loop keeps last step's;
+- gradients-tfmem: the same on copies of the views, each in memory of its own that
+                 TensorFlow's CPU allocator gave a tensor, as the tf op's inputs are: what the
+                 core's reduction of the op's buffers costs without the op around it;
 - tf:            the TensorFlow op inside tf.function, the caller holding the input tensors
                  (they cannot be overwritten: the op allocates its results);
 - tf-forwarded:  the same with the gradients computed inside the function (here x * 2), so
@@ -21,7 +24,7 @@ import numpy as np
 
 import ml_comm as mc
 
-APIS = ("gradients", "tf", "tf-forwarded", "average", "allreduce_sum")
+APIS = ("gradients", "gradients-tfmem", "tf", "tf-forwarded", "average", "allreduce_sum")
 
 
 class InPlace:
@@ -54,6 +57,16 @@ class Gradients:
 
     def result(self) -> np.ndarray:
         return np.concatenate([r.ravel() for r in self.last]) if self.last else np.zeros(0)
+
+
+class GradientsInTensorFlowMemory(Gradients):
+    def bind(self, buf, views):
+        own = []
+        for v in views:
+            array = tensorflow_memory(v.size, v.dtype).reshape(v.shape)
+            array[...] = v
+            own.append(array)
+        super().bind(buf, own)
 
 
 class TensorFlow:
@@ -91,6 +104,8 @@ class TensorFlow:
 def make(api: str):
     if api == "gradients":
         return Gradients()
+    if api == "gradients-tfmem":
+        return GradientsInTensorFlowMemory()
     if api in ("tf", "tf-forwarded"):
         return TensorFlow(api == "tf-forwarded")
     return InPlace(api)
