@@ -27,7 +27,9 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     """root_rank's picklable object on every rank (eagerly)."""
     check_process_set(process_set)
     s = basics.session()
-    return s.comm.bcast(obj, root=s.check_root(root_rank))
+    root = s.check_root(root_rank)
+    s.weights.shared()  # scripts also share weights this way: get_weights, set_weights
+    return s.comm.bcast(obj, root=root)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):

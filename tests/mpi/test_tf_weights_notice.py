@@ -43,11 +43,11 @@ def test_a_traced_step_is_judged_at_finalize(capfd, broadcast):
     assert (while_training, at_finalize) == (0, expected), f"rank {rank} of {size}"
 
 
-@pytest.mark.parametrize("broadcast", [False, True])
-def test_horovod_tape_is_judged_at_shutdown(capfd, broadcast):
+@pytest.mark.parametrize("share", [None, "broadcast_variables", "broadcast_object"])
+def test_horovod_tape_is_judged_at_shutdown(capfd, share):
     """ml_comm.horovod's DistributedGradientTape averages gradients like mc.gradients: a
-    script that never calls broadcast_variables gets the warning at hvd.shutdown (rank 0,
-    more than one rank), one that does gets none."""
+    script that never shares its weights gets the warning at hvd.shutdown (rank 0, more
+    than one rank); one that broadcasts them, as variables or as a Python object, none."""
     capfd.readouterr()
     comm_world().barrier()
     hvd.init()
@@ -59,11 +59,13 @@ def test_horovod_tape_is_judged_at_shutdown(capfd, broadcast):
                 loss = tf.reduce_sum(weights * float(rank + 1))
             grad = hvd.DistributedGradientTape(tape).gradient(loss, [weights])[0]
             assert grad.numpy().tolist() == [(size + 1) / 2] * 4
-            if broadcast:
+            if share == "broadcast_variables":
                 hvd.broadcast_variables([weights], root_rank=0)
+            elif share == "broadcast_object":
+                weights.assign(hvd.broadcast_object(weights.numpy(), root_rank=0))
         while_training = capfd.readouterr().err.count(WARNING)
     finally:
         hvd.shutdown()
     at_shutdown = capfd.readouterr().err.count(WARNING)
-    expected = 1 if not broadcast and rank == 0 and size > 1 else 0
+    expected = 1 if share is None and rank == 0 and size > 1 else 0
     assert (while_training, at_shutdown) == (0, expected), f"rank {rank} of {size}"
