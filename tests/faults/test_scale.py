@@ -111,7 +111,7 @@ def test_a_late_rank_is_named_by_every_waiting_rank_at_scale(nranks):
     named = set(
         int(r)
         for r in re.findall(
-            rf"ml_comm: rank (\d+): team 0 request 1 \(.*?\) has waited \d+\.\d s for rank "
+            rf"ml_comm: rank (\d+): team 0 request 2 \(.*?\) has waited \d+\.\d s for rank "
             rf"{late} to reach it",
             job.stderr,
         )

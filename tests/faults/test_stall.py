@@ -15,7 +15,7 @@ from jobs import mpiexec_job, wait_gone
 SCRIPT = "stall_job.py"
 TIMEOUT_S = 90
 WARNING = (
-    r"ml_comm: rank {waiting}: team 0 request 1 \(average of 1 float32 tensor, 10 elements\) "
+    r"ml_comm: rank {waiting}: team 0 request 2 \(average of 1 float32 tensor, 10 elements\) "
     r"has waited \d+\.\d s for rank {late} to reach it"
 )
 

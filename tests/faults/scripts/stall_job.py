@@ -3,7 +3,8 @@
     mpiexec -n N python stall_job.py MODE SECONDS TOKEN
 
 MODE (what the last rank does while the others call gradients()):
-  sleep    sleeps SECONDS before its own gradients() call (a slow or stuck rank)
+  sleep    sleeps SECONDS before its own gradients() call, the job's second (a slow or
+           stuck rank)
   stop     stops itself (SIGSTOP) SECONDS into a run of large reductions, so that it
            halts mid-operation, after the others have reached it (a hung node)
 Every rank prints "done rank R, average A" at the end (mode sleep); the stall limits
@@ -31,6 +32,9 @@ def main() -> int:
     print(f"started rank {rank} pid {os.getpid()}", flush=True)
     late = rank == n - 1
     if mode == "sleep":
+        # A first call on every rank: it imports what gradients needs, seconds for each of
+        # 64 ranks on 2 cores, which would come off the late rank's lead over the others.
+        mc.gradients([np.zeros(10, np.float32)])
         if late:
             time.sleep(seconds)
         out = mc.gradients([np.full(10, float(rank), np.float32)])
