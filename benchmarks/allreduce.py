@@ -143,7 +143,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--api {args.api} averages: it needs a floating-point --dtype")
     if args.tensors < 1:
         p.error("--tensors must be at least 1")
-    if args.mpi_memory == "tensorflow" and not (args.api.startswith("tf") or "tfmem" in args.api):
+    on_tf_memory = args.api.startswith("tf") or args.api == "gradients-tfmem"
+    if args.mpi_memory == "tensorflow" and not on_tf_memory:
         p.error("--mpi-memory tensorflow compares with the apis on TensorFlow's memory")
     if args.tf_floor and not args.api.startswith("tf"):
         p.error("--tf-floor goes with --api tf or tf-forwarded")
