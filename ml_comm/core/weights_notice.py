@@ -11,12 +11,23 @@ So a job on more than one rank whose gradients were averaged (`mc.gradients`) wi
 Horovod-style scripts broadcast after the first step, once a lazily built model has its
 weights. Not before finalize with a framework: a traced step (tf.function, jax.jit, a
 TF1 graph) calls gradients when it is built, each team's block or tower once, in any
-order with the graph's broadcast.
+order with the graph's broadcast. The warning names the remedy of the front end that
+averaged (ml_comm's own calls, or Horovod's under ml_comm.horovod).
 """
 
 from __future__ import annotations
 
 from .output import say
+
+# What the warning names, per front end that averages: (its broadcast, its check, the call)
+REMEDIES = {
+    "ml_comm": ("mc.broadcast", "or checked (mc.check_buffers_match) ", "mc.broadcast(weights)"),
+    "horovod": (
+        "hvd.broadcast_variables, BroadcastGlobalVariablesCallback",
+        "",
+        "hvd.broadcast_variables(model.variables, root_rank=0)",
+    ),
+}
 
 
 class WeightsNotice:
@@ -27,16 +38,18 @@ class WeightsNotice:
         self.rank = rank
         self.settled = size == 1  # one rank has nothing to differ from
         self.calls_unshared = 0
+        self.front_end = "ml_comm"
 
     def shared(self) -> None:
         """A broadcast or a check of the buffers ran."""
         self.settled = True
 
-    def averaged(self, eager: bool) -> None:
+    def averaged(self, eager: bool, front_end: str = "ml_comm") -> None:
         """gradients ran before any broadcast; `eager`: on NumPy arrays, so each call is
         a step's (the caller checks `settled` first: the hot path's cost is that one
-        attribute)."""
+        attribute); `front_end`: whose remedy the warning names (a key of REMEDIES)."""
         self.calls_unshared += 1
+        self.front_end = front_end
         if eager and self.calls_unshared >= 2:
             self._warn()
 
@@ -47,10 +60,11 @@ class WeightsNotice:
     def _warn(self) -> None:
         self.settled = True
         if self.rank == 0:
+            broadcast, check, call = REMEDIES[self.front_end]
             say(
-                "ml_comm: warning: gradients were averaged, but no weights were broadcast "
-                "(mc.broadcast) or checked (mc.check_buffers_match) in this job: unless "
-                "every rank started from the same weights, each rank trains a model of its "
-                "own. Broadcast rank 0's weights once, before the first step or right after "
-                "it where the first step builds them: mc.broadcast(weights)"
+                f"ml_comm: warning: gradients were averaged, but no weights were broadcast "
+                f"({broadcast}) {check}in this job: unless every rank started from the same "
+                f"weights, each rank trains a model of its own. Broadcast rank 0's weights "
+                f"once, before the first step or right after it where the first step builds "
+                f"them: {call}"
             )

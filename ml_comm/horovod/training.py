@@ -80,7 +80,7 @@ class GradientReducer:
             return grads
         # Horovod warns of nothing; a script without broadcast_variables (or its
         # callback) trains a model per rank, so ml_comm's notice judges it at shutdown.
-        basics.session().weights.averaged(eager=False)
+        basics.session().weights.averaged(eager=False, front_end="horovod")
         # Horovod's predivision: Average's 1/size joins the postscale factor in the reduction.
         pre, post = 1.0 / self.predivide, self.predivide
         reduced = grouped_allreduce(
