@@ -1,7 +1,7 @@
 """The Python examples of the README and of the user guide's pages run as written, at 2
-ranks (the README's three starts print one result line: ranks, loss before and after,
-weights identical), and the README's Quick start block holds exactly the two commands CI
-relies on.
+ranks, and none draws a warning from ml_comm (the README's three starts print one result
+line: ranks, loss before and after, weights identical), and the README's Quick start
+block holds exactly the two commands CI relies on.
 
 In these pages every ```python block is a complete script; fragments are fenced without a
 language."""
@@ -56,6 +56,7 @@ def test_python_example_runs_at_two_ranks(name, tmp_path):
         timeout=180,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    assert "ml_comm: warning" not in run.stdout + run.stderr, run.stderr  # a model to copy
     if name.startswith("README.md"):  # the three starts: one result line, rank 0's
         results = RESULT.findall(run.stdout)
         assert len(results) == 1, run.stdout + run.stderr
