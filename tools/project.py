@@ -615,7 +615,7 @@ def project(args: argparse.Namespace) -> int:
                     scheme="horovod",
                     pipelined=False,
                     pcie_bps=0.0,
-                    overhead_s=targets.NCCL_RING_HOP_NET_S / 4,
+                    overhead_s=targets.nccl_ring_step_s(case.ranks, case.nodes) / 4,
                     reduce_bps=targets.P100_SUM_BPS,
                 )
                 add_row(c, "Horovod (fusion, cycle, ring)")

@@ -10,8 +10,12 @@ Sources (full references in docs/scale.md):
          (5 ms cycle time before horovod#2468).
   [TFB]  tensorflow/docs site/en/r1/guide/performance/benchmarks.md: tf_cnn_benchmarks on
          a DGX-1's P100, synthetic data, May 2017 (images/s per GPU).
-  [NCCL] NVIDIA/nccl src/graph/tuning.cc (2019): its model's per-step ring latency for
-         the Simple protocol, 5.7 us over PCI, 6.6 us over the network.
+  [NCCL] NVIDIA/nccl src/graph/tuning.cc (5067397c, 2026-06): NCCL's model of a ring
+         allreduce's latency with the Simple protocol (the only one NCCL 2 had in 2018):
+         8.4 us, plus 5.7 us a step over PCI and 14.0 us a step over the network, times
+         1.9 for GPUs before Ampere (its "plateau effect of ring") on multi-node buffers
+         of 64 B or more per rank. The 2019 file (299c554d) had 6.6 us a step over the
+         network for every step and no such factor.
   [MW]   Microway, "NVIDIA Tesla P100 PCI-E 16GB GPU Accelerator (Pascal GP100) Up
          Close" (2016): bandwidthTest, pinned 32 MiB, 11.7 GB/s to and 12.9 from the GPU.
 """
@@ -40,8 +44,25 @@ def p100_step_s(model: str, batch: int = 64) -> float:
 
 
 PCIE_GEN3_P100_BPS = platforms.PCIE_GEN3_X16_BPS  # [MW]: the slower direction (to the GPU)
-NCCL_RING_HOP_NET_S = 6.6e-6  # [NCCL]
-NCCL_RING_HOP_PCI_S = 5.7e-6  # [NCCL]
+NCCL_RING_BASE_S = 8.4e-6  # [NCCL]
+NCCL_RING_STEP_PCI_S = 5.7e-6  # [NCCL]
+NCCL_RING_STEP_NET_S = 14.0e-6  # [NCCL]
+NCCL_RING_PLATEAU_BEFORE_AMPERE = 1.9  # [NCCL]
+
+
+def nccl_ring_step_s(ranks: int, servers: int) -> float:
+    """[NCCL]'s latency of one ring allreduce of a fused buffer on Pascal GPUs (Simple
+    protocol), spread evenly over its 2 (n - 1) steps: the model's ring pays it step by
+    step, as a per-message cost."""
+    steps = 2 * (ranks - 1)
+    across = 2 * (servers - 1)
+    latency = NCCL_RING_BASE_S + (steps - across) * NCCL_RING_STEP_PCI_S
+    latency += across * NCCL_RING_STEP_NET_S
+    if servers > 1:
+        latency *= NCCL_RING_PLATEAU_BEFORE_AMPERE
+    return latency / steps
+
+
 # [MW]: a P100's HBM2 moves up to 732 GB/s; a sum reads two vectors and writes one.
 P100_SUM_BPS = 732e9 / 3
 
@@ -90,6 +111,9 @@ T1 = Target(
 )
 
 
+T2_SERVERS, T2_GPUS_PER_SERVER = 128, 4
+
+
 def t2(model: str, published: float) -> Target:
     return Target(
         name="T2",
@@ -99,16 +123,17 @@ def t2(model: str, published: float) -> Target:
         "tf_cnn_benchmarks batch 64 per GPU, synthetic data: 90 % for Inception V3 and "
         "ResNet-101, 68 % for VGG-16 at 512 GPUs",
         platform="roce25",
-        nodes=128,
-        ranks_per_node=4,
+        nodes=T2_SERVERS,
+        ranks_per_node=T2_GPUS_PER_SERVER,
         step_s=p100_step_s(model),
         scheme="horovod",
         threads=1,
         cores=4,  # NCCL's work is on the GPUs: every rank's message costs in parallel
         # A ring step costs the model one send and one receive at each of two ranks along
-        # its chain: a quarter of [NCCL]'s step over the network at each (the links add
-        # 0.1 us; the model's step at 4 KiB blocks is printed with the reproduction)
-        overhead_s=NCCL_RING_HOP_NET_S / 4,
+        # its chain: a quarter of [NCCL]'s step at each (the links add 0.1 us; the model's
+        # step at 4 KiB blocks is printed with the reproduction). Horovod's coordination
+        # messages (MPI) are charged the same.
+        overhead_s=nccl_ring_step_s(T2_SERVERS * T2_GPUS_PER_SERVER, T2_SERVERS) / 4,
         reduce_bps=P100_SUM_BPS,  # NCCL sums on the GPU
         notes=(
             "NCCL 2's ring over all 512 GPUs (one ring, 4 hops of 4 inside a server), "
