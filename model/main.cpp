@@ -47,6 +47,7 @@ struct Run {
     int steps = 3, iters = 2;
     bool pipelined = false;
     bool after_backprop = false; // one blocking allreduce of every gradient after backprop
+    bool list_after_backprop = false; // the team's request of every gradient, after backprop
     int ranks_per_node = 1;
     std::vector<int> placement;  // host index of each rank; empty: rank / ranks_per_node
     double pcie_bytes_per_s = 0; // 0: the gradients are in host memory
@@ -106,11 +107,15 @@ void train_rank(int rank, Team &team) {
         for (size_t k = 0; k < run.order.size(); k++) {
             compute(run.backward[k] * scale);
             if (run.horovod) horovod->ready(run.order[k]);
-            if (run.after_backprop || run.horovod) continue;
+            if (run.after_backprop || run.list_after_backprop || run.horovod) continue;
             if (k == 0) req = team.submit(run.counts, true, false);
             copies.arrive(req, run.order[k], run.counts[run.order[k]]);
         }
         backprop_ends[rank][s] = sg4::Engine::get_clock();
+        if (run.list_after_backprop) { // one call on the whole list, as a C API taking it does
+            req = team.submit(run.counts, true, false);
+            for (int t : run.order) copies.arrive(req, t, run.counts[t]);
+        }
         if (run.horovod) {
             horovod->wait_step();
             comm_starts[rank][s] = backprop_ends[rank][s];
@@ -296,6 +301,7 @@ int main(int argc, char **argv) {
         else if (a == "--iters") run.iters = std::atoi(argv[++i]);
         else if (a == "--pipelined") run.pipelined = true;
         else if (a == "--after-backprop") run.after_backprop = true;
+        else if (a == "--list-after-backprop") run.list_after_backprop = true;
         else usage();
     }
     if (i >= argc) usage();

@@ -619,6 +619,11 @@ def project(args: argparse.Namespace) -> int:
                     reduce_bps=targets.P100_SUM_BPS,
                 )
                 add_row(c, "Horovod (fusion, cycle, ring)")
+            if args.list_after_backprop:
+                # ml_comm's team and algorithms on the whole gradient list in one call after
+                # backprop: what overlapping the reduction with backprop is worth.
+                c = replace(case, scheme="list_after_backprop", pipelined=False)
+                add_row(c, "ml_comm, the list after backprop")
             if args.mpi or args.after_backprop:
                 # One MPI_Allreduce of every gradient after backprop: the same algorithm as
                 # MPICH (Rabenseifner) in the model on one thread, with the node terms.
@@ -852,6 +857,12 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="add one allreduce of every gradient after backprop, in the model with the node "
         "terms (--mpi adds it too, with MPICH through SMPI)",
+    )
+    p.add_argument(
+        "--list-after-backprop",
+        action="store_true",
+        help="add ml_comm's team on the whole gradient list in one call after backprop "
+        "(no overlap with backprop; the model's other terms alike)",
     )
     p.add_argument("--check-sampling", action="store_true", help="sampled against full runs")
     p.add_argument("--json")

@@ -50,7 +50,9 @@ class Case:
     ranks_per_node: int = 1
     placement: str = "contiguous"  # or "random" (a fresh permutation per replicate)
     profile: str = "measured"
-    scheme: str = "ml_comm"  # ml_comm, after_backprop (one MPI-style allreduce), horovod
+    # ml_comm, list_after_backprop (its team on the whole list after backprop),
+    # after_backprop (one MPI-style allreduce), horovod
+    scheme: str = "ml_comm"
     threads: int = 2
     cores: int = 2
     overhead_s: float = 0.5e-6
@@ -200,6 +202,8 @@ def scheme_args(case: Case, cal: dict, tmp: Path, cache: dict) -> list[str]:
             "--negotiation", str(negotiation_s(case)), "--allreduce-table", str(table),
         ]  # fmt: skip
     args = ["--threads", str(case.threads), "--algorithm", case.algorithm, "--agree", case.agree]
+    if case.scheme == "list_after_backprop":
+        args.append("--list-after-backprop")
     if case.scheme == "after_backprop":
         args = ["--threads", "1", "--algorithm", "rabenseifner", "--agree", "off"]
         args.append("--after-backprop")
