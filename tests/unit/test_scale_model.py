@@ -161,6 +161,19 @@ def test_horovods_cycle_takes_what_every_rank_has(built, tmp_path):
     assert out["steps"][0]["end_s"] == pytest.approx(0.013, abs=1e-9)  # cycle at 0.012
 
 
+def test_the_list_after_backprop_starts_when_backprop_ends(built, tmp_path):
+    # Three 4 MiB tensors, 0.02 s of backward time apart after 0.01 s forward: 0.07 s of
+    # compute. Their ring at 2 ranks moves 2 x 6 MiB a rank over the 250 MB/s link, about
+    # 50 ms. Handed over as they come, only the last tensor's share (about 17 ms) follows
+    # backprop; in one call after backprop, all of it does.
+    lines = "0 1048576 0.02\n1 1048576 0.02\n2 1048576 0.02\n"
+    common = ["--forward", "0.01", "--steps", "3", "--threads", "2"]
+    overlapped = project_runs_mean_step(train(2, lines, tmp_path, common))
+    listed = project_runs_mean_step(train(2, lines, tmp_path, [*common, "--list-after-backprop"]))
+    assert 0.07 < overlapped < 0.07 + 0.025
+    assert listed > 0.07 + 0.045
+
+
 def test_copies_to_the_host_delay_a_gradient_by_its_bytes(built, tmp_path):
     # One tensor of 4 MB, crossing PCIe at 4 GB/s: 1 ms to the host before the team may
     # send it, and the reduced batches back after; the step grows by at least the 1 ms.
