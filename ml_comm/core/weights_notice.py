@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from .output import say
 
-# What the warning names, per front end that averages: (its broadcast, its check, the call)
+# What the warning names, per front end that averages: what shares weights, and the call
 REMEDIES = {
-    "ml_comm": ("mc.broadcast", "or checked (mc.check_buffers_match) ", "mc.broadcast(weights)"),
+    "ml_comm": (
+        "broadcast (mc.broadcast) or checked (mc.check_buffers_match)",
+        "mc.broadcast(weights)",
+    ),
     "horovod": (
-        "hvd.broadcast_variables, BroadcastGlobalVariablesCallback",
-        "",
+        "broadcast (hvd.broadcast_variables, BroadcastGlobalVariablesCallback)",
         "hvd.broadcast_variables(model.variables, root_rank=0)",
     ),
 }
@@ -60,10 +62,10 @@ class WeightsNotice:
     def _warn(self) -> None:
         self.settled = True
         if self.rank == 0:
-            broadcast, check, call = REMEDIES[self.front_end]
+            shared_by, call = REMEDIES[self.front_end]
             say(
-                f"ml_comm: warning: gradients were averaged, but no weights were broadcast "
-                f"({broadcast}) {check}in this job: unless every rank started from the same "
+                f"ml_comm: warning: gradients were averaged, but no weights were {shared_by} "
+                f"in this job: unless every rank started from the same "
                 f"weights, each rank trains a model of its own. Broadcast rank 0's weights "
                 f"once, before the first step or right after it where the first step builds "
                 f"them: {call}"
