@@ -306,7 +306,7 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     s = session()
     backend = s.backend
     if not s.weights.settled:
-        s.weights.averaged(backend.name == "numpy")
+        s.weights.averaged(backend.runs_eagerly(grads), team)
     if out is None:  # NumPy's calls are signed with the caller's identity there
         return backend.gradients(grads, team)
     if backend.name != "numpy":

@@ -31,6 +31,9 @@ class NumpyBackend:
         # finite check (until a restart): team -> its binding.
         self.plain: dict[int, object] = {}
 
+    def runs_eagerly(self, grads) -> bool:
+        return True
+
     def gradients(self, grads, team: int, out=None) -> list:
         if out is None:
             # One plain array on a plain team, in one C call with the signature of the

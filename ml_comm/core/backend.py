@@ -10,6 +10,7 @@ they are destroyed:
     backend = factory(session)        # may raise MLCommError (e.g. TensorFlow missing)
     backend.gradients(grads, team)    # the list averaged over the session's ranks
     backend.broadcast(values, root, team)  # root's values (in place or new, per framework)
+    backend.runs_eagerly(grads)       # whether gradients averages them now (not tracing)
     backend.restart(team)             # config_team: the team's pipelines count afresh
     backend.close()                   # finalize: before the teams go
 """
@@ -49,6 +50,8 @@ class Backend(Protocol):
     def gradients(self, grads: Any, team: int) -> list: ...
 
     def broadcast(self, values: Any, root: int, team: int = 0) -> Any: ...
+
+    def runs_eagerly(self, grads: Any) -> bool: ...
 
     def restart(self, team: int) -> None: ...
 

@@ -7,12 +7,14 @@ own, with no error anywhere: the checkpoint rank 0 writes is not the job's model
 
 So a job on more than one rank whose gradients were averaged (`mc.gradients`) with no
 `mc.broadcast` and no `mc.check_buffers_match` before finalize gets one warning from rank
-0, and a job on NumPy arrays earlier, at gradients' second call. Not at the first:
-Horovod-style scripts broadcast after the first step, once a lazily built model has its
-weights. Not before finalize with a framework: a traced step (tf.function, jax.jit, a
-TF1 graph) calls gradients when it is built, each team's block or tower once, in any
-order with the graph's broadcast. The warning names the remedy of the front end that
-averaged (ml_comm's own calls, or Horovod's under ml_comm.horovod).
+0, and a job that averages eagerly (NumPy arrays, TensorFlow's eager mode, JAX outside
+jit) earlier: at a team's second call. Not at the first: Horovod-style scripts broadcast
+after the first step, once a lazily built model has its weights, and a GAN's first step
+averages each model's gradients once before that. Not before finalize for a traced step
+(tf.function, jax.jit, a TF1 graph): it calls gradients when it is built, each team's
+block or tower once, in any order with the graph's broadcast. The warning names the
+remedy of the front end that averaged (ml_comm's own calls, or Horovod's under
+ml_comm.horovod).
 """
 
 from __future__ import annotations
@@ -39,20 +41,23 @@ class WeightsNotice:
     def __init__(self, rank: int, size: int):
         self.rank = rank
         self.settled = size == 1  # one rank has nothing to differ from
-        self.calls_unshared = 0
+        self.calls_unshared: dict[int, int] = {}  # team -> its calls before any sharing
         self.front_end = "ml_comm"
 
     def shared(self) -> None:
         """A broadcast or a check of the buffers ran."""
         self.settled = True
 
-    def averaged(self, eager: bool, front_end: str = "ml_comm") -> None:
-        """gradients ran before any broadcast; `eager`: on NumPy arrays, so each call is
-        a step's (the caller checks `settled` first: the hot path's cost is that one
-        attribute); `front_end`: whose remedy the warning names (a key of REMEDIES)."""
-        self.calls_unshared += 1
+    def averaged(self, eager: bool, team: int = 0, front_end: str = "ml_comm") -> None:
+        """gradients ran on `team` before any broadcast (NumPy's hot path checks
+        `settled` first: its cost is that one attribute); `eager`: averaged now, so each
+        call is a step's, not a traced step's building; `front_end`: whose remedy the
+        warning names (a key of REMEDIES)."""
+        if self.settled:
+            return
+        calls = self.calls_unshared[team] = self.calls_unshared.get(team, 0) + 1
         self.front_end = front_end
-        if eager and self.calls_unshared >= 2:
+        if eager and calls >= 2:
             self._warn()
 
     def finalizing(self) -> None:

@@ -79,8 +79,9 @@ class GradientReducer:
         if not present:
             return grads
         # Horovod warns of nothing; a script without broadcast_variables (or its
-        # callback) trains a model per rank, so ml_comm's notice judges it at shutdown.
-        basics.session().weights.averaged(eager=False, front_end="horovod")
+        # callback) trains a model per rank, so ml_comm's notice judges it: at the second
+        # eager call, or at shutdown where this runs once per trace.
+        basics.session().weights.averaged(tf.executing_eagerly(), front_end="horovod")
         # Horovod's predivision: Average's 1/size joins the postscale factor in the reduction.
         pre, post = 1.0 / self.predivide, self.predivide
         reduced = grouped_allreduce(

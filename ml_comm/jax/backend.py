@@ -41,6 +41,9 @@ class JaxBackend:
         team_id = None if self.team_ids is None else self.team_ids[team]
         return average(grads, team_id, lambda arrays: self.host.gradients(arrays, team))
 
+    def runs_eagerly(self, grads) -> bool:
+        return isinstance(grads, (list, tuple)) and not is_traced(grads)
+
     def broadcast(self, values, root: int, team: int = 0):
         import jax.numpy as jnp
 

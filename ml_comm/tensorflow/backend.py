@@ -34,6 +34,11 @@ class TensorFlowBackend:
             max_steps=config.max_steps,
         )
 
+    def runs_eagerly(self, grads) -> bool:
+        import tensorflow as tf
+
+        return tf.executing_eagerly()
+
     def broadcast(self, values, root: int, team: int = 0):
         self.session.team(team)
         return binding.broadcast(values, self.session.team_ids[team], self.session.check_root(root))

@@ -1,6 +1,7 @@
 """A traced step (tf.function) builds its gradients before its broadcast, a block per
 team: no warning while it is built or runs, and at finalize only when nothing was
-broadcast (core/weights_notice.py). This module manages init itself."""
+broadcast; eager steps are judged at their second call (core/weights_notice.py). This
+module manages init itself."""
 
 from __future__ import annotations
 
@@ -46,11 +47,33 @@ def test_a_traced_step_is_judged_at_finalize(capfd, broadcast):
         assert "mc.broadcast(weights)" in err and "hvd." not in err, err
 
 
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_eager_steps_are_judged_at_the_second(capfd, broadcast):
+    """Eagerly (no tf.function) each call is a step's: the second call without a
+    broadcast before it warns then, not at finalize; a broadcast after the first step
+    keeps it silent."""
+    capfd.readouterr()
+    with ml_comm_session(1, 1, 1024, CHUNK_BYTES, framework="tensorflow"):
+        rank, size = mc.get_rank(), mc.get_nranks()
+        weights = tf.Variable(tf.ones(5))
+        said = []
+        for _ in range(3):
+            out = mc.gradients([tf.ones(7)])
+            assert out[0].numpy().tolist() == [1.0] * 7
+            if broadcast:
+                mc.broadcast([weights])
+            said.append(capfd.readouterr().err.count(WARNING))
+    said.append(capfd.readouterr().err.count(WARNING))
+    expected = [0, 1, 0, 0] if not broadcast and rank == 0 and size > 1 else [0] * 4
+    assert said == expected, f"rank {rank} of {size}"
+
+
 @pytest.mark.parametrize("share", [None, "broadcast_variables", "broadcast_object"])
-def test_horovod_tape_is_judged_at_shutdown(capfd, share):
-    """ml_comm.horovod's DistributedGradientTape averages gradients like mc.gradients: a
-    script that never shares its weights gets the warning at hvd.shutdown (rank 0, more
-    than one rank); one that broadcasts them, as variables or as a Python object, none."""
+def test_horovod_tape_is_judged_in_its_second_step(capfd, share):
+    """ml_comm.horovod's DistributedGradientTape averages gradients like mc.gradients: an
+    eager script that never shares its weights gets the warning at its second step (rank
+    0, more than one rank); one that broadcasts them after the first step, as variables or
+    as a Python object, none."""
     capfd.readouterr()
     comm_world().barrier()
     hvd.init()
@@ -66,12 +89,12 @@ def test_horovod_tape_is_judged_at_shutdown(capfd, share):
                 hvd.broadcast_variables([weights], root_rank=0)
             elif share == "broadcast_object":
                 weights.assign(hvd.broadcast_object(weights.numpy(), root_rank=0))
-        while_training = capfd.readouterr().err.count(WARNING)
+        err = capfd.readouterr().err
+        while_training = err.count(WARNING)
     finally:
         hvd.shutdown()
-    err = capfd.readouterr().err
-    at_shutdown = err.count(WARNING)
+    at_shutdown = capfd.readouterr().err.count(WARNING)
     expected = 1 if share is None and rank == 0 and size > 1 else 0
-    assert (while_training, at_shutdown) == (0, expected), f"rank {rank} of {size}"
+    assert (while_training, at_shutdown) == (expected, 0), f"rank {rank} of {size}"
     if expected:  # Horovod's remedy, not ml_comm's own calls
         assert "hvd.broadcast_variables(" in err and "mc.broadcast" not in err, err

@@ -22,12 +22,13 @@ def run_job(capfd, calls) -> tuple[int, int, list[str]]:
     capfd.readouterr()
     weights = [np.ones(5, np.float32)]
     said = []
-    with ml_comm_session(1, 1, 1024, CHUNK_BYTES):
+    with ml_comm_session(1, 2, 1024, CHUNK_BYTES):
         rank, size = mc.get_rank(), mc.get_nranks()  # the session's (a suite comm may reorder)
         for name in calls:
-            if name == "gradients":
+            if name.startswith("gradients"):  # "gradients" on team 0, "gradients 1" on 1
+                team = int(name.split()[1]) if " " in name else 0
                 assert np.array_equal(
-                    mc.gradients([np.ones(7, np.float32)])[0], np.ones(7, np.float32)
+                    mc.gradients([np.ones(7, np.float32)], team)[0], np.ones(7, np.float32)
                 )
             elif name == "broadcast":
                 mc.broadcast(weights)
@@ -47,6 +48,9 @@ def run_job(capfd, calls) -> tuple[int, int, list[str]]:
         (["gradients", "broadcast", "gradients", "gradients"], None),  # after the first step
         (["check", "gradients", "gradients"], None),
         (["broadcast"], None),
+        # two models (a GAN): each team's first call comes before the broadcast
+        (["gradients", "gradients 1", "broadcast", "gradients", "gradients 1"], None),
+        (["gradients", "gradients 1", "gradients", "gradients 1"], 2),
     ],
 )
 def test_warned_once_by_rank_zero(capfd, calls, warned_after):
