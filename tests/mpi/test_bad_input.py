@@ -376,10 +376,7 @@ def test_many_errors_in_a_row(session):
     for _ in range(50):
         for case in (CASES[0], CASES[-1]):
             check_raises(c, case, session)
-        try:
-            mc.average(g[::2])
-        except ValueError:
-            pass
+        c.raises(ValueError, mc.average, g[::2])
     still_usable(c, session, "after 150 errors")
     c.finish()
 

@@ -114,15 +114,14 @@ def test_second_team(session):
     c.finish()
 
 
-def test_repeated_calls_same_bits(session):
-    """The same inputs give the same bits call after call."""
+def test_repeated_calls_exact(session):
+    """Calls after the first still give the exact averages: nothing of a call is left
+    behind for the next (the same bits again on inputs whose sum depends on the order of
+    the additions: test_determinism.py)."""
     c = Checks()
     specs = [((4099,), np.float32, 5), ((65,), DTYPES[3], 6), ((9,), np.int32, 7)]
-    first = check_gradients(c, session, specs, tag="call 1")
-    for k in range(2, 5):
-        again = check_gradients(c, session, specs, tag=f"call {k}")
-        for i, (a, b) in enumerate(zip(first, again)):
-            c.equal(b, a, f"call {k} gradient {i} differs from call 1")
+    for k in range(1, 5):
+        check_gradients(c, session, specs, tag=f"call {k}")
     c.finish()
 
 
@@ -156,30 +155,6 @@ def test_algorithms_exact(session, alg):
         check_gradients(c, session, specs, tag=f"{alg} fused")
     finally:
         mc.config_team(0, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
-    c.finish()
-
-
-def test_algorithms_identical_bits(session):
-    """Ring, recursive doubling and Rabenseifner give bit-identical results for the same inputs,
-    including for non-power-of-two rank counts."""
-    c = Checks()
-    specs = [
-        ((3001,), np.float32, 11),
-        ((257,), np.float16, 12),
-        ((99,), np.int64, 13),
-        ((130,), DTYPES[3], 14),
-        ((5,), np.float64, 15),
-    ]
-    results = {}
-    try:
-        for alg in ("ALG_RING", "ALG_RECURSIVE_DOUBLING", "ALG_RABENSEIFNER", "ALG_AUTO"):
-            mc.config_team(1, getattr(mc, alg), ALWAYS_SYNC, ALWAYS_SYNC)
-            results[alg] = check_gradients(c, session, specs, team=1, tag=alg)
-    finally:
-        mc.config_team(1, mc.ALG_AUTO, ALWAYS_SYNC, ALWAYS_SYNC)
-    for alg in ("ALG_RECURSIVE_DOUBLING", "ALG_RABENSEIFNER", "ALG_AUTO"):
-        for i, (a, b) in enumerate(zip(results["ALG_RING"], results[alg])):
-            c.equal(b, a, f"{alg} vs ALG_RING, gradient {i}")
     c.finish()
 
 

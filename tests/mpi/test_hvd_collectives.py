@@ -30,28 +30,32 @@ def test_sum_average_and_scaling(hvd_session, mode):  # noqa: F811
     rank, n = hvd_session
     c = Checks()
 
-    def calls(x, i):
+    def calls(x, i, odd):
         return [
             hvd.allreduce(x, op=hvd.Sum),
             hvd.allreduce(x),  # Average by default
             hvd.allreduce(x, average=False),
-            hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5),
+            hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25),
             hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16),
             hvd.allreduce(i, op=hvd.Sum),
             *hvd.grouped_allreduce([x, i], op=hvd.Sum),
+            hvd.allreduce(odd, op=hvd.Sum, compression=hvd.Compression.fp16),
         ]
 
     run = tf.function(calls) if mode == "function" else calls
-    out = [o.numpy() for o in run(tf.constant(ramp(rank)), tf.constant(ramp(rank, 3, np.int64)))]
+    odd = tf.constant([2049.0, 3.0], tf.float32)  # 2049 has no float16: it travels as 2048
+    x, i = tf.constant(ramp(rank)), tf.constant(ramp(rank, 3, np.int64))
+    out = [o.numpy() for o in run(x, i, odd)]
     want = total(n)
     c.equal(out[0], want, "Sum")
     c.equal(out[1], horovod_average(want, n), "Average: sum times 1/size")
     c.equal(out[2], want, "average=False")
-    c.equal(out[3], want, "prescale 2 postscale 0.5")
+    c.equal(out[3], want * np.float32(0.5), "prescale 2 postscale 0.25: half the sum")
     c.equal(out[4], want, "fp16 compression (exact small integers), cast back")
     c.equal(out[5], total(n, 3, np.int64), "int64 Sum")
     c.equal(out[6], want, "grouped float32")
     c.equal(out[7], total(n, 3, np.int64), "grouped int64")
+    c.equal(out[8], np.array([2048.0 * n, 3.0 * n], np.float32), "fp16 compression used")
     c.finish()
 
 
@@ -187,6 +191,10 @@ def test_sync_batch_normalization_uses_every_ranks_batch(hvd_session):  # noqa: 
         y = layer(x, training=True)
     c.true(tape.gradient(y, x) is not None, "a gradient through the reduced moments")
     c.equal(layer.moving_mean.numpy(), np.zeros(1, np.float32), "global mean")
+    shifted = hvd.SyncBatchNormalization(momentum=0.0)  # rank r's mean r + 1: not the job's
+    shifted(tf.constant([[float(rank)], [rank + 2.0]]), training=True)
+    want_mean = np.array([(n + 1) / 2], np.float32)
+    c.equal(shifted.moving_mean.numpy(), want_mean, "global mean of ranks' different means")
     squares = sum((1.0 + r) ** 2 for r in range(n))
     want = np.float32(2 * squares) / np.float32(2 * n)
     c.equal(layer.moving_variance.numpy(), np.array([want], np.float32), "global variance")

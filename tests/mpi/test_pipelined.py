@@ -27,6 +27,7 @@ def test_each_call_returns_the_documented_averages(session, team1, ksteps, max_s
     for call, calls in enumerate(returns):
         sync = mc.gradients(call_inputs(session.rank, call), 0)
         piped = mc.gradients(call_inputs(session.rank, call), team1)
+        c.true(len(piped) == len(sync) == len(SPECS), f"call {call}: {len(piped)} results")
         for i, (got, want) in enumerate(zip(piped, expected(session.nranks, calls))):
             c.equal(got, want, f"call {call} gradient {i} on the pipelined team")
         for i, (got, want) in enumerate(zip(sync, expected(session.nranks, (call,)))):
@@ -39,13 +40,15 @@ def test_caller_may_reuse_its_arrays_while_they_reduce(session, team1):
     c = Checks()
     arrays = call_inputs(session.rank, 0)
     first = mc.gradients(arrays, team1)
+    c.true(len(first) == len(arrays), f"entering the pipeline: {len(first)} results")
     c.true(all(not a.any() for a in first), "entering the pipeline returns zeros")
     for a, fresh in zip(arrays, call_inputs(session.rank, 1)):
         a[...] = fresh  # overwritten in place while call 0's reduction may still run
     second = mc.gradients(arrays, team1)
+    third = mc.gradients(arrays, team1)
+    c.true(len(second) == len(third) == len(arrays), "a result per gradient")
     for i, (got, want) in enumerate(zip(second, expected(session.nranks, (0,)))):
         c.equal(got, want, f"gradient {i}: call 0's average despite the overwritten input")
-    third = mc.gradients(arrays, team1)
     for i, (got, want) in enumerate(zip(third, expected(session.nranks, (1,)))):
         c.equal(got, want, f"gradient {i}: call 1's average")
     c.finish()

@@ -136,13 +136,16 @@ def test_single_value_and_types(tf_session):
     outs = mc.broadcast((v, t), root=root)  # a tuple works like a list
     c.true(isinstance(outs, list) and len(outs) == 2, f"broadcast(tuple) returned {outs!r}")
 
-    @tf.function
-    def single():
-        return mc.broadcast(v, root=0)
-
     # v holds root's values since the first broadcast, on every rank
     c.equal(v.numpy(), make_input(root, (5, 2), np.float64, 1), "single variable assigned")
-    c.equal(single().numpy(), make_input(root, (5, 2), np.float64, 1), "single in tf.function")
+    own = tf.Variable(make_input(r, (5, 2), np.float64, 3))  # this rank's, not root's yet
+
+    @tf.function
+    def single():
+        return mc.broadcast(own, root=0)
+
+    c.equal(single().numpy(), make_input(0, (5, 2), np.float64, 3), "single in tf.function")
+    c.equal(own.numpy(), make_input(0, (5, 2), np.float64, 3), "assigned in tf.function")
     c.finish()
 
 

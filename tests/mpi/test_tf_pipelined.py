@@ -38,7 +38,9 @@ def test_each_call_returns_the_documented_averages(tf_session, mode, ksteps, max
         mc.config_team(1, 0, 0, 0)
     c = Checks()
     n = len(SPECS)
+    c.true(len(results) == len(returns), f"{len(results)} calls ran")
     for call, (calls, outs) in enumerate(zip(returns, results)):
+        c.true(len(outs) == 2 * n, f"{mode} call {call}: {len(outs)} results")
         for i, (got, want) in enumerate(zip(outs[n:], expected(tf_session.nranks, calls))):
             c.equal(got, want, f"{mode} call {call} gradient {i} on the pipelined team")
         for i, (got, want) in enumerate(zip(outs[:n], expected(tf_session.nranks, (call,)))):
