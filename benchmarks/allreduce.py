@@ -28,8 +28,9 @@ ratio = time_MPI / time_ml_comm (= busbw_ml_comm / busbw_MPI): above 1 means ml_
 
 Before timing a size, one verification iteration per implementation fills element i on rank r
 with (i % 13) + r, an integer-valued float whose sum is exact, and counts the elements that differ
-from the known result (#wrong; with --op average the result is a half-integer and one ulp is
-allowed, since x * (1/n) and x / n may round differently). Any #wrong > 0 makes the exit status 1.
+from the known result (#wrong; where the api averages, every --api but allreduce_sum, the
+result is a half-integer and one ulp is allowed, since x * (1/n) and x / n may round
+differently). Any #wrong > 0 makes the exit status 1.
 With --compression bf16 or fp16 these sums and averages (at most a few hundred, in halves) are
 16-bit values too, so the check stays exact.
 The timed iterations then run on zeros, so in-place sums cannot overflow however many iterations

@@ -6,7 +6,7 @@ a naive allreduce and TensorFlow's own MultiWorkerMirroredStrategy.
         --mode local
     srun -N 2 --ntasks-per-node=1 --mpi=pmi2 .venv/bin/python benchmarks/train_scaling.py \\
         --mode mlcomm-sync
-    benchmarks/train_scaling.sh         # every mode at 1 and 2 test-bed nodes, JSON and a plot
+    benchmarks/train_scaling_driver.py  # every mode at 1 and 2 test-bed nodes, JSON and a plot
 
 All modes share the model (a ResNet-10-style network on synthetic 32x32x3 images, ~4.9 M
 parameters = 19.6 MB of float32 gradients at --width 64), the data (fixed random tensors, a

@@ -1,5 +1,5 @@
 // The simulated node: what a rank's host costs in time besides the network, read
-// from the calibration (model/README in docs/scale.md). Every cost is charged on the
+// from the calibration (docs/scale.md, "Platforms and calibration"). Every cost is charged on the
 // simulated host of the actor that pays it, so reductions, 16-bit conversions,
 // per-message overheads and backprop compete for the same simulated cores.
 #ifndef MLC_MODEL_NODE_HPP

@@ -49,7 +49,7 @@ SWEEP_2 = RESULTS / "testbed_2gbit_t1.json"
 PINGPONG = RESULTS / "testbed_2gbit_pingpong.json"
 # The core's kernels timed on this machine (--measure-kernels).
 KERNELS = RESULTS / "kernel_speed.json"
-# Training runs at 2 nodes (benchmarks/RESULTS.md "Training throughput and scaling"):
+# Training runs at 2 nodes (benchmarks/RESULTS.md "Training efficiency and overlap"):
 # rate, batch -> the summary; the timelines of the batch-8 runs at 2 Gbit/s give the
 # gradients' sizes and the order and times of their arrival in backprop.
 TRAININGS = {

@@ -9,7 +9,7 @@ A factor is run x node x (1 + detour):
   last several steps) and partly shared by all ranks in that block (the same
   interruption everywhere).
 
-`hpc` takes its figures from publications (NOISE_SOURCES in docs/scale.md); `trace` replays
+`hpc` takes its figures from publications (docs/scale.md, "Node terms"); `trace` replays
 the test bed's step times (benchmarks/results/step_times_local_b8: a shared virtual
 machine) as a block bootstrap of their own sequences: blocks of consecutive steps, the two
 nodes of one measured run side by side (their cross-correlation kept) and each run's mean

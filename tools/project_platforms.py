@@ -3,7 +3,7 @@
 testbed   the test bed: one core per node, each node's link shaped to the calibrated rate
           both ways (SPLITDUPLEX: tc tbf on both ends of each veth), a bridge that never
           limits (a backbone far faster than the links).
-aries     Cray XC's dragonfly (docs/scale.md, SCALE-ANCHORS): 4 nodes per router, 16
+aries     Cray XC's dragonfly (docs/scale.md, "Platforms and calibration"): 4 nodes per router, 16
           routers per chassis (1 link each pair), 6 chassis per group (3 links), groups
           of 384 nodes joined by `blue` cables; SimGrid 3.32 routes minimally.
 fattree   100 Gbit/s EDR InfiniBand, two levels of 32-port leaves up to 1,024 nodes, three

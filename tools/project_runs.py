@@ -1,6 +1,6 @@
 """One configuration of the scale model run over replicates: each replicate draws its
 own noise (project_noise) with its own seed, and every figure is the median over the
-replicates with its 5-95 % band (docs/scale.md, "Replicates").
+replicates with its 5-95 % band (docs/scale.md, "Commands": --replicates).
 
 A replicate's efficiency is one node alone (its own draws: compute only, no
 communication, no copies) over the n-node run's mean step after a warm-up step, as the

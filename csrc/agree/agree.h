@@ -13,8 +13,8 @@
 #include "waits.h"
 #include "watchdog.h"
 
-/* Below MPICH's eager limit for shared memory (a message of 8 KiB goes slower),
- * signature included; benchmarks/RESULTS.md "Agreement check". */
+/* Below MPICH's eager limit for shared memory (a message of 8 KiB goes slower,
+ * signature included; benchmarks/RESULTS.md "Agreement check" as of commit 5719aef). */
 #define MLC_DEFAULT_DIRECT_BYTES 4096
 /* The most ML_COMM_DIRECT_BYTES may ask, at any rank count: recursive doubling
  * sends it ceil(log2 n) times per rank, so its cost grows with log2 n, not n. */

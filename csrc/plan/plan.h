@@ -22,7 +22,7 @@
 #define MLC_DEFAULT_LATENCY_BYTES (512 * 1024)
 #define MLC_DEFAULT_INLINE_BYTES (4 * 1024 * 1024)
 /* At 4 test-bed nodes the ring matches it at 8 MiB and wins from 16 MiB
- * (benchmarks/RESULTS.md, "Rabenseifner"). */
+ * (benchmarks/RESULTS.md, "Three and four nodes, 2 Gbit/s"). */
 #define MLC_DEFAULT_RABENSEIFNER_BYTES (8 * 1024 * 1024)
 /* A keyed group of one tensor up to this size is reduced by its submit, then and there:
  * the hand-off to the team's threads and back costs more than the transfer, and with one

@@ -111,7 +111,7 @@ struct mlc_request {
     int64_t span;        /* the layout's length: total, plus gaps when plan.aligned */
     mlc_plan plan;
     mlc_request_schedule sched;
-    mlc_call_id call;     /* where its caller stands (mlc_team_set_call); signed */
+    mlc_call_id call;     /* where its caller stands (mlc_call_of); signed */
     mlc_request_rows rows;
     mlc_group *group;     /* a keyed group's arrivals (group.c); NULL otherwise */
     int lanes_running;    /* lanes not yet through its data (seal.c), under the team lock */
@@ -305,11 +305,10 @@ int mlc_seal(mlc_request *req, mlc_tp *tp, char *scratch, int64_t scratch_bytes,
 
 /* ahead.c: a ring's first piece sent ahead of the check, for a blocking request of
  * rows. mlc_ahead_bytes_of is what the request sends (its signature says so) and from
- * where (own). Under
- * caller_lock: prepare before the request takes its place, post right after (under
- * the team's lock too, so no exchange of it starts before), verdict after its
- * verdict, done after its data; close when the team is destroyed (cancel: MPI still
- * works). */
+ * where (own). Under team->caller.lock: prepare before the request takes its place,
+ * post right after (under the team's lock too, so no exchange of it starts before),
+ * verdict after its verdict, done after its data; close when the team is destroyed
+ * (cancel: MPI still works). */
 int64_t mlc_ahead_bytes_of(const mlc_team *team, const mlc_request *req, const char **own);
 void mlc_ahead_prepare(mlc_team *team, mlc_request *req);
 void mlc_ahead_post(mlc_team *team, mlc_request *req, int64_t bytes); /* what it signed */

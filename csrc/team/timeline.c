@@ -9,7 +9,7 @@
 int mlc_team_timeline_enable(mlc_team *team, int64_t capacity) {
     if (capacity < 0) return MLC_ERR_ARG;
     /* No request may run while the array changes: queued ones record from the
-     * team's threads, blocking ones from their caller's (under caller_lock). */
+     * team's threads, blocking ones from their caller's (under team->caller.lock). */
     pthread_mutex_lock(&team->caller.lock);
     pthread_mutex_lock(&team->lock);
     int busy = team->head != NULL;
