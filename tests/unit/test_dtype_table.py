@@ -28,6 +28,22 @@ def test_numpy_table_is_the_cores():
     assert _dtypes.SUPPORTED == ", ".join(CORE_NAMES)
 
 
+# What docs/api.md ("Results, exactly") promises, written out by hand: the table the
+# others are built from must hold exactly these (bool moved, never reduced).
+DOCUMENTED_REDUCIBLE = {
+    "float32", "float64", "float16", "bfloat16",
+    "int32", "int64", "uint8", "int8", "uint16", "int16",
+}  # fmt: skip
+
+
+def test_core_table_is_the_documented_one():
+    reducible = {n for c, n in enumerate(CORE_NAMES) if lib.mlc_dtype_is_reducible(c)}
+    assert reducible == DOCUMENTED_REDUCIBLE
+    assert set(CORE_NAMES) - reducible == {"bool"}
+    floats = {n for c, n in enumerate(CORE_NAMES) if lib.mlc_dtype_is_float(c)}
+    assert floats == {"float32", "float64", "float16", "bfloat16"}
+
+
 def test_out_of_range_codes():
     for code in (-1, lib.MLC_NUM_DTYPES):
         assert ffi.string(lib.mlc_dtype_name(code)) == b"unknown"
