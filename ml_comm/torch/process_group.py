@@ -22,21 +22,25 @@ from ..mpi.init import init_mpi
 LOOPBACK = "127.0.0.1"
 
 
-def _rendezvous_host(comm) -> str:
-    """The address of rank 0's host that every rank reaches (collective)."""
+def _rendezvous_host(comm) -> tuple[str, str]:
+    """The address of rank 0's host that every rank reaches, or why there is none
+    (collective; rank 0's answer is the one that counts, and is broadcast)."""
     hosts = comm.allgather(socket.gethostname())
     if len(set(hosts)) == 1:
-        return LOOPBACK
+        return LOOPBACK, ""
     if comm.rank != 0:
-        return ""
-    address = socket.gethostbyname(hosts[0])
+        return "", ""
+    try:
+        address = socket.gethostbyname(hosts[0])
+    except OSError as exc:
+        return "", f"rank 0's host name {hosts[0]!r} does not resolve ({exc})"
     if address.startswith("127."):
-        raise MLCommError(
-            f"init_process_group: rank 0's host name {hosts[0]!r} resolves to {address}, a "
-            "loopback address that ranks on other hosts cannot reach; name the hosts so "
-            "that they resolve to their network addresses (/etc/hosts, DNS)"
+        return "", (
+            f"rank 0's host name {hosts[0]!r} resolves to {address}, a loopback address "
+            "that ranks on other hosts cannot reach; name the hosts so that they resolve "
+            "to their network addresses (/etc/hosts, DNS)"
         )
-    return address
+    return address, ""
 
 
 def init_process_group(backend: str = "gloo", timeout_s: float = 300.0, comm=None) -> None:
@@ -46,24 +50,22 @@ def init_process_group(backend: str = "gloo", timeout_s: float = 300.0, comm=Non
         raise MLCommError("init_process_group: torch.distributed is initialised already")
     comm = comm if comm is not None else init_mpi().COMM_WORLD
     rank, size = comm.rank, comm.size
-    host = _rendezvous_host(comm)
+    host, failure = _rendezvous_host(comm)
     timeout = timedelta(seconds=timeout_s)
     store = None
     port = 0
-    if rank == 0:
+    if rank == 0 and not failure:
         try:
             store = dist.TCPStore(
                 host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False
             )
             port = store.port
         except Exception as exc:  # noqa: BLE001 - every rank must hear of it
-            port = -1
-            failure = exc
-    host, port = comm.bcast((host, port), root=0)
-    if port < 0:
-        if rank == 0:
-            raise MLCommError(f"init_process_group: rank 0 cannot open a store: {failure}")
-        raise MLCommError("init_process_group: rank 0 could not open the rendezvous store")
+            failure = f"rank 0 cannot open the rendezvous store: {exc}"
+    # Rank 0's failures, too, travel to every rank: the others would wait here for good.
+    host, port, failure = comm.bcast((host, port, failure), root=0)
+    if failure:
+        raise MLCommError(f"init_process_group: {failure}")
     if store is None:
         store = dist.TCPStore(host, port, size, is_master=False, timeout=timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=size, timeout=timeout)

@@ -26,6 +26,25 @@ def session():
     mc.finalize()
 
 
+def test_a_rendezvous_rank_0_cannot_offer_fails_on_every_rank(monkeypatch):
+    """Ranks on two hosts where rank 0's host name resolves to a loopback address (as
+    Debian's /etc/hosts has it): every rank raises, naming it, instead of the others
+    waiting for rank 0's address. Runs before the module's session (no process group)."""
+    comm = comm_world()
+    rank = comm.rank
+    from ml_comm.torch import process_group
+
+    monkeypatch.setattr(process_group.socket, "gethostname", lambda: f"node{min(rank, 1)}")
+    monkeypatch.setattr(process_group.socket, "gethostbyname", lambda name: "127.0.1.1")
+    if comm.size == 1:
+        pytest.skip("needs two hosts' names, so two ranks")
+    with pytest.raises(
+        mc.MLCommError, match=r"rank 0's host name 'node0' resolves to 127\.0\.1\.1"
+    ):
+        mt.init_process_group(comm=comm)
+    assert not torch.distributed.is_initialized()
+
+
 def ddp_model(seed: int):
     """Rank `seed`'s own initial weights: DDP broadcasts rank 0's. Buckets of a few KiB,
     so that the model's gradients travel in several."""
