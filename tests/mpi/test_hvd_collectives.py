@@ -122,6 +122,45 @@ def test_objects(hvd_session):  # noqa: F811
     c.finish()
 
 
+def test_objects_that_fail_on_one_rank_fail_on_every_rank(hvd_session):  # noqa: F811
+    """An object one rank cannot pickle, or a root one rank names differently: every rank
+    raises, naming the rank, instead of the others waiting in the collective; then the
+    session goes on."""
+    rank, n = hvd_session
+    c = Checks()
+    last = n - 1
+
+    def unpicklable():  # a local function has no importable name
+        return rank
+
+    mine = unpicklable if rank == last else rank
+    c.raises(
+        mc.BadArgumentError,
+        hvd.broadcast_object,
+        mine,
+        root_rank=last,
+        words=(f"rank {last}'s object cannot be pickled",),
+    )
+    c.raises(mc.BadArgumentError, hvd.allgather_object, mine, words=(f"rank {last}: ",))
+    c.raises(
+        mc.BadArgumentError,
+        hvd.broadcast_object,
+        rank,
+        root_rank=n if rank == last else 0,
+        words=(f"rank {last}: root {n} is out of range",),
+    )
+    if n > 1:
+        c.raises(
+            mc.MismatchError,
+            hvd.broadcast_object,
+            rank,
+            root_rank=min(rank, 1),
+            words=("different roots",),
+        )
+    c.true(hvd.allgather_object(rank) == list(range(n)), "allgather_object afterwards")
+    c.finish()
+
+
 def test_average_is_one_fused_reduction(hvd_session):  # noqa: F811
     rank, n = hvd_session
     c = Checks()
