@@ -341,6 +341,7 @@ static void append_bad_args(char *buf, size_t len, size_t *off, int code, const 
         mlc_append(buf, len, off, "CUDA error %lld while %s device buffers", x, y ? "copying" : "setting up for");
         break;
     case MLC_BAD_NO_CUDA: mlc_append(buf, len, off, "no CUDA driver could be loaded"); break;
+    case MLC_BAD_NO_ROWS: mlc_append(buf, len, off, "a 0-d tensor, which has no rows (no first dimension)"); break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }
 }

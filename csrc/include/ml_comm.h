@@ -302,7 +302,11 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
  * collective, another dtype or rows of another shape fails on every rank with
  * MLC_ERR_MISMATCH naming each rank's call. Calls that come in two steps (the
  * sizes, then the data) are parts 1 and 2 of 2 of one call: a caller whose first
- * step failed makes no second. */
+ * step failed makes no second. A caller whose tensor has no first dimension (0-d)
+ * passes row_ndim MLC_ROWS_NONE (row_shape and rows ignored) to the calls that sign
+ * (allgather step 1, reducescatter, alltoall step 1): every rank then fails the call
+ * with MLC_ERR_ARG naming the ranks that did, instead of the others waiting for them. */
+enum { MLC_ROWS_NONE = -1 };
 /* The team's rank and number of ranks (its context's). */
 int mlc_team_rank(const mlc_team *team);
 int mlc_team_size(const mlc_team *team);

@@ -157,6 +157,24 @@ static uint64_t rows_digest(const int64_t *all_rows, int n, int dtype, int64_t r
     return h;
 }
 
+/* A caller's 0-d tensor (row_ndim MLC_ROWS_NONE): no rows, and a bad argument to sign. */
+static int no_rows(int *row_ndim, const int64_t **row_shape, int64_t *rows) {
+    if (*row_ndim != MLC_ROWS_NONE) return 0;
+    *row_ndim = 0;
+    *row_shape = NULL;
+    *rows = 0;
+    return 1;
+}
+
+/* A bad argument with no exchange to carry it (one rank, or the check switched off):
+ * this rank fails alone, in the words the verdict would use. */
+static int bad_alone(const mlc_team *team, const char *kind, const rows_sign *sign, char *err, size_t errlen) {
+    char what[256];
+    mlc_describe_bad_args(sign->bad_args, sign->bad_detail, what, sizeof what);
+    if (err && errlen) snprintf(err, errlen, "invalid %s arguments: rank %d: %s", kind, team->ctx->rank, what);
+    return MLC_ERR_ARG;
+}
+
 /* n ones: one int64 row per rank, for the exchanges of sizes. */
 static int64_t *ones(int n) {
     int64_t *v = malloc(n * sizeof *v);
@@ -167,6 +185,7 @@ static int64_t *ones(int n) {
 int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape, int dtype,
                             const void *input, void *carried, int *carried_done, int64_t *all_rows, char *err,
                             size_t errlen) {
+    const int scalar = no_rows(&row_ndim, &row_shape, &rows);
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (carried_done) *carried_done = 0;
     if (bad_rows(team, row_elements, dtype) || rows < 0 || !all_rows || (carried && !carried_done))
@@ -186,7 +205,12 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     mine[team->ctx->rank] = rows;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
                                 NULL, each, 0, NULL, NULL};
-    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
+    const rows_sign sign = {row_ndim, row_shape, scalar ? MLC_BAD_NO_ROWS : MLC_BAD_NONE, {0, 0}};
+    if (scalar && !mlc_agree_wants(&team->agree, MLC_KIND_ALLGATHER, dtype)) {
+        free(each);
+        free(mine);
+        return bad_alone(team, "allgather", &sign, err, errlen);
+    }
     rows_sizes sizes = {.count = n, .in = mine, .out = all_rows, .rows_in = input, .rows_bytes = own_bytes,
                         .rows_out = carried};
     int checked = 0;
@@ -202,6 +226,7 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     }
     free(each);
     free(mine);
+    if (rc == MLC_OK && scalar) rc = fail(err, errlen, "invalid allgather arguments"); /* never: the verdict fails */
     return rc;
 }
 
@@ -235,6 +260,7 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
 
 int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows, int row_ndim,
                            const int64_t *row_shape, int dtype, int op, char *err, size_t errlen) {
+    const int scalar = no_rows(&row_ndim, &row_shape, &rows);
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || op < 0 || op >= MLC_NUM_OPS)
         return fail(err, errlen, "invalid reducescatter arguments (rows, row shape, dtype or op)");
@@ -250,10 +276,15 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
                                 NULL, shares, 0, &team->caller.rows_staging, NULL};
-    const rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
+    const rows_sign sign = {row_ndim, row_shape, scalar ? MLC_BAD_NO_ROWS : MLC_BAD_NONE, {0, 0}};
+    if (scalar && !mlc_agree_wants(&team->agree, MLC_KIND_REDUCESCATTER, dtype)) {
+        free(shares);
+        return bad_alone(team, "reducescatter", &sign, err, errlen);
+    }
     int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, elements, 0,
                       row_elements, &sign, &call, NULL, 0, NULL, err, errlen);
     free(shares);
+    if (rc == MLC_OK && scalar) rc = fail(err, errlen, "invalid reducescatter arguments"); /* never: the verdict fails */
     return rc;
 }
 
@@ -295,19 +326,16 @@ static void check_splits(const int64_t *splits, int nsplits, int64_t rows, int n
 int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits, int64_t rows, int row_ndim,
                              const int64_t *row_shape, int dtype, int64_t *send_rows, int64_t *recv_rows,
                              char *err, size_t errlen) {
+    const int scalar = no_rows(&row_ndim, &row_shape, &rows);
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || !send_rows || !recv_rows)
         return fail(err, errlen, "invalid alltoall arguments (rows, row shape, dtype or outputs)");
     const int n = team->ctx->size;
     rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     check_splits(splits, nsplits, rows, n, send_rows, &sign);
-    if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_ALLTOALL, dtype)) {
-        /* No exchange to carry it (one rank, or the check switched off): this rank alone. */
-        char what[256]; /* the verdict's words */
-        mlc_describe_bad_args(sign.bad_args, sign.bad_detail, what, sizeof what);
-        if (err && errlen) snprintf(err, errlen, "invalid alltoall arguments: rank %d: %s", team->ctx->rank, what);
-        return MLC_ERR_ARG;
-    }
+    if (scalar) sign = (rows_sign){row_ndim, row_shape, MLC_BAD_NO_ROWS, {0, 0}};
+    if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_ALLTOALL, dtype))
+        return bad_alone(team, "alltoall", &sign, err, errlen);
     /* The n x n matrix of splits, this rank's row filled: column r is what rank r receives. */
     int64_t *each = ones(n), *matrix = calloc((size_t)n * n, sizeof *matrix),
             *summed = malloc((size_t)n * n * sizeof *summed);

@@ -49,16 +49,11 @@ def op_code(op: str, what: str, allowed: Sequence[str] = tuple(OPS)) -> int:
     return OPS[op]
 
 
-def _input(array, what: str, rows: bool, reduces: bool = False) -> tuple[np.ndarray, int]:
+def _input(array, what: str, reduces: bool = False) -> tuple[np.ndarray, int]:
     """A C-contiguous array of a supported dtype (copied only when it is not one) and
-    its dtype's code; rows: it must have a first dimension; reduces: a reduction's input."""
+    its dtype's code; reduces: a reduction's input."""
     arr = np.asarray(as_array(array, what), order="C")  # 0-d stays 0-d
-    code = _dtypes.code_of(arr.dtype, reduces)
-    if rows and arr.ndim == 0:
-        raise BadArgumentError(
-            f"{what} takes an array with a first dimension (rows); got a 0-d array"
-        )
-    return arr, code
+    return arr, _dtypes.code_of(arr.dtype, reduces)
 
 
 def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -69,19 +64,27 @@ def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
 
 
 def _row_shape(arr: np.ndarray):
-    """The dimensions after the first, as the core compares them across ranks."""
+    """The dimensions after the first, as the core compares them across ranks; a 0-d
+    array has none, which the core fails on every rank (MLC_ROWS_NONE), naming this one,
+    instead of the others waiting for it."""
+    if arr.ndim == 0:
+        return lib.MLC_ROWS_NONE, ffi.NULL
     return len(arr.shape) - 1, ffi.new("int64_t[]", [int(d) for d in arr.shape[1:]])
+
+
+def _rows(arr: np.ndarray) -> int:
+    return arr.shape[0] if arr.ndim else 0
 
 
 def allgather(s: Session, array, team: int) -> np.ndarray:
     """Every rank's rows, in rank order: shape (sum of the ranks' rows, *array.shape[1:])."""
-    arr, code = _input(array, "allgather", rows=True)
+    arr, code = _input(array, "allgather")
     handle, (ndim, shape) = s.team(team), _row_shape(arr)
     all_rows = ffi.new("int64_t[]", s.size)
     carried, carried_done = _carried_buffers()
     rc = lib.mlc_team_allgather_rows(
         handle,
-        arr.shape[0],
+        _rows(arr),
         ndim,
         shape,
         code,
@@ -118,12 +121,12 @@ def reducescatter(s: Session, array, op: str, team: int) -> np.ndarray:
     """The rows reduced over the ranks, this rank's share of them: rows // size, one more
     on the first rows % size ranks (Horovod's split), consecutive in rank order."""
     code_op = op_code(op, "reducescatter")
-    arr, code = _input(array, "reducescatter", rows=True, reduces=True)
+    arr, code = _input(array, "reducescatter", reduces=True)
     handle, (ndim, shape) = s.team(team), _row_shape(arr)
-    share = lib.mlc_rows_share(arr.shape[0], s.size, s.rank)
+    share = lib.mlc_rows_share(_rows(arr), s.size, s.rank)
     out = _empty((share, *arr.shape[1:]), arr.dtype)
     rc = lib.mlc_team_reducescatter(
-        handle, buffer(arr), buffer(out), arr.shape[0], ndim, shape, code, code_op, s.err, ERR_LEN
+        handle, buffer(arr), buffer(out), _rows(arr), ndim, shape, code, code_op, s.err, ERR_LEN
     )
     check(rc, "reducescatter", s.err)
     return out
@@ -134,13 +137,13 @@ def alltoall(s: Session, array, splits, team: int) -> tuple[np.ndarray, np.ndarr
     received, in rank order, and how many came from each rank. splits=None: the rows
     split evenly (their number must divide by the ranks). The core checks the splits, so
     that wrong ones on any rank raise BadArgumentError on every rank, naming each such rank."""
-    arr, code = _input(array, "alltoall", rows=True)
+    arr, code = _input(array, "alltoall")
     handle, (ndim, shape) = s.team(team), _row_shape(arr)
     given, nsplits = _splits(splits)
     send_rows = ffi.new("int64_t[]", s.size)
     recv_rows = ffi.new("int64_t[]", s.size)
     rc = lib.mlc_team_alltoall_splits(
-        handle, given, nsplits, arr.shape[0], ndim, shape, code, send_rows, recv_rows,
+        handle, given, nsplits, _rows(arr), ndim, shape, code, send_rows, recv_rows,
         s.err, ERR_LEN,
     )  # fmt: skip
     check(rc, "alltoall", s.err)
@@ -176,7 +179,7 @@ def _splits(splits):
 def allreduce(s: Session, array, op: str, team: int) -> np.ndarray:
     """A new array: `array` reduced with op over the ranks (the input is not written)."""
     code_op = op_code(op, "allreduce")
-    arr, code = _input(array, "allreduce", rows=False, reduces=True)
+    arr, code = _input(array, "allreduce", reduces=True)
     out = _empty(arr.shape, arr.dtype)
     rc = lib.mlc_team_allreduce_into(
         s.team(team),

@@ -268,10 +268,8 @@ def allreduce(
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenate every rank's tensor along the first dimension (which may differ)."""
     check_process_set(process_set)
-    tensor = tf.convert_to_tensor(tensor)
-    if tensor.shape.rank == 0:
-        raise ValueError("allgather needs a tensor of at least one dimension, got a scalar")
-    return binding.allgather(tensor, 0)
+    # A scalar goes to the op too: it fails on every rank, naming this one.
+    return binding.allgather(tf.convert_to_tensor(tensor), 0)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):

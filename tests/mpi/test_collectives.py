@@ -565,9 +565,21 @@ def test_bad_arguments_raise_before_sending(session):
     c = Checks()
     c.raises(ValueError, mc.allreduce, np.ones(3), op="mean", words=("op must be",))
     c.raises(ValueError, mc.reducescatter, np.ones(3), op="median", words=("op must be",))
-    c.raises(ValueError, mc.allgather, np.float32(1.0), words=("first dimension",))
+    c.raises(ValueError, mc.allgather, np.float32(1.0), words=("no first dimension",))
     c.raises(ValueError, mc.alltoall, np.ones(4), splits=[5] * session.nranks, words=("add up",))
     c.raises(TypeError, mc.allgather, np.ones(2, np.complex64), words=("dtype",))
+    still_works(c, session)
+    c.finish()
+
+
+def test_a_0d_array_on_one_rank_fails_on_every_rank(session):
+    """One rank's 0-d array (no rows) in a collective of rows: every rank raises, naming
+    that rank, instead of the others waiting for it; the team keeps working."""
+    c = Checks()
+    last = session.nranks - 1
+    rows = np.float32(1.0) if session.rank == last else np.ones((session.nranks, 2), np.float32)
+    for call in (mc.allgather, mc.reducescatter, mc.alltoall):
+        c.raises(mc.BadArgumentError, call, rows, words=(f"rank {last}: a 0-d tensor",))
     still_works(c, session)
     c.finish()
 

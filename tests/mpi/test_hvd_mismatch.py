@@ -105,6 +105,20 @@ def test_rows_of_another_shape_fail_on_every_rank(pair, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_scalar_on_one_rank_fails_on_every_rank(pair, mode):
+    """hvd.allgather of a scalar on the last rank only (tf.squeeze of a last batch of one
+    row, say): every rank fails at once, naming that rank."""
+    rank, n = pair
+    c = Checks()
+    x = tf.constant(1.0) if rank == n - 1 else tf.ones([2], tf.float32)
+    words = ("invalid allgather arguments", f"rank {n - 1}: a 0-d tensor")
+    bad = (tf.errors.InvalidArgumentError, mc.BadArgumentError)
+    expect_error(c, mode, hvd.allgather, x, words=words, kind=bad)
+    still_works(c, rank, n)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_rank_dependent_call_order_fails_loudly(pair, mode):
     """Even ranks allreduce then allgather, odd ranks the other way round; then two
     allreduces of different shapes in swapped order. Each call fails on every rank,

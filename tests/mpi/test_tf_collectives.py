@@ -156,6 +156,25 @@ def test_gradients(tf_session, mode):
     c.finish()
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_scalar_on_one_rank_fails_on_every_rank(tf_session, mode):
+    """One rank's 0-d tensor in a collective of rows: the op fails on every rank with
+    InvalidArgumentError, read as ml_comm's BadArgumentError, naming that rank (eagerly
+    and traced), instead of the others waiting; the team keeps working."""
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    last = n - 1
+    x = tf.constant(1.0) if r == last else tf.ones((n, 2))
+    calls = [lambda: mtf.allgather(x), lambda: mtf.reducescatter(x), lambda: mtf.alltoall(x)]
+    for k, call in enumerate(calls):
+        run = tf.function(call) if mode == "function" else call
+        e = c.raises(tf.errors.InvalidArgumentError, run, words=(f"rank {last}: a 0-d tensor",))
+        check_kind(c, e, tf.errors.InvalidArgumentError, mc.BadArgumentError, f"{mode} call {k}")
+    out = mtf.allgather(tf.fill((r, 1), r))
+    c.equal(out.numpy(), np.concatenate([np.full((q, 1), q, np.int32) for q in range(n)]), "after")
+    c.finish()
+
+
 def test_mismatch_named_on_every_rank(tf_session):
     c = Checks()
     r, n = tf_session.rank, tf_session.nranks

@@ -22,10 +22,16 @@ namespace {
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
-// The input's shape with an unknown first dimension (at least one dimension).
+// The input's shape with an unknown first dimension. A 0-d input passes here: the
+// core fails the op on every rank, naming this one (MLC_ROWS_NONE), where an error at
+// graph building would leave the other ranks waiting in theirs.
 tensorflow::Status RowsShape(InferenceContext *c) {
-  ShapeHandle in, out;
-  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
+  ShapeHandle in = c->input(0), out;
+  if (c->RankKnown(in) && c->Rank(in) == 0) {
+    c->set_output(0, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &in));
   TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
   c->set_output(0, out);
   return absl::OkStatus();
@@ -37,6 +43,11 @@ std::vector<int64_t> RowShape(const Tensor &t) {
   for (int d = 1; d < t.dims(); ++d) shape.push_back(t.dim_size(d));
   return shape;
 }
+
+// The rows and the rows' number of dimensions as the core takes them: a 0-d tensor has
+// no rows (MLC_ROWS_NONE), which the core fails on every rank.
+int64_t RowCount(const Tensor &t) { return t.dims() == 0 ? 0 : t.dim_size(0); }
+int RowNdim(const Tensor &t) { return t.dims() == 0 ? MLC_ROWS_NONE : t.dims() - 1; }
 
 tensorflow::TensorShape WithRows(const Tensor &t, int64_t rows) {
   tensorflow::TensorShape shape = t.shape();
@@ -54,11 +65,6 @@ class RowsKernel : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
-    OP_REQUIRES_ASYNC(ctx, ctx->input(0).dims() >= 1,
-                      Carrying(tensorflow::errors::InvalidArgument(
-                                   "ml_comm ", what_, " takes a tensor with a first dimension"),
-                               MLC_ERR_ARG),
-                      done);
     // Held until the thread is done with it, so that finalize() waits for the call.
     mlc_team *team = AcquireLive(team_id_);
     OP_REQUIRES_ASYNC(ctx, team != nullptr,
@@ -142,9 +148,8 @@ class AllgatherOp : public RowsKernel {
     std::vector<int64_t> rows(size);
     std::unique_ptr<char[]> carried(new char[MLC_ROWS_CARRY_BYTES]);
     int carried_done = 0;
-    int rc = mlc_team_allgather_rows(team, in.dim_size(0), row.size(), row.data(), dtype,
-                                     Data(in), carried.get(), &carried_done, rows.data(), err,
-                                     errlen);
+    int rc = mlc_team_allgather_rows(team, RowCount(in), RowNdim(in), row.data(), dtype, Data(in),
+                                     carried.get(), &carried_done, rows.data(), err, errlen);
     if (rc) return rc;
     int64_t total = 0;
     for (int64_t r : rows) total += r;
@@ -187,14 +192,16 @@ class ReducescatterOp : public RowsKernel {
  protected:
   int Run(OpKernelContext *ctx, mlc_team *team, char *err, size_t errlen) override {
     const Tensor &in = ctx->input(0);
-    const int64_t rows = in.dim_size(0);
-    Tensor *out = nullptr;
-    int64_t share = mlc_rows_share(rows, mlc_team_size(team), mlc_team_rank(team));
-    int rc = Allocate(ctx, 0, WithRows(in, share), &out);
-    if (rc) return rc;
+    const int64_t rows = RowCount(in);
     const std::vector<int64_t> row = RowShape(in);
-    return mlc_team_reducescatter(team, Data(in), Data(*out), rows, row.size(), row.data(),
-                                  CoreDtype(in.dtype()), op_, err, errlen);
+    Tensor *out = nullptr;
+    if (in.dims() > 0) {  // a 0-d input has no output: the core fails the op everywhere
+      int64_t share = mlc_rows_share(rows, mlc_team_size(team), mlc_team_rank(team));
+      int rc = Allocate(ctx, 0, WithRows(in, share), &out);
+      if (rc) return rc;
+    }
+    return mlc_team_reducescatter(team, Data(in), out ? Data(*out) : nullptr, rows, RowNdim(in),
+                                  row.data(), CoreDtype(in.dtype()), op_, err, errlen);
   }
 
  private:
@@ -241,7 +248,7 @@ class AlltoallOp : public RowsKernel {
     int rc = Allocate(ctx, 1, tensorflow::TensorShape({size}), &received);
     if (rc) return rc;
     int64_t *recv = received->flat<int64_t>().data();
-    if ((rc = mlc_team_alltoall_splits(team, given, nsplits, in.dim_size(0), row.size(), row.data(),
+    if ((rc = mlc_team_alltoall_splits(team, given, nsplits, RowCount(in), RowNdim(in), row.data(),
                                        dtype, send.data(), recv, err, errlen)))
       return rc;
     int64_t total = 0;
