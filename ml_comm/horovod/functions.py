@@ -4,8 +4,8 @@ communicator with mpi4py.
 
 An object is pickled before it travels, by the rank that owns it, and what failed travels
 instead of it: the other ranks would otherwise wait in the collective for good (the
-session's watchdogs see team operations, not these). A root that differs between ranks is
-found the same way, by one small allgather first."""
+session's watchdogs see team operations, not these). broadcast_object's one allgather
+also carries each rank's root, so that a root that differs between ranks is found too."""
 
 from __future__ import annotations
 
@@ -26,22 +26,6 @@ def _pickled(obj) -> tuple[bytes | None, str]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _agreed_root(s, root_rank, what: str) -> int:
-    """root_rank, checked on this rank and compared across the ranks (collective)."""
-    try:
-        root, why = s.check_root(root_rank), ""
-    except BadArgumentError as exc:
-        root, why = -1, str(exc)
-    roots = s.comm.allgather((root, why))
-    bad = [f"rank {r}: {w}" for r, (_, w) in enumerate(roots) if w]
-    if bad:
-        raise BadArgumentError(f"{what}: " + "; ".join(bad))
-    if len({r for r, _ in roots}) > 1:
-        named = ", ".join(f"rank {r}: {root}" for r, (root, _) in enumerate(roots))
-        raise MismatchError(f"{what}: the ranks name different roots ({named})")
-    return root
-
-
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assign root_rank's values to every variable (any dtype), in one call per dtype."""
     check_process_set(process_set)
@@ -59,9 +43,20 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     """root_rank's picklable object on every rank (eagerly)."""
     check_process_set(process_set)
     s = basics.session()
-    root = _agreed_root(s, root_rank, "broadcast_object")
+    try:
+        root, bad_root = s.check_root(root_rank), ""
+    except BadArgumentError as exc:
+        root, bad_root = -1, str(exc)
     payload, why = _pickled(obj) if s.rank == root else (None, "")
-    payload, why = s.comm.bcast((payload, why), root=root)
+    # One collective: every rank's root (and what was wrong with it), the root's pickle.
+    everyone = s.comm.allgather((root, bad_root, payload, why))
+    bad = [f"rank {r}: {b}" for r, (_, b, _, _) in enumerate(everyone) if b]
+    if bad:
+        raise BadArgumentError("broadcast_object: " + "; ".join(bad))
+    if len({r for r, *_ in everyone}) > 1:
+        named = ", ".join(f"rank {r}: {e[0]}" for r, e in enumerate(everyone))
+        raise MismatchError(f"broadcast_object: the ranks name different roots ({named})")
+    _, _, payload, why = everyone[root]
     if why:
         raise BadArgumentError(f"broadcast_object: rank {root}'s object cannot be pickled: {why}")
     s.weights.shared()  # scripts also share weights this way: get_weights, set_weights
