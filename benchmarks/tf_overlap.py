@@ -47,6 +47,7 @@ def main() -> int:
     model = keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=10)
     weights = model.trainable_weights
     mc.init(2, 1, sum(int(np.prod(w.shape)) for w in weights), "tensorflow")
+    mc.broadcast(weights)  # rank 0's weights, as a training script shares them
     rank, nranks = mc.get_rank(), mc.get_nranks()
     comm = mc.init_mpi().COMM_WORLD
     rng = np.random.default_rng(rank)

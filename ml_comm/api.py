@@ -306,7 +306,8 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     s = session()
     backend = s.backend
     if not s.weights.settled:
-        s.weights.averaged(backend.runs_eagerly(grads), team)
+        s.team(team)  # a bad team id names itself before a step is counted
+        s.weights.averaged(backend.runs_eagerly(grads), team, grads, s.calls.identity()[0])
     if out is None:  # NumPy's calls are signed with the caller's identity there
         return backend.gradients(grads, team)
     if backend.name != "numpy":
@@ -324,11 +325,13 @@ def broadcast(values, root: int = 0, team: int = 0):
     team's calls when another thread drives another team).
     """
     s = session()
-    s.weights.shared()
     if s.backend.name != "numpy":
-        return s.backend.broadcast(values, root, team)
-    with s.calls.calling(team, s.team(team)):
-        return s.backend.broadcast(values, root, team)
+        result = s.backend.broadcast(values, root, team)
+    else:
+        with s.calls.calling(team, s.team(team)):
+            result = s.backend.broadcast(values, root, team)
+    s.weights.shared()  # once it ran: a broadcast that failed shared nothing
+    return result
 
 
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:
@@ -407,9 +410,11 @@ def check_buffers_match(values, flag: int = 1) -> int:
     flag: when nonzero, each rank whose buffers differ prints so.
     """
     s = session()
-    s.weights.shared()
     with s.calls.calling(0, s.team(0)):
-        return broadcasts.check_buffers_match(s, values, flag)
+        differing = broadcasts.check_buffers_match(s, values, flag)
+    if differing == 0:  # every rank's count: the weights check ends alike on every rank
+        s.weights.shared()
+    return differing
 
 
 def team_settings(team: int = 0) -> dict:

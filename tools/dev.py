@@ -215,7 +215,7 @@ KERAS_BACKENDS = (
         ROOT / ".venv-jax",
         "jax[cpu]==0.10.2",
         (
-            (2, ("test_jax_overlap.py", "test_jax_weights_notice.py")),
+            (2, ("test_jax_overlap.py", "test_jax_weights_check.py")),
             (3, ("test_keras_guarantees.py", "test_jax_gradients.py", "test_jax_overlap.py")),
         ),
     ),

@@ -397,6 +397,23 @@ void mlc_team_end_call(mlc_team *team);
  * in flight) before it submitted anything: it takes no place, as on a synchronous rank,
  * where the same failure ended the earlier call itself. */
 void mlc_team_forget_call(mlc_team *team);
+/* The check that the job shares its weights (csrc/team/weights_check.c). A job that
+ * averages gradients but never broadcasts one rank's weights starts each rank from weights
+ * of its own and trains as many models as it has ranks, without any error. on 1 (the
+ * framework layer's default, on more than one rank): a call of gradients that the team
+ * saw in an earlier step fails until set to 0 (a broadcast or a check of the buffers
+ * ran: the job's weights are shared). Off (0) when created. */
+int mlc_team_set_weights_check(mlc_team *team, int on);
+/* A call of gradients on the team begins: step, the framework's id of the step it runs in
+ * (a traced step's ops share it; 0: the call is a step of its own); call, which call of
+ * the step it is, alike in every step (a digest of its gradients' layout, or the graph's
+ * key of the call), compared on this rank only. MLC_ERR_STATE, err saying why and what to
+ * do, where the check is on and the call came in an earlier step (the model's second
+ * step), and from then on for every call; the same on every rank, which make the same
+ * calls and broadcasts. */
+int mlc_team_weights_step(mlc_team *team, int64_t step, uint64_t call, char *err, size_t errlen);
+/* Whether the check refused a step on the team. */
+int mlc_team_weights_refused(mlc_team *team);
 /* The number messages call the team by (the caller's team index; default 0). */
 int mlc_team_set_id(mlc_team *team, int id);
 /* Requests that are part `part` of `nparts` of one caller-level call (a gradient

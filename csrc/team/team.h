@@ -18,6 +18,9 @@
 #include "plan/plan.h"
 #include "transport/mpi.h"
 
+/* The distinct calls of gradients the weights check tells apart (weights_check.c). */
+#define MLC_WEIGHTS_CALLS 64
+
 /* Groups remembered per team by their step (group.c): completed ones that no opener
  * claimed yet, and cancelled ones. */
 #define MLC_UNCLAIMED_RING 16
@@ -240,6 +243,18 @@ struct mlc_team {
         int64_t count;      /* calls where steps are not marked, so far */
         int64_t step, next; /* the last marked step, and the next call's place in it */
     } call;
+
+    /* The check that the job shares its weights (weights_check.c): `on` until a broadcast
+     * or a check of the buffers; meanwhile, under lock, the calls of gradients seen so
+     * far, each with the step it came in, and whether a step was refused. */
+    struct {
+        _Atomic int on;
+        int ncalls, refused;
+        struct {
+            uint64_t call;
+            int64_t step;
+        } calls[MLC_WEIGHTS_CALLS];
+    } weights;
 
     mlc_team_groups groups;
     mlc_team_caller caller;

@@ -42,6 +42,7 @@ from .weights_notice import WeightsNotice
 ALG_AUTO = lib.MLC_ALG_AUTO
 THREAD_SLICE = "ML_COMM_THREAD_SLICE_US"
 DEADLOCK = "ML_COMM_DEADLOCK_SECONDS"
+WEIGHTS_CHECK = "ML_COMM_WEIGHTS_CHECK"
 # Environment overrides of the core's size thresholds (their defaults live in csrc/team/team.c
 # and, for the direct allreduce, csrc/agree/agree.h).
 THRESHOLD_SETTERS = {
@@ -125,7 +126,7 @@ class Session:
             raise MLCommError(text(self.err))
         self.rank = lib.mlc_context_rank(self.ctx)
         self.size = lib.mlc_context_size(self.ctx)
-        self.weights = WeightsNotice(self.rank, self.size)
+        self.weights = WeightsNotice(self.rank, self.size, settings.get(WEIGHTS_CHECK))
         check(lib.mlc_context_set_deadlock_limit(self.ctx, settings.get(DEADLOCK)), DEADLOCK)
         self.configs = [TeamConfig() for _ in range(nteams)]
         self.calls = Calls()  # where each team's caller stands (core/calls.py)
@@ -136,6 +137,7 @@ class Session:
                 self.teams.append(self._create_team(nthreads, msglen, chunk_bytes))
                 self.team_ids.append(next(_TEAM_IDS))
                 checks.apply(self.teams[-1], len(self.teams) - 1, self.guard)
+                self.weights.attach(self.teams[-1])
                 for name, value in thresholds.items():
                     check(THRESHOLD_SETTERS[name](self.teams[-1], value), name)
                 check(
@@ -258,6 +260,8 @@ class Session:
             if framework is not None:
                 framework.close()  # before the teams go: their operations must fail cleanly
         finally:
+            if hasattr(self, "weights"):
+                self.weights.handles = []  # the teams go: a stale compiled step must not count
             for team in self.teams:
                 lib.mlc_team_destroy(team)
             self.teams = []

@@ -67,6 +67,10 @@ SETTINGS = (
             "reduces the wrong data instead of failing)."),
     Setting("ML_COMM_CHECK_FINITE", "0", "bool", True,
             "1 fails reductions whose input holds NaN or Inf, naming the ranks and tensors."),
+    Setting("ML_COMM_WEIGHTS_CHECK", "1", "bool", True,
+            "0 lets a job on more than one rank average a model's gradients a second step "
+            "without having broadcast or checked its weights (each rank may train a model "
+            "of its own)."),
     # Local to each rank.
     Setting("ML_COMM_STALL_WARN_SECONDS", "60", "seconds", False,
             "Warn about a wait this long, naming the ranks waited for, and again every "

@@ -60,6 +60,7 @@ def local_settings(
         "chunk_bytes (init argument or ML_COMM_CHUNK_BYTES)": str(chunk_bytes),
         "ML_COMM_CHECK_LAYOUT": str(int(guard.layout)),
         "ML_COMM_CHECK_FINITE": str(int(guard.finite)),
+        "ML_COMM_WEIGHTS_CHECK": str(int(settings.get("ML_COMM_WEIGHTS_CHECK"))),
     }
     for name in THRESHOLDS:
         values[name] = str(thresholds[name]) if name in thresholds else "unset (default)"

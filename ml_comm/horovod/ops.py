@@ -16,6 +16,9 @@ has Horovod's gradient.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 import tensorflow as tf
 
@@ -168,13 +171,31 @@ def _summed(
     return list(reduced(*tensors))
 
 
+# Set while the distributed optimizer or tape reduces a step's gradients: their ops are
+# then steps of the check that the job shares its weights (a plain allreduce is none).
+_averaging_gradients: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "averaging_gradients", default=False
+)
+
+
+@contextlib.contextmanager
+def averaging_gradients():
+    token = _averaging_gradients.set(True)
+    try:
+        yield
+    finally:
+        _averaging_gradients.reset(token)
+
+
 def _summed_once(tensors: list, average: bool, prescale_factor=1.0, postscale_factor=1.0) -> list:
     """Each tensor times prescale_factor, summed over all ranks, times postscale_factor
     (divided by size for an Average, in double, as Horovod does: a float32 sum times
     float32(1/3) is not the sum / 3 in a third of values)."""
     size = basics.session().size
     prescaled = [_scale(t, _as_attribute(prescale_factor)) for t in tensors]
-    summed = binding.gradients(prescaled, _team_id(), size, average=False)
+    summed = binding.gradients(
+        prescaled, _team_id(), size, average=False, check_weights=_averaging_gradients.get()
+    )
     factor = _as_attribute(postscale_factor) / (size if average else 1)
     return [_scale(t, factor) for t in summed]
 

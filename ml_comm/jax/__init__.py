@@ -50,10 +50,14 @@ def average(
     grads,
     team_id: int | None,
     host_average: Callable[[list[np.ndarray]], list[np.ndarray]],
+    check_weights: bool = False,
 ) -> list:
     """The list averaged over the team's ranks, same order, shapes and dtypes; None stays
     None. team_id: the FFI handler's live id of the team (None: the handler is not
-    loaded, io_callback with host_average, the NumPy path's average of a list)."""
+    loaded, io_callback with host_average, the NumPy path's average of a list).
+    check_weights: each run of the compiled call is judged by the check that the job
+    shares its weights (the handler names the call by its layout; host_average judges
+    its own)."""
     if not isinstance(grads, (list, tuple)):
         raise BadArgumentTypeError(
             f"gradients takes a list of JAX arrays, got {type(grads).__name__}"
@@ -78,7 +82,12 @@ def average(
             handler.TARGET, shapes, has_side_effect=True, input_output_aliases=aliases
         )
         sizes = np.array([len(group) for group in groups], np.int64)
-        outs = call(*flat, team_id=np.int64(team_id), part_sizes=sizes)
+        outs = call(
+            *flat,
+            team_id=np.int64(team_id),
+            part_sizes=sizes,
+            check_weights=np.int64(check_weights),
+        )
     else:
         outs = jax.experimental.io_callback(
             lambda *xs: host_average([np.asarray(x) for x in xs]), shapes, *flat, ordered=True

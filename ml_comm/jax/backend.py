@@ -11,6 +11,7 @@ from .._core import ffi
 from ..arrays.numpy_backend import NumpyBackend
 from ..core.errors import BadArgumentError, BadArgumentTypeError
 from ..core.session import Session, is_pipelined
+from ..core.weights_notice import layout
 from . import average, handler, is_traced
 
 
@@ -39,7 +40,16 @@ class JaxBackend:
                 "synchronous team (ksteps >= max_steps)"
             )
         team_id = None if self.team_ids is None else self.team_ids[team]
-        return average(grads, team_id, lambda arrays: self.host.gradients(arrays, team))
+        # A compiled step's calls are judged by the weights check as they run (an eager
+        # call was judged by the caller).
+        compiled = not self.runs_eagerly(grads)
+
+        def host_average(arrays: list) -> list:
+            if compiled:
+                self.session.weights.step(team, layout(arrays))
+            return self.host.gradients(arrays, team)
+
+        return average(grads, team_id, host_average, check_weights=compiled)
 
     def runs_eagerly(self, grads) -> bool:
         return isinstance(grads, (list, tuple)) and not is_traced(grads)

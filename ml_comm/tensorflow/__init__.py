@@ -65,10 +65,13 @@ def gradients(
     average: bool = True,
     ksteps: int = 0,
     max_steps: int = 0,
+    check_weights: bool = False,
 ) -> list:
     """The ops behind `ml_comm.gradients` with framework="tensorflow": each tensor of
     `grads` averaged (or summed) over `nranks` ranks on the team, same order; None stays
-    None. Eagerly one fused op per dtype; in a graph one op per gradient (a keyed group)."""
+    None. Eagerly one fused op per dtype; in a graph one op per gradient (a keyed group).
+    check_weights: the gradients of a training step, so in a graph each run is judged by
+    the check that the job shares its weights (eagerly the caller judges the call)."""
     ops = load_ops()
     if not isinstance(grads, (list, tuple)):
         raise BadArgumentTypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
@@ -79,6 +82,7 @@ def gradients(
     # Each dtype's op says which part of the call it is and all the call's dtypes: ranks
     # whose lists hold other dtypes fail at the first part instead of one op waiting.
     parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
+    step = {"check_weights": check_weights and not tf.executing_eagerly()}
     for part, idx in enumerate(groups.values()):
         layout = fused_order([dense[i].shape.rank for i in idx], idx)
         tensors = [dense[i] for i in layout]
@@ -97,10 +101,11 @@ def gradients(
                         average=average,
                         part=part,
                         **parts,
+                        **step,
                     )
                 else:
                     outs = ops.ml_comm_allreduce_n(
-                        tensors, team_id=team_id, average=average, part=part, **parts
+                        tensors, team_id=team_id, average=average, part=part, **parts, **step
                     )
             if not tf.executing_eagerly():
                 _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
@@ -120,11 +125,11 @@ def gradients(
             # with its step's submits in either order.
             with tf.control_dependencies(_chain(team_id)):
                 opener = ops.ml_comm_group_open(
-                    T=tensors[0].dtype, team_id=team_id, part=part, **group, **parts
+                    T=tensors[0].dtype, team_id=team_id, part=part, **group, **parts, **step
                 )
                 submits = [
                     ops.ml_comm_group_submit(
-                        t, team_id=team_id, index=pos, part=part, **group, **parts
+                        t, team_id=team_id, index=pos, part=part, **group, **parts, **step
                     )
                     for pos, t in enumerate(tensors)
                 ]

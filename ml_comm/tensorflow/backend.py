@@ -32,6 +32,7 @@ class TensorFlowBackend:
             self.session.size,
             ksteps=config.ksteps,
             max_steps=config.max_steps,
+            check_weights=True,
         )
 
     def runs_eagerly(self, grads) -> bool:

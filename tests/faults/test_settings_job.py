@@ -45,6 +45,7 @@ ENV_CASES = {
     "ML_COMM_DIRECT_BYTES": ("4096", "0"),
     "ML_COMM_RABENSEIFNER_BYTES": ("16777216", "0"),
     "ML_COMM_COMPRESSION": ("none", "bf16"),
+    "ML_COMM_WEIGHTS_CHECK": ("1", "0"),
 }
 
 

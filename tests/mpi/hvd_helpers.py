@@ -3,6 +3,8 @@ after) and Horovod's arithmetic, to check results against."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from mpi_helpers import comm_world
@@ -12,8 +14,14 @@ import ml_comm.horovod.tensorflow as hvd
 
 @pytest.fixture(scope="module")
 def hvd_session():
+    """hvd.init for a module, the check that a job shares its weights off: its tests
+    average tensors that are no model's gradients (test_tf_weights_check.py tests it)."""
     comm_world().barrier()
-    hvd.init()
+    os.environ["ML_COMM_WEIGHTS_CHECK"] = "0"
+    try:
+        hvd.init()
+    finally:
+        del os.environ["ML_COMM_WEIGHTS_CHECK"]
     try:
         yield hvd.rank(), hvd.size()
     finally:

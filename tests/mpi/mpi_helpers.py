@@ -279,18 +279,28 @@ class Session:
 
 
 @contextlib.contextmanager
-def ml_comm_session(nthread_per_team, nteams, msglen, chunk_bytes=CHUNK_BYTES, framework=None):
+def ml_comm_session(
+    nthread_per_team,
+    nteams,
+    msglen,
+    chunk_bytes=CHUNK_BYTES,
+    framework=None,
+    weights_check=False,
+):
     comm = suite_comm()
     comm.barrier()
     # Thresholds scaled down with the chunk size, so that small arrays take all four
     # paths of a blocking call: the direct allreduce inside the agreement check (<= 64 B),
     # recursive doubling on the caller's thread (< 512 B), the ring on the caller's
-    # thread (<= 8 KiB), the ring on the team's threads.
-    os.environ.update(SCALED_THRESHOLDS)
+    # thread (<= 8 KiB), the ring on the team's threads. The check that a job shares its
+    # weights is off unless asked for: these sessions average arrays that are no model's
+    # gradients (test_weights_check.py tests it, and the scripts of examples/ run with it).
+    settings = {**SCALED_THRESHOLDS, "ML_COMM_WEIGHTS_CHECK": str(int(weights_check))}
+    os.environ.update(settings)
     try:
         mc.init(nthread_per_team, nteams, msglen, framework, chunk_bytes=chunk_bytes, comm=comm)
     finally:
-        for name in SCALED_THRESHOLDS:
+        for name in settings:
             del os.environ[name]
     try:
         yield Session(

@@ -6,7 +6,9 @@
 // the core's fused layout order: ml_comm/core/layout.py); results: one buffer per
 // operand, of its shape and dtype. Attributes: team_id (a live id registered by
 // mlc_jax_set_live_teams, never reused, so a step compiled for an earlier session fails
-// with a message instead of using a freed team) and part_sizes (tensors per part). The
+// with a message instead of using a freed team), part_sizes (tensors per part) and
+// check_weights (1: a compiled step's call, judged by the check that the job shares its
+// weights, mlc_team_weights_step, by its layout; an eager call was judged by the caller). The
 // core decides everything else (algorithm, inline or on its threads): this file only
 // converts buffers and calls its public entry points.
 #include <string>
@@ -21,7 +23,7 @@ using mlc_jax::Failure;
 namespace {
 
 ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t team_id,
-                   ffi::Span<const int64_t> part_sizes) {
+                   ffi::Span<const int64_t> part_sizes, int64_t check_weights) {
   mlc_jax::HeldTeam held(team_id);
   if (!held.get()) return mlc_jax::StaleStep();
   if (args.size() != rets.size()) {
@@ -58,6 +60,14 @@ ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t tea
   }
   const int nparts = static_cast<int>(part_sizes.size());
   mlc_team *team = held.get();
+  if (check_weights) {  // the call named by its layout: the same call in every step
+    uint64_t call = 1469598103934665603ull;  // FNV-1a
+    for (const mlc_tensor &t : tensors) call = (call ^ t.shape ^ static_cast<uint64_t>(t.count)) * 1099511628211ull;
+    for (int code : codes) call = (call ^ static_cast<uint64_t>(code)) * 1099511628211ull;
+    char err[768] = {0};
+    int rc = mlc_team_weights_step(team, 0, call, err, sizeof err);
+    if (rc != MLC_OK) return Failure(rc, std::string("gradients failed: ") + err);
+  }
   if (nparts == 1) {  // the common call: blocking, so small ones may run on this thread
     char err[512] = {0};
     int rc = mlc_team_allreduce_part(team, tensors.data(), static_cast<int>(tensors.size()),
@@ -106,4 +116,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MlCommAverage, Average,
                                   .RemainingArgs()
                                   .RemainingRets()
                                   .Attr<int64_t>("team_id")
-                                  .Attr<ffi::Span<const int64_t>>("part_sizes"));
+                                  .Attr<ffi::Span<const int64_t>>("part_sizes")
+                                  .Attr<int64_t>("check_weights"));

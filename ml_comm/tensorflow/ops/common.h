@@ -93,14 +93,19 @@ inline std::string ReducedTypeAttr() { return TypeAttr(true); }
 // Which part of the caller's gradients() call an op is (one op or group per dtype):
 // the core compares it across ranks, so lists whose dtypes differ fail on every rank
 // with the dtypes named instead of leaving the extra dtype's op waiting.
+// check_weights: the op averages a traced step's gradients, a step of the check that the
+// job shares its weights (mlc_team_weights_step); other reductions are no steps.
 struct CallPart {
   int part = 0, nparts = 1, call_dtypes = 0;
+  bool check_weights = false;
 };
-#define ML_COMM_CALL_PART_ATTRS \
-  Attr("part: int = 0").Attr("nparts: int = 1").Attr("call_dtypes: int = 0")
+#define ML_COMM_CALL_PART_ATTRS                                                         \
+  Attr("part: int = 0").Attr("nparts: int = 1").Attr("call_dtypes: int = 0").Attr( \
+      "check_weights: bool = false")
 inline tensorflow::Status ReadCallPart(OpKernelConstruction *c, CallPart *out) {
   TF_RETURN_IF_ERROR(c->GetAttr("part", &out->part));
   TF_RETURN_IF_ERROR(c->GetAttr("nparts", &out->nparts));
+  TF_RETURN_IF_ERROR(c->GetAttr("check_weights", &out->check_weights));
   return c->GetAttr("call_dtypes", &out->call_dtypes);
 }
 
@@ -180,6 +185,12 @@ inline int CoreDtype(DataType dt) {
 // core's status as a payload, from which the Python layer raises the class of that kind.
 absl::StatusCode CodeOf(int status);
 absl::Status CoreError(int status, std::string_view message);
+// The weights check's judgement of an op of part.check_weights (OK for any other op):
+// `call` names the gradients call it belongs to alike in every run (the group's key, or
+// the layout of its inputs), the run's step id the step.
+absl::Status WeightsStep(OpKernelContext *ctx, mlc_team *team, const CallPart &part, uint64_t call);
+// `call` for a list op: its inputs' element counts and dtype, and its part.
+uint64_t ListCall(OpKernelContext *ctx, const CallPart &part);
 // `error` (a code chosen here, e.g. a bad argument found by the op) carrying `status`.
 absl::Status Carrying(absl::Status error, int status);
 

@@ -188,6 +188,30 @@ int64_t StepOf(OpKernelContext *ctx) {
   return id != 0 ? id : 1;
 }
 
+}  // namespace
+
+absl::Status ml_comm_tf::WeightsStep(OpKernelContext *ctx, mlc_team *team, const CallPart &part,
+                                     uint64_t call) {
+  if (!part.check_weights) return absl::OkStatus();
+  char err[768] = "";
+  const int rc = mlc_team_weights_step(team, StepOf(ctx), call, err, sizeof err);
+  return rc == MLC_OK ? absl::OkStatus() : CoreError(rc, absl::StrCat("ml_comm: ", err));
+}
+
+uint64_t ml_comm_tf::ListCall(OpKernelContext *ctx, const CallPart &part) {
+  uint64_t digest = 1469598103934665603ull ^ static_cast<uint64_t>(part.part);  // FNV-1a
+  auto mix = [&digest](uint64_t value) { digest = (digest ^ value) * 1099511628211ull; };
+  OpInputList inputs;
+  if (!ctx->input_list("tensors", &inputs).ok()) return digest;
+  for (int i = 0; i < inputs.size(); ++i) {
+    mix(static_cast<uint64_t>(inputs[i].NumElements()));
+    mix(static_cast<uint64_t>(inputs[i].dtype()));
+  }
+  return digest;
+}
+
+namespace {
+
 // The attributes an opener and its submits share: which team and group, the group's
 // layout (each tensor's element count and shape digest) and how it is reduced.
 struct GroupAttrs {
@@ -258,7 +282,9 @@ class GroupOpenOp : public tensorflow::OpKernel {
     if (g.nranks == 1) return;
     HeldTeam held(ctx, g.team_id);
     mlc_team *team = held.get();
-    if (team == nullptr || ReducedBySubmit(team, g.counts, dtype_)) return;
+    if (team == nullptr) return;
+    OP_REQUIRES_OK(ctx, WeightsStep(ctx, team, g.part, static_cast<uint64_t>(g.group_key)));
+    if (ReducedBySubmit(team, g.counts, dtype_)) return;
     int64_t id = 0;
     char err[256] = "";
     int rc = mlc_team_group_open_part(team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(),
@@ -340,6 +366,9 @@ class GroupSubmitOp : public tensorflow::OpKernel {
       token->scalar<int64_t>()() = 0;
       return;
     }
+    // Whichever of the step's ops runs first fails the step that fails the check, before
+    // any of its tensors is reduced (the opener may run after all of them).
+    OP_REQUIRES_OK(ctx, WeightsStep(ctx, team, g.part, static_cast<uint64_t>(g.group_key)));
     // The result may overwrite the gradient when nobody else holds it (the usual case
     // inside a training step): no fresh allocation, and the core reduces in place;
     // else the result takes memory reused across calls (result_memory.cc).
@@ -535,6 +564,7 @@ class AllreduceNOp : public TeamKernel {
   }
 
   void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
+    OP_REQUIRES_OK_ASYNC(ctx, WeightsStep(ctx, team, part_, ListCall(ctx, part_)), done);
     AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done));
   }
 

@@ -24,11 +24,15 @@ TOKEN is only there so that the test can find this job's processes in /proc.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
 
 import ml_comm as mc
+
+# The arrays averaged here are no model's gradients: there are no weights to share.
+os.environ.setdefault("ML_COMM_WEIGHTS_CHECK", "0")
 
 
 class Boom(Exception):

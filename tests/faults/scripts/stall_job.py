@@ -24,6 +24,9 @@ import numpy as np
 
 import ml_comm as mc
 
+# The arrays averaged here are no model's gradients: there are no weights to share.
+os.environ.setdefault("ML_COMM_WEIGHTS_CHECK", "0")
+
 
 def main() -> int:
     mode, seconds = sys.argv[1], float(sys.argv[2])

@@ -53,6 +53,7 @@ def main() -> int:
         (init.standard_normal((n_hidden, n_out)) * 0.1).astype(np.float32),
         np.zeros(n_out, np.float32),
     ]
+    assert mc.check_buffers_match(weights, 1) == 0  # the shared seed's start, checked
     data = np.random.default_rng(100 + rank)
     for _ in range(steps):
         x = data.standard_normal((32, n_in)).astype(np.float32)
