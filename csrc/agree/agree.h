@@ -120,7 +120,8 @@ enum {
     MLC_BAD_DEVICE_MIXED = 12,       /* a tensor on another device than tensor 0: which tensor; its device */
     MLC_BAD_CUDA = 13,               /* a CUDA call failed: its error code; 0 setting up, 1 copying */
     MLC_BAD_NO_CUDA = 14,            /* no CUDA driver could be loaded */
-    MLC_BAD_NO_ROWS = 15             /* a 0-d input to a collective of rows (MLC_ROWS_NONE) */
+    MLC_BAD_NO_ROWS = 15,            /* a 0-d input to a collective of rows (MLC_ROWS_NONE) */
+    MLC_BAD_ROOT = 16                /* a broadcast root no rank has: the root; the ranks */
 };
 
 /* Where a request stands in the check (mlc_agreement.state). */

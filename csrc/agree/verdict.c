@@ -342,6 +342,7 @@ static void append_bad_args(char *buf, size_t len, size_t *off, int code, const 
         break;
     case MLC_BAD_NO_CUDA: mlc_append(buf, len, off, "no CUDA driver could be loaded"); break;
     case MLC_BAD_NO_ROWS: mlc_append(buf, len, off, "a 0-d tensor, which has no rows (no first dimension)"); break;
+    case MLC_BAD_ROOT: mlc_append(buf, len, off, "root %lld, which no rank has (ranks 0..%lld)", x, y - 1); break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }
 }

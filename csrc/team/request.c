@@ -231,9 +231,34 @@ static int bad_part(int part, int nparts, int call_dtypes) {
            call_dtypes >= (1 << MLC_NUM_DTYPES);
 }
 
+/* A root out of range on this rank alone would fail here and leave the others waiting in
+ * the broadcast: where the agreement check runs, the call goes out as an empty request
+ * signed with the fault (root 0 in its place), so that every rank fails it, naming this
+ * rank and its root. NULL where the root is valid, or nothing would carry the fault. */
+static mlc_request *bad_root_request(mlc_team *team, int dtype, int root, int blocking) {
+    if (!team || (root >= 0 && root < team->ctx->size) || !mlc_agree_wants(&team->agree, MLC_KIND_BROADCAST, dtype))
+        return NULL;
+    mlc_request *req;
+    if (make_request(team, MLC_KIND_BROADCAST, NULL, 0, dtype, 0, 0, blocking, &req)) return NULL;
+    req->fault.bad_args = MLC_BAD_ROOT;
+    req->fault.bad_detail[0] = root;
+    req->fault.bad_detail[1] = team->ctx->size;
+    return req;
+}
+
 int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                              int root, mlc_callback callback, void *user_data, mlc_request **out) {
-    mlc_request *req;
+    mlc_request *req = bad_root_request(team, dtype, root, 0);
+    if (req) return submit(team, req, callback, user_data, out);
+    if (team && (root < 0 || root >= team->ctx->size)) { /* this rank alone: say why */
+        const int64_t detail[2] = {root, team->ctx->size};
+        char what[256];
+        mlc_describe_bad_args(MLC_BAD_ROOT, detail, what, sizeof what);
+        pthread_mutex_lock(&team->lock);
+        snprintf(team->last_error, MLC_MSG_LEN, "invalid broadcast arguments: rank %d: %s", team->ctx->rank, what);
+        pthread_mutex_unlock(&team->lock);
+        return MLC_ERR_ARG;
+    }
     int rc = make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, 0, &req);
     return rc ? rc : submit(team, req, callback, user_data, out);
 }
@@ -387,6 +412,11 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                             int root, int part, int nparts, int call_dtypes, char *err,
                             size_t errlen) {
+    if (team && !bad_part(part, nparts, call_dtypes) && (root < 0 || root >= team->ctx->size)) {
+        const int64_t detail[2] = {root, team->ctx->size}; /* bad_root_request's fault, blocking */
+        return mlc_run_faulted(team, MLC_KIND_BROADCAST, dtype, 0, 0, part, nparts, call_dtypes,
+                               MLC_BAD_ROOT, detail, err, errlen);
+    }
     mlc_request *req;
     int rc = bad_part(part, nparts, call_dtypes)
                  ? MLC_ERR_ARG

@@ -27,10 +27,10 @@ def broadcast(s: Session, values, root: int, team: int = 0):
         raise BadArgumentTypeError(
             f"broadcast takes a list of numpy arrays, got {type(values).__name__}"
         )
-    root = s.check_root(root)
+    root = s.root_index(root)
     handle = s.team(team)  # a bad team id fails before anything is sent
     if device.holds_device_array(arrays):
-        device.broadcast(handle, s.team_err(team), list(arrays), root)
+        device.broadcast(handle, s.team_err(team), list(arrays), s.check_root(root))
         return values
     arrays = [in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
     broadcast_arrays(s, arrays, root, team)

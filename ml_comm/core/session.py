@@ -204,6 +204,14 @@ class Session:
             )
         return self.teams[team]
 
+    def root_index(self, root) -> int:
+        """A broadcast's root as an int (BadArgumentTypeError otherwise); one out of range
+        goes to the core, which fails the broadcast on every rank, naming this one."""
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+            raise BadArgumentTypeError(f"root must be an int, got {type(root).__name__}")
+        # past int32 the core's root would wrap: any such root is out of range alike
+        return int(root) if -(2**31) <= root < 2**31 else -1
+
     def check_root(self, root) -> int:
         if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
             raise BadArgumentTypeError(f"root must be an int, got {type(root).__name__}")

@@ -389,7 +389,7 @@ def _broadcast_list(tensors, root_rank):
     if not dense:
         return []
     session = basics.session()
-    root = session.check_root(root_rank)
+    root = session.root_index(root_rank)
     session.weights.shared()
     if not all(t.dtype.is_floating for t in dense):
         return _broadcast_once(dense, root)

@@ -42,7 +42,7 @@ class TensorFlowBackend:
 
     def broadcast(self, values, root: int, team: int = 0):
         self.session.team(team)
-        return binding.broadcast(values, self.session.team_ids[team], self.session.check_root(root))
+        return binding.broadcast(values, self.session.team_ids[team], self.session.root_index(root))
 
     def restart(self, team: int) -> None:
         binding.reset_pipelines(self.session.team_ids[team])

@@ -84,3 +84,19 @@ def test_then_buffers_match(session):
     mc.broadcast(values, root=0)
     c.true(mc.check_buffers_match(values) == 0, "check_buffers_match after broadcast != 0")
     c.finish()
+
+
+def test_a_root_out_of_range_on_one_rank_fails_on_every_rank(session):
+    """One rank's root that no rank has (a root computed per rank, off by one): every rank
+    raises, naming that rank and its root, instead of the others waiting for it; nothing
+    moved, and the team keeps working."""
+    c = Checks()
+    n, last = session.nranks, session.nranks - 1
+    values = [make_input(session.rank, (4,), np.float32)]
+    before = values[0].copy()
+    words = (f"rank {last}: root {n + 2}, which no rank has (ranks 0..{last})",)
+    c.raises(mc.BadArgumentError, mc.broadcast, values, root=n + 2 if session.rank == last else 0,
+             words=words)  # fmt: skip
+    c.equal(values[0], before, "untouched")
+    check_broadcast(c, session, [((5,), np.float32, 1)], last, "after")
+    c.finish()

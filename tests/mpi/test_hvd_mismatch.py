@@ -119,6 +119,20 @@ def test_a_scalar_on_one_rank_fails_on_every_rank(pair, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_root_out_of_range_on_one_rank_fails_on_every_rank(pair, mode):
+    """hvd.broadcast with a root no rank has on the last rank only: every rank fails at
+    once, naming that rank and its root."""
+    rank, n = pair
+    c = Checks()
+    words = ("invalid broadcast arguments", f"rank {n - 1}: root {n}, which no rank has")
+    bad = (tf.errors.InvalidArgumentError, mc.BadArgumentError)
+    root = n if rank == n - 1 else 0
+    expect_error(c, mode, lambda x: hvd.broadcast(x, root), tf.ones([2]), words=words, kind=bad)
+    still_works(c, rank, n)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_rank_dependent_call_order_fails_loudly(pair, mode):
     """Even ranks allreduce then allgather, odd ranks the other way round; then two
     allreduces of different shapes in swapped order. Each call fails on every rank,

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from mpi_helpers import DTYPES, Checks, expected_average, make_input
-from tf_helpers import MODES, module_session_fixture, run_in_mode, tf_dtype, to_numpy
+from tf_helpers import (
+    MODES,
+    check_kind,
+    module_session_fixture,
+    run_in_mode,
+    tf_dtype,
+    to_numpy,
+)
 
 import ml_comm as mc
 
@@ -171,4 +178,24 @@ def test_broadcast_then_gradients_in_one_graph(tf_session, mode):
         want = np.sum(stack, axis=0, dtype=np.float32) / np.float32(n)
         c.equal(outs[1], want, f"{mode} run {run} gradient 0")
         c.equal(outs[2], expected_average((17,), np.int64, n, 2), f"{mode} run {run} gradient 1")
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_a_root_out_of_range_on_one_rank_fails_on_every_rank(tf_session, mode):
+    """One rank's root that no rank has: the op fails on every rank with
+    InvalidArgumentError, read as ml_comm's BadArgumentError, naming that rank (eagerly and
+    traced), instead of the others waiting; the variable keeps its value."""
+    c = Checks()
+    r, n = tf_session.rank, tf_session.nranks
+    last = n - 1
+    v = tf.Variable(tf.fill([3], float(r)))
+    call = lambda: mc.broadcast([v], root=-1 if r == last else 0)  # noqa: E731
+    run = tf.function(call) if mode == "function" else call
+    words = (f"rank {last}: root -1, which no rank has (ranks 0..{last})",)
+    e = c.raises(tf.errors.InvalidArgumentError, run, words=words)
+    check_kind(c, e, tf.errors.InvalidArgumentError, mc.BadArgumentError, mode)
+    c.equal(v.numpy(), np.full(3, r, np.float32), "untouched")
+    mc.broadcast([v], root=last)
+    c.equal(v.numpy(), np.full(3, last, np.float32), "after")
     c.finish()
