@@ -231,33 +231,28 @@ static int bad_part(int part, int nparts, int call_dtypes) {
            call_dtypes >= (1 << MLC_NUM_DTYPES);
 }
 
-/* A root out of range on this rank alone would fail here and leave the others waiting in
- * the broadcast: where the agreement check runs, the call goes out as an empty request
- * signed with the fault (root 0 in its place), so that every rank fails it, naming this
- * rank and its root. NULL where the root is valid, or nothing would carry the fault. */
-static mlc_request *bad_root_request(mlc_team *team, int dtype, int root, int blocking) {
-    if (!team || (root >= 0 && root < team->ctx->size) || !mlc_agree_wants(&team->agree, MLC_KIND_BROADCAST, dtype))
-        return NULL;
-    mlc_request *req;
-    if (make_request(team, MLC_KIND_BROADCAST, NULL, 0, dtype, 0, 0, blocking, &req)) return NULL;
-    req->fault.bad_args = MLC_BAD_ROOT;
-    req->fault.bad_detail[0] = root;
-    req->fault.bad_detail[1] = team->ctx->size;
-    return req;
-}
+/* A root no rank has: on this rank alone it would fail here and leave the others waiting
+ * in the broadcast, so the call goes out as a faulted request (faulted_request), which
+ * every rank fails, naming this rank and its root. */
+static int bad_root(const mlc_team *team, int root) { return root < 0 || root >= team->ctx->size; }
+
+static int faulted_request(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                           int call_dtypes, int blocking, int bad, const int64_t detail[2], char *err,
+                           size_t errlen, mlc_request **out);
 
 int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                              int root, mlc_callback callback, void *user_data, mlc_request **out) {
-    mlc_request *req = bad_root_request(team, dtype, root, 0);
-    if (req) return submit(team, req, callback, user_data, out);
-    if (team && (root < 0 || root >= team->ctx->size)) { /* this rank alone: say why */
+    mlc_request *req;
+    if (team && bad_root(team, root)) {
         const int64_t detail[2] = {root, team->ctx->size};
-        char what[256];
-        mlc_describe_bad_args(MLC_BAD_ROOT, detail, what, sizeof what);
-        pthread_mutex_lock(&team->lock);
-        snprintf(team->last_error, MLC_MSG_LEN, "invalid broadcast arguments: rank %d: %s", team->ctx->rank, what);
+        char text[MLC_MSG_LEN];
+        int rc = faulted_request(team, MLC_KIND_BROADCAST, dtype, 0, 0, 0, 1, 0, 0, MLC_BAD_ROOT, detail,
+                                 text, sizeof text, &req);
+        if (rc == MLC_OK) return submit(team, req, callback, user_data, out);
+        pthread_mutex_lock(&team->lock); /* the caller reads why there (mlc_team_last_error) */
+        snprintf(team->last_error, MLC_MSG_LEN, "%s", text);
         pthread_mutex_unlock(&team->lock);
-        return MLC_ERR_ARG;
+        return rc;
     }
     int rc = make_request(team, MLC_KIND_BROADCAST, tensors, ntensors, dtype, 0, root, 0, &req);
     return rc ? rc : submit(team, req, callback, user_data, out);
@@ -312,10 +307,10 @@ int mlc_run_blocking(mlc_team *team, mlc_request *req, char *err, size_t errlen)
     return rc;
 }
 
-/* A blocking request with no data, of the caller's call part (staged.c's fault and scan). */
+/* A request with no data, of the caller's call part (staged.c's fault and scan). */
 static int empty_request(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
-                         int call_dtypes, mlc_request **out) {
-    int rc = make_request(team, kind, NULL, 0, dtype, op, root, 1, out);
+                         int call_dtypes, int blocking, mlc_request **out) {
+    int rc = make_request(team, kind, NULL, 0, dtype, op, root, blocking, out);
     if (rc) return rc;
     (*out)->part = part;
     (*out)->nparts = nparts;
@@ -323,9 +318,13 @@ static int empty_request(mlc_team *team, int kind, int dtype, int op, int root, 
     return MLC_OK;
 }
 
-int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
-                    int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen) {
-    if (!mlc_agree_wants(&team->agree, kind, dtype)) { /* no exchange to carry it */
+/* An empty request signed with the caller's failed check (bad, detail: MLC_BAD_*), which
+ * every rank's verdict fails, naming this rank; MLC_ERR_ARG and err saying why where no
+ * exchange would carry it (the agreement check is off for it). */
+static int faulted_request(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                           int call_dtypes, int blocking, int bad, const int64_t detail[2], char *err,
+                           size_t errlen, mlc_request **out) {
+    if (!mlc_agree_wants(&team->agree, kind, dtype)) {
         char what[256];
         mlc_describe_bad_args(bad, detail, what, sizeof what);
         if (err && errlen)
@@ -333,12 +332,20 @@ int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int p
                      kind == MLC_KIND_BROADCAST ? "broadcast" : "allreduce", team->ctx->rank, what);
         return MLC_ERR_ARG;
     }
-    mlc_request *req;
-    int rc = empty_request(team, kind, dtype, op, root, part, nparts, call_dtypes, &req);
+    int rc = empty_request(team, kind, dtype, op, root, part, nparts, call_dtypes, blocking, out);
     if (rc) return rc;
-    req->fault.bad_args = bad;
-    req->fault.bad_detail[0] = detail[0];
-    req->fault.bad_detail[1] = detail[1];
+    (*out)->fault.bad_args = bad;
+    (*out)->fault.bad_detail[0] = detail[0];
+    (*out)->fault.bad_detail[1] = detail[1];
+    return MLC_OK;
+}
+
+int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                    int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen) {
+    mlc_request *req;
+    int rc = faulted_request(team, kind, dtype, op, root, part, nparts, call_dtypes, 1, bad, detail, err,
+                             errlen, &req);
+    if (rc) return rc;
     rc = mlc_run_blocking(team, req, err, errlen);
     return rc ? rc : MLC_ERR_ARG; /* never OK: the verdict fails it */
 }
@@ -346,7 +353,7 @@ int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int p
 int mlc_run_scanned(mlc_team *team, int dtype, int op, int part, int nparts, int call_dtypes, int tensor,
                     int count, char *err, size_t errlen) {
     mlc_request *req;
-    int rc = empty_request(team, MLC_KIND_ALLREDUCE, dtype, op, 0, part, nparts, call_dtypes, &req);
+    int rc = empty_request(team, MLC_KIND_ALLREDUCE, dtype, op, 0, part, nparts, call_dtypes, 1, &req);
     if (rc) return rc;
     req->fault.scanned_tensor = tensor;
     req->fault.scanned_count = count;
@@ -412,8 +419,8 @@ int mlc_team_broadcast(mlc_team *team, const mlc_tensor *tensors, int ntensors, 
 int mlc_team_broadcast_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
                             int root, int part, int nparts, int call_dtypes, char *err,
                             size_t errlen) {
-    if (team && !bad_part(part, nparts, call_dtypes) && (root < 0 || root >= team->ctx->size)) {
-        const int64_t detail[2] = {root, team->ctx->size}; /* bad_root_request's fault, blocking */
+    if (team && !bad_part(part, nparts, call_dtypes) && bad_root(team, root)) {
+        const int64_t detail[2] = {root, team->ctx->size};
         return mlc_run_faulted(team, MLC_KIND_BROADCAST, dtype, 0, 0, part, nparts, call_dtypes,
                                MLC_BAD_ROOT, detail, err, errlen);
     }

@@ -61,7 +61,7 @@ class WeightsNotice:
         self.rank = rank
         self.settled = size == 1 or not check  # one rank has nothing to differ from
         self.handles: list = []  # the core's teams, each judging its calls
-        self.calls_unshared: dict[int, int] = {}  # team -> its calls before any sharing
+        self.averaged_unshared = False  # gradients ran before any sharing
         self.front_end = "ml_comm"
 
     def attach(self, handle) -> None:
@@ -87,7 +87,7 @@ class WeightsNotice:
         (a key of REMEDIES). A `grads` that is no list is left to the call to refuse."""
         if self.settled or not isinstance(grads, (list, tuple)):
             return
-        self.calls_unshared[team] = self.calls_unshared.get(team, 0) + 1
+        self.averaged_unshared = True
         self.front_end = front_end
         if eager:
             self.step(team, layout(grads), step)
@@ -105,8 +105,9 @@ class WeightsNotice:
     def finalizing(self) -> None:
         """Warn of a job that averaged unshared before it ended, unless the check
         refused one of its steps already."""
-        refused = any(lib.mlc_team_weights_refused(h) for h in self.handles)
-        if not self.settled and self.calls_unshared and not refused:
+        if self.settled or not self.averaged_unshared:
+            return
+        if not any(lib.mlc_team_weights_refused(h) for h in self.handles):
             self._warn()
 
     def _warn(self) -> None:

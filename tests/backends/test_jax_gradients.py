@@ -4,11 +4,9 @@ integers: every average is exact in float32). Runs where JAX is installed."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from mpi_helpers import Checks, comm_world
+from mpi_helpers import WEIGHTS_CHECK_OFF, Checks, comm_world, init_settings
 
 import ml_comm as mc
 
@@ -22,11 +20,8 @@ def session():
     comm_world().barrier()
     # These tests average arrays that are no model's gradients: the check that a job
     # shares its weights is off (test_jax_weights_check.py tests it).
-    os.environ["ML_COMM_WEIGHTS_CHECK"] = "0"
-    try:
+    with init_settings(WEIGHTS_CHECK_OFF):
         mc.init(2, 1, 1024, "jax")
-    finally:
-        del os.environ["ML_COMM_WEIGHTS_CHECK"]
     yield mc.get_rank(), mc.get_nranks()
     mc.finalize()
 

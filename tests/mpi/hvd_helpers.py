@@ -3,11 +3,9 @@ after) and Horovod's arithmetic, to check results against."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from mpi_helpers import comm_world
+from mpi_helpers import WEIGHTS_CHECK_OFF, comm_world, init_settings
 
 import ml_comm.horovod.tensorflow as hvd
 
@@ -17,11 +15,8 @@ def hvd_session():
     """hvd.init for a module, the check that a job shares its weights off: its tests
     average tensors that are no model's gradients (test_tf_weights_check.py tests it)."""
     comm_world().barrier()
-    os.environ["ML_COMM_WEIGHTS_CHECK"] = "0"
-    try:
+    with init_settings(WEIGHTS_CHECK_OFF):
         hvd.init()
-    finally:
-        del os.environ["ML_COMM_WEIGHTS_CHECK"]
     try:
         yield hvd.rank(), hvd.size()
     finally:

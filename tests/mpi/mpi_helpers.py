@@ -279,6 +279,22 @@ class Session:
 
 
 @contextlib.contextmanager
+def init_settings(settings: dict[str, str]):
+    """ML_COMM_* variables set for the init inside the block, removed after it."""
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name in settings:
+            del os.environ[name]
+
+
+# The check that a job shares its weights, off: for sessions that average arrays that are
+# no model's gradients (test_weights_check.py tests the check).
+WEIGHTS_CHECK_OFF = {"ML_COMM_WEIGHTS_CHECK": "0"}
+
+
+@contextlib.contextmanager
 def ml_comm_session(
     nthread_per_team,
     nteams,
@@ -295,13 +311,8 @@ def ml_comm_session(
     # thread (<= 8 KiB), the ring on the team's threads. The check that a job shares its
     # weights is off unless asked for: these sessions average arrays that are no model's
     # gradients (test_weights_check.py tests it, and the scripts of examples/ run with it).
-    settings = {**SCALED_THRESHOLDS, "ML_COMM_WEIGHTS_CHECK": str(int(weights_check))}
-    os.environ.update(settings)
-    try:
+    with init_settings({**SCALED_THRESHOLDS, "ML_COMM_WEIGHTS_CHECK": str(int(weights_check))}):
         mc.init(nthread_per_team, nteams, msglen, framework, chunk_bytes=chunk_bytes, comm=comm)
-    finally:
-        for name in settings:
-            del os.environ[name]
     try:
         yield Session(
             rank=mc.get_rank(),

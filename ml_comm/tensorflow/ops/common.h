@@ -189,8 +189,9 @@ absl::Status CoreError(int status, std::string_view message);
 // `call` names the gradients call it belongs to alike in every run (the group's key, or
 // the layout of its inputs), the run's step id the step.
 absl::Status WeightsStep(OpKernelContext *ctx, mlc_team *team, const CallPart &part, uint64_t call);
-// `call` for a list op: its inputs' element counts and dtype, and its part.
-uint64_t ListCall(OpKernelContext *ctx, const CallPart &part);
+// WeightsStep for a list op, its call named by its inputs' element counts and dtype and
+// its part (made only for an op of part.check_weights: every other op runs no check).
+absl::Status ListWeightsStep(OpKernelContext *ctx, mlc_team *team, const CallPart &part);
 // `error` (a code chosen here, e.g. a bad argument found by the op) carrying `status`.
 absl::Status Carrying(absl::Status error, int status);
 

@@ -198,16 +198,17 @@ absl::Status ml_comm_tf::WeightsStep(OpKernelContext *ctx, mlc_team *team, const
   return rc == MLC_OK ? absl::OkStatus() : CoreError(rc, absl::StrCat("ml_comm: ", err));
 }
 
-uint64_t ml_comm_tf::ListCall(OpKernelContext *ctx, const CallPart &part) {
-  uint64_t digest = 1469598103934665603ull ^ static_cast<uint64_t>(part.part);  // FNV-1a
-  auto mix = [&digest](uint64_t value) { digest = (digest ^ value) * 1099511628211ull; };
+absl::Status ml_comm_tf::ListWeightsStep(OpKernelContext *ctx, mlc_team *team, const CallPart &part) {
+  if (!part.check_weights) return absl::OkStatus();
+  uint64_t call = 1469598103934665603ull ^ static_cast<uint64_t>(part.part);  // FNV-1a
+  auto mix = [&call](uint64_t value) { call = (call ^ value) * 1099511628211ull; };
   OpInputList inputs;
-  if (!ctx->input_list("tensors", &inputs).ok()) return digest;
+  TF_RETURN_IF_ERROR(ctx->input_list("tensors", &inputs));
   for (int i = 0; i < inputs.size(); ++i) {
     mix(static_cast<uint64_t>(inputs[i].NumElements()));
     mix(static_cast<uint64_t>(inputs[i].dtype()));
   }
-  return digest;
+  return WeightsStep(ctx, team, part, call);
 }
 
 namespace {
@@ -564,7 +565,7 @@ class AllreduceNOp : public TeamKernel {
   }
 
   void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
-    OP_REQUIRES_OK_ASYNC(ctx, WeightsStep(ctx, team, part_, ListCall(ctx, part_)), done);
+    OP_REQUIRES_OK_ASYNC(ctx, ListWeightsStep(ctx, team, part_), done);
     AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done));
   }
 

@@ -82,7 +82,7 @@ class PipelinedAllreduceNOp : public TeamKernel {
   // The rest of the call, when it runs later, runs on the team's own thread
   // (StagingDone): finalize joins it first, so it needs no hold of the team.
   void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
-    OP_REQUIRES_OK_ASYNC(ctx, WeightsStep(ctx, team, part_, ListCall(ctx, part_)), done);  // first
+    OP_REQUIRES_OK_ASYNC(ctx, ListWeightsStep(ctx, team, part_), done);  // first
     OpInputList inputs;
     OP_REQUIRES_OK_ASYNC(ctx, ctx->input_list("tensors", &inputs), done);
     std::vector<int64_t> counts;
