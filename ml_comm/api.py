@@ -328,7 +328,7 @@ def broadcast(values, root: int = 0, team: int = 0):
     if s.backend.name != "numpy":
         result = s.backend.broadcast(values, root, team)
     else:
-        with s.calls.calling(team, s.team(team)):
+        with s.calls.calling(team, s.team(team), lib.MLC_KIND_BROADCAST):
             result = s.backend.broadcast(values, root, team)
     s.weights.shared()  # once it ran: a broadcast that failed shared nothing
     return result
@@ -348,7 +348,7 @@ def _reduce_in_place(array: np.ndarray, team: int, op: int, what: str) -> np.nda
     s = session()
     if s.backend.name == "numpy":  # one C call for a plain array
         return s.backend.reduce_in_place(array, team, op, what)
-    with s.calls.calling(team, s.team(team)):
+    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLREDUCE):
         return reductions.reduce_in_place(s, array, team, op, what)
 
 
@@ -358,7 +358,7 @@ def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
     op: "sum", "average", "min", "max" or "product" ([Collectives](collectives.md)).
     """
     s = session()
-    with s.calls.calling(team, s.team(team)):
+    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLREDUCE):
         return collectives.allreduce(s, array, op, team)
 
 
@@ -410,7 +410,7 @@ def check_buffers_match(values, flag: int = 1) -> int:
     flag: when nonzero, each rank whose buffers differ prints so.
     """
     s = session()
-    with s.calls.calling(0, s.team(0)):
+    with s.calls.calling(0, s.team(0), lib.MLC_KIND_BROADCAST):
         differing = broadcasts.check_buffers_match(s, values, flag)
     if differing == 0:  # every rank's count: the weights check ends alike on every rank
         s.weights.shared()

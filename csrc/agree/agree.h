@@ -121,7 +121,9 @@ enum {
     MLC_BAD_CUDA = 13,               /* a CUDA call failed: its error code; 0 setting up, 1 copying */
     MLC_BAD_NO_CUDA = 14,            /* no CUDA driver could be loaded */
     MLC_BAD_NO_ROWS = 15,            /* a 0-d input to a collective of rows (MLC_ROWS_NONE) */
-    MLC_BAD_ROOT = 16                /* a broadcast root no rank has: the root; the ranks */
+    MLC_BAD_ROOT = 16,               /* a broadcast root no rank has: the root; the ranks */
+    MLC_BAD_REFUSED = 17             /* the front end refused the call (mlc_team_refuse_call): which
+                                      * tensor of its list (-1: none said); why (MLC_REFUSED_*) */
 };
 
 /* Where a request stands in the check (mlc_agreement.state). */

@@ -138,6 +138,11 @@ static void append_row_shape(char *buf, size_t len, size_t *off, const mlc_signa
 static void append_signature(char *buf, size_t len, size_t *off, const mlc_signature *sg,
                              int show_counts, int show_dtypes) {
     const compared *s = &sg->c;
+    if (s->ntensors == 0 && s->kind == MLC_KIND_ALLREDUCE && !s->call_dtypes) {
+        /* the front ends' call of a gradient list with nothing to average */
+        mlc_append(buf, len, off, "no tensors (a list that was empty or held only None)");
+        return;
+    }
     if (s->sizes_vary) {
         mlc_append(buf, len, off, "%d tensor%s, rows of %lld %s elements", s->ntensors,
                    s->ntensors == 1 ? "" : "s", (long long)s->row_elements, mlc_dtype_name(s->dtype));
@@ -306,6 +311,19 @@ static int nonfinite_message(const table *t, int team_id, mlc_agreement *a) {
     return MLC_ERR_NONFINITE;
 }
 
+/* Why a front end refused a rank's call (mlc_team_refuse_call): tensor (-1: none said), reason. */
+static void append_refused(char *buf, size_t len, size_t *off, long long tensor, long long reason) {
+    const char *what = reason == MLC_REFUSED_NONE        ? "is None, not an array"
+                       : reason == MLC_REFUSED_NOT_ARRAY ? "is not an array"
+                       : reason == MLC_REFUSED_DTYPE     ? "has a dtype the call does not take"
+                       : reason == MLC_REFUSED_TYPE      ? "is of a type the call does not take"
+                       : reason == MLC_REFUSED_VALUE     ? "failed the call's check (its own error says why)"
+                                                         : NULL;
+    if (!what) mlc_append(buf, len, off, "its call raised before it reached the other ranks (its own error says why)");
+    else if (tensor >= 0) mlc_append(buf, len, off, "tensor %lld of its list %s", tensor, what);
+    else mlc_append(buf, len, off, "an argument %s", what);
+}
+
 /* "splits add up to 5 rows; the input has 6" and the like (agree.h, MLC_BAD_*). */
 static void append_bad_args(char *buf, size_t len, size_t *off, int code, const int64_t detail[2]) {
     const long long x = (long long)detail[0], y = (long long)detail[1];
@@ -343,6 +361,7 @@ static void append_bad_args(char *buf, size_t len, size_t *off, int code, const 
     case MLC_BAD_NO_CUDA: mlc_append(buf, len, off, "no CUDA driver could be loaded"); break;
     case MLC_BAD_NO_ROWS: mlc_append(buf, len, off, "a 0-d tensor, which has no rows (no first dimension)"); break;
     case MLC_BAD_ROOT: mlc_append(buf, len, off, "root %lld, which no rank has (ranks 0..%lld)", x, y - 1); break;
+    case MLC_BAD_REFUSED: append_refused(buf, len, off, x, y); break;
     default: mlc_append(buf, len, off, "invalid arguments (code %d)", code);
     }
 }
@@ -452,8 +471,8 @@ static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a
         mlc_append(buf, len, &off, " (%lld call%s behind)", (long long)(best->call_index - mine->call_index),
                    best->call_index - mine->call_index == 1 ? "" : "s");
     mlc_append(buf, len, &off, best->step ? ": they left a step early (an exception there?) or skipped calls"
-                                          : ": they made calls this rank did not (one that raised here before "
-                                            "it reached the others?)");
+                                          : ": they made calls this rank did not (one that raised there before "
+                                            "it reached the others, or one this rank skipped?)");
     mlc_append(buf, len, &off, ". This call fails on this rank, and they wait for its next one");
     return MLC_ERR_MISMATCH;
 }

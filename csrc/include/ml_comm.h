@@ -397,6 +397,24 @@ void mlc_team_end_call(mlc_team *team);
  * in flight) before it submitted anything: it takes no place, as on a synchronous rank,
  * where the same failure ended the earlier call itself. */
 void mlc_team_forget_call(mlc_team *team);
+/* Why a front end refused a call on this rank (mlc_team_refuse_call). */
+enum mlc_refusal {
+    MLC_REFUSED_RAISED = 0,    /* an exception of no argument check */
+    MLC_REFUSED_NONE = 1,      /* a tensor is None */
+    MLC_REFUSED_NOT_ARRAY = 2, /* a tensor is no array the call takes */
+    MLC_REFUSED_DTYPE = 3,     /* a tensor's dtype */
+    MLC_REFUSED_TYPE = 4,      /* an argument's type */
+    MLC_REFUSED_VALUE = 5      /* an argument's value */
+};
+/* The calling thread's call (mlc_team_begin_call) failed on this rank before it made any
+ * request, perhaps on this rank alone (an argument only it finds wrong): a request of
+ * `kind` (MLC_KIND_ALLREDUCE or MLC_KIND_BROADCAST) with no data takes its place, which
+ * every rank's matching request fails with MLC_ERR_ARG, naming this rank, `tensor` (its
+ * place in the call's list; -1: none said) and `reason` (MLC_REFUSED_*), instead of the
+ * others waiting for a request this rank never makes. MLC_OK, doing nothing, where the
+ * call made a request already, was forgotten, or is nested in another; else the
+ * request's status (MLC_ERR_ARG when the ranks met), err saying why. */
+int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, char *err, size_t errlen);
 /* The check that the job shares its weights (csrc/team/weights_check.c). A job that
  * averages gradients but never broadcasts one rank's weights starts each rank from weights
  * of its own and trains as many models as it has ranks, without any error. on 1 (the

@@ -35,6 +35,7 @@ int mlc_team_begin_call(mlc_team *team, int64_t step, uint64_t origin, const cha
         return MLC_ERR_STATE;
     }
     if (depth == 0) {
+        team->call.requests = 0;
         team->call.thread = me;
         team->call.id = (mlc_call_id){step, index, origin, ""};
         /* Copied, cut, without snprintf: this runs on every call (a few microseconds in all at 8 bytes). */
@@ -62,7 +63,20 @@ void mlc_team_forget_call(mlc_team *team) {
     pthread_mutex_lock(&team->lock);
     if (team->call.id.step == 0 && team->call.count > 0) team->call.count--;
     else if (team->call.id.step != 0 && team->call.next > 0) team->call.next--;
+    team->call.requests = -1;
     pthread_mutex_unlock(&team->lock);
+}
+
+int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, char *err, size_t errlen) {
+    if (!team || (kind != MLC_KIND_ALLREDUCE && kind != MLC_KIND_BROADCAST)) return MLC_ERR_ARG;
+    pthread_mutex_lock(&team->lock);
+    const int outermost = atomic_load_explicit(&team->call.depth, memory_order_relaxed) == 1 &&
+                          pthread_equal(team->call.thread, pthread_self());
+    const int made = team->call.requests;
+    pthread_mutex_unlock(&team->lock);
+    if (!outermost || made != 0) return MLC_OK;
+    const int64_t detail[2] = {tensor, reason};
+    return mlc_run_faulted(team, kind, MLC_FLOAT32, MLC_OP_SUM, 0, 0, 1, 0, MLC_BAD_REFUSED, detail, err, errlen);
 }
 
 mlc_call_id mlc_call_of(const mlc_team *team) {

@@ -116,6 +116,7 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
     pthread_mutex_lock(&team->lock); /* the settings the plan reads are written under it */
     mlc_plan_request(team, req, blocking);
     req->call = mlc_call_of(team);
+    if (req->call.index || req->call.step) team->call.requests++; /* the calling thread's call made one */
     pthread_mutex_unlock(&team->lock);
 }
 

@@ -32,7 +32,7 @@ def broadcast(s: Session, values, root: int, team: int = 0):
     if device.holds_device_array(arrays):
         device.broadcast(handle, s.team_err(team), list(arrays), s.check_root(root))
         return values
-    arrays = [in_place_array(a, f"broadcast value {i}") for i, a in enumerate(arrays)]
+    arrays = [in_place_array(a, f"broadcast value {i}", i) for i, a in enumerate(arrays)]
     broadcast_arrays(s, arrays, root, team)
     return values
 
@@ -61,7 +61,7 @@ def check_buffers_match(s: Session, values, flag: int) -> int:
     arrays = list(values) if isinstance(values, (list, tuple)) else [values]
     digest = hashlib.blake2b(digest_size=16)
     for i, a in enumerate(arrays):
-        a = np.asarray(as_array(a, f"check_buffers_match value {i}"), order="C")
+        a = np.asarray(as_array(a, f"check_buffers_match value {i}", i), order="C")
         digest.update(f"{a.dtype.str}{a.shape}".encode())
         digest.update(a.tobytes())
     mine = np.frombuffer(digest.digest(), dtype=np.int64).copy()

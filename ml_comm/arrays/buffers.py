@@ -13,7 +13,7 @@ import numpy as np
 
 from .._core import ffi, lib
 from ..core import dtypes as _dtypes
-from ..core.errors import BadArgumentError, BadArgumentTypeError
+from ..core.errors import BadArgumentError, BadArgumentTypeError, refused
 
 # What to pass instead of a framework's array, by the module its class comes from.
 _FRAMEWORK_HINTS = (
@@ -32,9 +32,9 @@ _DEVICE_HINT = (
 )
 
 
-def as_array(value, what: str) -> np.ndarray:
+def as_array(value, what: str, tensor: int = -1) -> np.ndarray:
     """`value` to be read: an array, or a NumPy scalar (np.float32(1), a Keras
-    optimizer's iterations.numpy()) as a 0-d array."""
+    optimizer's iterations.numpy()) as a 0-d array. tensor: its place in the call's list."""
     if isinstance(value, np.generic):
         return np.asarray(value)
     if not isinstance(value, np.ndarray):
@@ -42,32 +42,46 @@ def as_array(value, what: str) -> np.ndarray:
         hint = next((h for prefixes, h in _FRAMEWORK_HINTS if module.startswith(prefixes)), "")
         if getattr(value, "is_cuda", False) or hasattr(value, "__cuda_array_interface__"):
             hint = _DEVICE_HINT
-        raise BadArgumentTypeError(
+        error = BadArgumentTypeError(
             f"{what} must be a numpy.ndarray, got {type(value).__name__}{hint}"
         )
+        none = value is None
+        raise refused(error, "MLC_REFUSED_NONE" if none else "MLC_REFUSED_NOT_ARRAY", tensor)
     return value
 
 
-def in_place_array(value, what: str) -> np.ndarray:
-    """An array the core may write its result into: supported dtype, writeable, contiguous."""
+def in_place_array(value, what: str, tensor: int = -1) -> np.ndarray:
+    """An array the core may write its result into: supported dtype, writeable, contiguous
+    (tensor: its place in the call's list)."""
     if isinstance(value, np.generic):
         raise BadArgumentTypeError(
             f"{what} is a NumPy scalar ({type(value).__name__}), which cannot be changed in "
             "place; pass a 0-d array instead (numpy.array(x)) and read the result from it"
         )
-    arr = as_array(value, what)
-    _dtypes.code_of(arr.dtype)
+    arr = as_array(value, what, tensor)
+    dtype_code(arr.dtype, False, tensor)
     if not arr.flags.writeable:
-        raise BadArgumentError(
+        error = BadArgumentError(
             f"{what} is read-only; ml_comm writes the result into it in place "
             "(pass a writeable copy, e.g. array.copy())"
         )
+        raise refused(error, "MLC_REFUSED_VALUE", tensor)
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        raise BadArgumentError(
+        error = BadArgumentError(
             f"{what} is not contiguous; ml_comm reduces it in place as one block "
             "(pass numpy.ascontiguousarray(array) and use the returned array)"
         )
+        raise refused(error, "MLC_REFUSED_VALUE", tensor)
     return arr
+
+
+def dtype_code(dtype: np.dtype, reduces: bool, tensor: int = -1) -> int:
+    """The core's code of a tensor's dtype (core/dtypes.code_of), its error naming the
+    tensor's place in the call's list to the other ranks."""
+    try:
+        return _dtypes.code_of(dtype, reduces)
+    except BadArgumentTypeError as error:
+        raise refused(error, "MLC_REFUSED_DTYPE", tensor) from None
 
 
 def in_memory_order(arr: np.ndarray) -> np.ndarray:
@@ -116,6 +130,6 @@ def group_by_dtype(arrays: Sequence[np.ndarray], reduces: bool) -> dict[np.dtype
     core cannot move, or with reduces, cannot reduce)."""
     groups: dict[np.dtype, list[int]] = {}
     for i, arr in enumerate(arrays):
-        _dtypes.code_of(arr.dtype, reduces)
+        dtype_code(arr.dtype, reduces, i)
         groups.setdefault(arr.dtype, []).append(i)
     return groups

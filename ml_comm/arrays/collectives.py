@@ -13,11 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._core import ffi, lib
-from ..core import dtypes as _dtypes
 from ..core.errors import BadArgumentError
 from ..core.session import Session
 from ..core.status import ERR_LEN, check
-from .buffers import as_array, buffer, shape_digest
+from .buffers import as_array, buffer, dtype_code, shape_digest
 from .pool import MIN_BYTES, OutputPool
 
 # Results of a MiB or more come from memory earlier calls touched (pool.py says why).
@@ -53,7 +52,7 @@ def _input(array, what: str, reduces: bool = False) -> tuple[np.ndarray, int]:
     """A C-contiguous array of a supported dtype (copied only when it is not one) and
     its dtype's code; reduces: a reduction's input."""
     arr = np.asarray(as_array(array, what), order="C")  # 0-d stays 0-d
-    return arr, _dtypes.code_of(arr.dtype, reduces)
+    return arr, dtype_code(arr.dtype, reduces)
 
 
 def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:

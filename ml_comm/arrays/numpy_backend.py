@@ -46,7 +46,7 @@ class NumpyBackend:
                 check(result[0], "gradients", result[1])
         s = self.session
         handle = s.team(team)  # a bad team id fails before the pipelines are touched
-        with s.calls.calling(team, handle):
+        with s.calls.calling(team, handle, lib.MLC_KIND_ALLREDUCE):
             return self._gradients(handle, grads, team, out)
 
     def _gradients(self, handle, grads, team: int, out) -> list:
@@ -69,7 +69,7 @@ class NumpyBackend:
             return result
         s = self.session
         handle = s.team(team)  # a bad team id fails here
-        with s.calls.calling(team, handle):
+        with s.calls.calling(team, handle, lib.MLC_KIND_ALLREDUCE):
             result = reductions.reduce_in_place(s, array, team, op, what)
         self.binding(team, handle)
         return result

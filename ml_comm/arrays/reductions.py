@@ -15,9 +15,16 @@ from ..core.session import Session, is_pipelined
 from ..core.status import ERR_LEN, check
 from ..faults import stop
 from . import device, pipeline
-from .buffers import as_array, buffer, group_by_dtype, in_place_array, shape_digest
+from .buffers import as_array, buffer, dtype_code, group_by_dtype, in_place_array, shape_digest
 from .pool import OutputPool
-from .requests import average_blocking, average_groups, average_now, submit_average, wait_one
+from .requests import (
+    average_blocking,
+    average_groups,
+    average_now,
+    empty_call,
+    submit_average,
+    wait_one,
+)
 
 
 def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) -> np.ndarray:
@@ -30,7 +37,7 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     code = _dtypes.REDUCED_CODES.get(arr.dtype) if flags is not None else None
     if code is None or not (flags.writeable and flags.c_contiguous):
         arr = in_place_array(arr, what)
-        code = _dtypes.code_of(arr.dtype, reduces=True)
+        code = dtype_code(arr.dtype, True)
     err = s.team_err(team)
     rc = lib.mlc_team_allreduce_into(
         handle, ffi.NULL, buffer(arr), arr.size, code, op, 0, shape_digest(arr), err, ERR_LEN
@@ -77,7 +84,10 @@ def gradients(
         return device.gradients(handle, s.team_err(team), grads, out, lib.MLC_OP_AVERAGE)
     # order="C" copies only arrays that are not C-contiguous, and keeps 0-d arrays 0-d
     # (np.ascontiguousarray would make them 1-d).
-    inputs = [np.asarray(as_array(g, f"gradients[{i}]"), order="C") for i, g in enumerate(grads)]
+    inputs = [np.asarray(as_array(g, f"gradients[{i}]", i), order="C") for i, g in enumerate(grads)]
+    if not inputs:
+        empty_call(handle, s.team_err(team))
+        return []
     groups = group_by_dtype(inputs, reduces=True)
     if out is not None:
         outputs = _checked_out(out, inputs, pipelined)

@@ -97,6 +97,17 @@ def average_groups(handle, inputs, groups, outputs, err=None) -> None:
     raise_failed(failed)
 
 
+def empty_call(handle, err) -> None:
+    """A gradients call with no arrays (an empty list): still a call that every rank
+    makes, so that a rank whose list is empty where the others' is not fails with them
+    at this call, instead of leaving them to pair this call with its next one."""
+    rc = lib.mlc_team_allreduce_part(
+        handle, ffi.NULL, 0, lib.MLC_FLOAT32, lib.MLC_OP_AVERAGE, 0, 1, 0, err, ERR_LEN
+    )
+    if rc != lib.MLC_OK:
+        raise error(rc, "gradients failed: " + text(err))
+
+
 def average_now(handle, arrays: list[np.ndarray]) -> list[np.ndarray]:
     outputs = [np.empty(a.shape, a.dtype) for a in arrays]
     request, _keep = submit_average(handle, outputs, arrays)

@@ -116,10 +116,12 @@ class Calls:
             return self._thread.signed
         return signed
 
-    def calling(self, team: int, handle) -> _Call:
+    def calling(self, team: int, handle, kind: int | None = None) -> _Call:
         """One call on `team` (its handle), as a `with` block: counted, refused while another
-        thread is inside a call on it, and signed with where this thread stands."""
-        return _Call(self._thread, team, handle)
+        thread is inside a call on it, and signed with where this thread stands. kind: the
+        core's MLC_KIND_* of a call whose exception, raised before any request of it, is
+        told to the other ranks' matching call (mlc_team_refuse_call); None: not told."""
+        return _Call(self._thread, team, handle, kind)
 
     @staticmethod
     def forget(handle) -> None:
@@ -132,10 +134,10 @@ class _Call:
     """Calls.calling's block: a class with two calls into the core, not a generator, for a
     call of 8 bytes takes a few microseconds in all."""
 
-    __slots__ = ("mine", "team", "handle")
+    __slots__ = ("mine", "team", "handle", "kind")
 
-    def __init__(self, mine: _Thread, team: int, handle) -> None:
-        self.mine, self.team, self.handle = mine, team, handle
+    def __init__(self, mine: _Thread, team: int, handle, kind: int | None) -> None:
+        self.mine, self.team, self.handle, self.kind = mine, team, handle, kind
 
     def __enter__(self) -> None:
         mine = self.mine
@@ -144,6 +146,15 @@ class _Call:
         if rc:
             raise error(rc, text(mine.err))
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None and self.kind is not None and isinstance(exc, Exception):
+            # Raised here before the call made a request (an argument that this rank
+            # alone may find wrong): the others' matching call fails, naming it, instead
+            # of waiting for a request that this rank never makes.
+            refusal = getattr(lib, getattr(exc, "refusal", "MLC_REFUSED_RAISED"))
+            tensor = getattr(exc, "tensor", -1)
+            lib.mlc_team_refuse_call(
+                self.handle, self.kind, tensor, refusal, self.mine.err, ERR_LEN
+            )
         lib.mlc_team_end_call(self.handle)
         return False

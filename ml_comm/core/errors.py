@@ -46,11 +46,24 @@ class BadArgumentError(MLCommError, ValueError):
     buffer, a bad option): raised before anything is sent; the session stays usable."""
 
     status_name = "MLC_ERR_ARG"
+    # What the other ranks' matching call names when this error refuses a call on this
+    # rank (core/calls.py): a name of the core's enum mlc_refusal, and the place of the
+    # tensor in the call's list (-1: none said). `refused` sets them.
+    refusal = "MLC_REFUSED_VALUE"
+    tensor = -1
 
 
 class BadArgumentTypeError(BadArgumentError, TypeError):
     """An argument of the wrong type (a dtype ml_comm cannot reduce, a tensor where a
     list was expected); also a TypeError."""
+
+    refusal = "MLC_REFUSED_TYPE"
+
+
+def refused(error: BadArgumentError, refusal: str, tensor: int = -1) -> BadArgumentError:
+    """`error`, saying what the other ranks are told of it (refusal: MLC_REFUSED_*)."""
+    error.refusal, error.tensor = refusal, tensor
+    return error
 
 
 class SettingsError(BadArgumentError):

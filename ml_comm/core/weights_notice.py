@@ -89,7 +89,7 @@ class WeightsNotice:
             return
         self.averaged_unshared = True
         self.front_end = front_end
-        if eager:
+        if eager and any(g is not None for g in grads):  # an empty call is no step
             self.step(team, layout(grads), step)
 
     def step(self, team: int, call: int, step: int = 0) -> None:

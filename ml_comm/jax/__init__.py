@@ -65,6 +65,20 @@ def average(
     arrays = {i: jax.numpy.asarray(g) for i, g in enumerate(grads) if g is not None}
     result: list = [None] * len(grads)
     if not arrays:
+        # Still a call every rank makes (an empty one): a rank whose list held gradients
+        # fails with this one instead of pairing them with this rank's next call.
+        if team_id is not None:
+            jax.ffi.ffi_call(handler.TARGET, (), has_side_effect=True)(
+                team_id=np.int64(team_id),
+                part_sizes=np.zeros(0, np.int64),
+                check_weights=np.int64(0),
+            )
+        else:
+
+            def empty_call() -> None:
+                host_average([])
+
+            jax.experimental.io_callback(empty_call, None, ordered=True)
         return result
     if team_id is None:  # the NumPy path groups and lays out the list itself
         order = list(arrays)

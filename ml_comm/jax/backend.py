@@ -45,7 +45,7 @@ class JaxBackend:
         compiled = not self.runs_eagerly(grads)
 
         def host_average(arrays: list) -> list:
-            if compiled:
+            if compiled and arrays:  # an empty call is no step
                 self.session.weights.step(team, layout(arrays))
             return self.host.gradients(arrays, team)
 

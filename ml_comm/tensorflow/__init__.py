@@ -83,6 +83,8 @@ def gradients(
     # whose lists hold other dtypes fail at the first part instead of one op waiting.
     parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
     step = {"check_weights": check_weights and not tf.executing_eagerly()}
+    if not groups and nranks > 1:
+        _empty_call(ops, team_id)
     for part, idx in enumerate(groups.values()):
         layout = fused_order([dense[i].shape.rank for i in idx], idx)
         tensors = [dense[i] for i in layout]
@@ -152,6 +154,17 @@ def gradients(
         for i, out in zip(layout, outs):
             result[i] = out
     return result
+
+
+def _empty_call(ops, team_id: int) -> None:
+    """A call of gradients with none to average (an empty list, or only None) is still a
+    call every rank makes: one whose list held gradients elsewhere fails on every rank
+    instead of pairing its gradients with this rank's next call. nparts=0 tells the op
+    that its one placeholder input is no gradient."""
+    with tf.control_dependencies(_chain(team_id)):
+        outs = ops.ml_comm_allreduce_n([tf.zeros([0])], team_id=team_id, nparts=0)
+    if not tf.executing_eagerly():
+        _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
 
 
 @raising_typed

@@ -97,6 +97,37 @@ def test_lists_that_differ_fail_on_every_rank(session):
     checks.finish()
 
 
+@pytest.mark.parametrize("how", ["eager", "jit", "io_callback"])
+def test_a_list_of_only_none_is_a_call(session, how):
+    """On one rank a list of only None against gradients elsewhere fails on every rank
+    (instead of the others pairing their gradients with that rank's next call); on every
+    rank it gives Nones back."""
+    from ml_comm import jax as binding
+    from ml_comm.api import session as running_session
+
+    rank, nranks = session
+    host = running_session().backend.host
+    step = {
+        "eager": lambda g: mc.gradients(g),
+        "jit": jax.jit(lambda g: mc.gradients(g)),
+        "io_callback": jax.jit(lambda g: binding.average(g, None, lambda a: host.gradients(a, 0))),
+    }[how]
+    checks = Checks()
+    if nranks > 1:
+        last = nranks - 1
+        grads = [None, None] if rank == last else [jnp.ones((2, 3), jnp.float32), None]
+        error = checks.raises(
+            Exception,
+            lambda: jax.block_until_ready(step(grads)),
+            words=("ranks disagree",),
+        )
+        wanted = f"rank {last} submitted no tensors (a list that was empty or held only None)"
+        checks.true(wanted in str(error), f"{wanted!r} not in {error}")
+    checks.true(step([None, None]) == [None, None], "a list of only None on every rank")
+    check_all(checks, step(inputs(rank)), expected(nranks), "the next call")
+    checks.finish()
+
+
 def test_broadcast_of_a_list_and_of_one_array(session):
     """Root's values from every root, as new JAX arrays: a list for a list, one array for
     one array (not the rows of it), of the input's dtype and shape."""

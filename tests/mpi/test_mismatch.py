@@ -86,6 +86,27 @@ def test_empty_against_nonempty(pair):
     c.finish()
 
 
+EMPTY_CALL = "submitted no tensors (a list that was empty or held only None)"
+
+
+def test_empty_list_against_gradients(pair):
+    """A rank whose list is empty still makes the call: every rank fails it, instead of
+    the others pairing their gradients with that rank's next call."""
+    c = Checks()
+    last = pair.nranks - 1
+    grads = [] if pair.rank == last else [np.ones(4, np.float32)]
+    expect_mismatch(c, lambda: mc.gradients(grads), f"rank {last} {EMPTY_CALL}")
+    still_works(c, pair)
+    c.finish()
+
+
+def test_empty_lists_everywhere(session):
+    c = Checks()
+    c.true(mc.gradients([]) == [], "gradients([]) on every rank")
+    still_works(c, session)
+    c.finish()
+
+
 def test_number_of_tensors(pair):
     c = Checks()
     last = pair.nranks - 1

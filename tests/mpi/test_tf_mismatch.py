@@ -82,6 +82,33 @@ def test_same_sizes_other_dimensions(tf_session, mode):
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
+def test_only_none_against_gradients(tf_session, mode):
+    """A rank whose gradients are all None (nothing of its loss reached the variables)
+    still makes the call: every rank fails it, instead of the others averaging their
+    gradients with that rank's next step's."""
+    if tf_session.nranks < 2:
+        pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")
+    c = Checks()
+    last = tf_session.nranks - 1
+    grads = [None, None] if tf_session.rank == last else [tf.ones([4]), tf.ones([3])]
+    e = expect_mismatch(c, mode, grads)
+    text = str(e)
+    want = f"rank {last} submitted no tensors (a list that was empty or held only None)"
+    c.true(want in text, text)
+    still_works(c, tf_session, mode)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_only_none_everywhere(tf_session, mode):
+    c = Checks()
+    out = call(mode, lambda: mc.gradients([None, None]))
+    c.true(list(out) == [None, None], f"{mode}: gradients([None, None]) gave {out}")
+    still_works(c, tf_session, mode)
+    c.finish()
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
 def test_number_of_gradients_differs(tf_session, mode):
     if tf_session.nranks < 2:
         pytest.skip("a mismatch needs at least 2 ranks (this run has 1)")

@@ -68,6 +68,13 @@ ffi::Error Average(ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t tea
     int rc = mlc_team_weights_step(team, 0, call, err, sizeof err);
     if (rc != MLC_OK) return Failure(rc, std::string("gradients failed: ") + err);
   }
+  if (nparts == 0) {  // a list with no gradients: still a call every rank makes (empty)
+    char err[512] = {0};
+    int rc = mlc_team_allreduce_part(team, nullptr, 0, MLC_FLOAT32, MLC_OP_AVERAGE, 0, 1, 0, err,
+                                     sizeof err);
+    if (rc != MLC_OK) return Failure(rc, std::string("gradients failed: ") + err);
+    return ffi::Error::Success();
+  }
   if (nparts == 1) {  // the common call: blocking, so small ones may run on this thread
     char err[512] = {0};
     int rc = mlc_team_allreduce_part(team, tensors.data(), static_cast<int>(tensors.size()),

@@ -545,9 +545,13 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
   OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
   auto *d = new ListPending{Pending{team, ctx, std::move(done), "allreduce"}, {}, std::move(add)};
   for (int i = 0; i < ctx->num_outputs(); ++i) d->outputs.push_back(*ctx->mutable_output(i));
-  int rc = mlc_team_allreduce_async_part(team, tensors.data(), static_cast<int>(tensors.size()),
-                                         CoreDtype(dtype), op, part.part, part.nparts,
-                                         part.call_dtypes, FinishList, d, nullptr);
+  // nparts 0: a call of gradients with none to average (every entry None), which TensorFlow
+  // gives one empty placeholder; the core gets a request of no tensors, which every rank
+  // must make too, so that a rank whose list held only None fails with the others.
+  const bool empty_call = part.nparts == 0;
+  int rc = mlc_team_allreduce_async_part(
+      team, tensors.data(), empty_call ? 0 : static_cast<int>(tensors.size()), CoreDtype(dtype), op,
+      part.part, empty_call ? 1 : part.nparts, part.call_dtypes, FinishList, d, nullptr);
   if (rc != MLC_OK) FinishList(d, rc);
 }
 
