@@ -242,7 +242,7 @@ struct mlc_team {
         mlc_call_id id;
         int64_t count;      /* calls where steps are not marked, so far */
         int64_t step, next; /* the last marked step, and the next call's place in it */
-        int requests;       /* made by the call so far (-1: forgotten, it takes no place) */
+        int requests;       /* nonzero once the call made a request (-1: forgotten, it takes no place) */
     } call;
 
     /* The check that the job shares its weights (weights_check.c): `on` until a broadcast

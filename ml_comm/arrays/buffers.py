@@ -54,10 +54,11 @@ def in_place_array(value, what: str, tensor: int = -1) -> np.ndarray:
     """An array the core may write its result into: supported dtype, writeable, contiguous
     (tensor: its place in the call's list)."""
     if isinstance(value, np.generic):
-        raise BadArgumentTypeError(
+        error = BadArgumentTypeError(
             f"{what} is a NumPy scalar ({type(value).__name__}), which cannot be changed in "
             "place; pass a 0-d array instead (numpy.array(x)) and read the result from it"
         )
+        raise refused(error, "MLC_REFUSED_NOT_ARRAY", tensor)
     arr = as_array(value, what, tensor)
     dtype_code(arr.dtype, False, tensor)
     if not arr.flags.writeable:

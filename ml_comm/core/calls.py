@@ -147,14 +147,17 @@ class _Call:
             raise error(rc, text(mine.err))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is not None and self.kind is not None and isinstance(exc, Exception):
-            # Raised here before the call made a request (an argument that this rank
-            # alone may find wrong): the others' matching call fails, naming it, instead
-            # of waiting for a request that this rank never makes.
-            refusal = getattr(lib, getattr(exc, "refusal", "MLC_REFUSED_RAISED"))
-            tensor = getattr(exc, "tensor", -1)
-            lib.mlc_team_refuse_call(
-                self.handle, self.kind, tensor, refusal, self.mine.err, ERR_LEN
-            )
-        lib.mlc_team_end_call(self.handle)
+        try:
+            if exc is not None and self.kind is not None and isinstance(exc, Exception):
+                # Raised here before the call made a request (an argument that this rank
+                # alone may find wrong): the others' matching call fails, naming it,
+                # instead of waiting for a request that this rank never makes.
+                refusal = getattr(lib, str(getattr(exc, "refusal", "")), lib.MLC_REFUSED_RAISED)
+                tensor = getattr(exc, "tensor", -1)
+                tensor = tensor if type(tensor) is int and tensor >= 0 else -1
+                lib.mlc_team_refuse_call(
+                    self.handle, self.kind, tensor, refusal, self.mine.err, ERR_LEN
+                )
+        finally:
+            lib.mlc_team_end_call(self.handle)
         return False

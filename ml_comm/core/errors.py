@@ -43,7 +43,8 @@ class MLCommError(RuntimeError):
 
 class BadArgumentError(MLCommError, ValueError):
     """A call's argument is wrong on this rank (a team or root out of range, a read-only
-    buffer, a bad option): raised before anything is sent; the session stays usable."""
+    buffer, a bad option): raised before any data is sent (where the other ranks made the
+    call, theirs fails too, naming this rank); the session stays usable."""
 
     status_name = "MLC_ERR_ARG"
     # What the other ranks' matching call names when this error refuses a call on this

@@ -125,8 +125,8 @@ def _averaged_first(optimizer, grads, trainable_variables, then):
 
 
 def _average(optimizer, state: OptimizerState, grads: list, variables: list | None) -> list:
-    if all(g is None for g in grads):
-        return grads
+    if all(g is None for g in grads):  # still a call, of no tensors, that every rank makes
+        return current().average(grads, state.team)
     steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
     if steps >= 2:  # Keras's accumulators are dense: so are the gradients it sums
         return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)

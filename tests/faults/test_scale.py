@@ -21,7 +21,16 @@ from jobs import mpiexec_job, wait_gone
 
 LONG = os.environ.get("ML_COMM_LONG_TESTS") == "1"
 long_only = pytest.mark.skipif(not LONG, reason="long: ML_COMM_LONG_TESTS=1")
-CASES = ("mismatch", "nonfinite", "splits", "ahead", "left_step", "mid_step", "skipped")
+CASES = (
+    "mismatch",
+    "nonfinite",
+    "splits",
+    "ahead",
+    "left_step",
+    "mid_step",
+    "refused",
+    "skipped",
+)
 # 64 Python processes take a minute to start on two loaded cores.
 TIMEOUT_S = 420
 

@@ -166,3 +166,23 @@ def test_rank_dependent_call_order_fails_loudly(pair, mode):
         )
     still_works(c, rank, n)
     c.finish()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tape_with_no_gradients_on_one_rank_fails_on_every_rank(pair, mode):
+    """The last rank's loss does not reach the variable (its tape gives only None): its
+    DistributedGradientTape still makes a call, of no tensors, so every rank fails it
+    instead of the others pairing their gradients with that rank's next step's."""
+    rank, n = pair[0], pair[1]
+    c = Checks()
+    w = tf.Variable([1.0, 2.0])
+    connected = rank != n - 1
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * w) if connected else tf.constant(3.0)
+        return hvd.DistributedGradientTape(tape).gradient(loss, [w])
+
+    expect_error(c, mode, step, words=(f"rank {n - 1} submitted no tensors",))
+    still_works(c, rank, n)
+    c.finish()

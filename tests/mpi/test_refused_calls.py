@@ -93,6 +93,20 @@ CASES = [
         "an argument failed the call's check",
     ),
     Case(
+        "allreduce of None",
+        lambda: mc.allreduce(np.ones(5, np.float32), op="max"),
+        lambda: mc.allreduce(None, op="max"),
+        mc.BadArgumentTypeError,
+        "an argument is None, not an array",
+    ),
+    Case(
+        "check_buffers_match of a None",
+        lambda: mc.check_buffers_match([np.ones(2, np.float32), np.ones(5, np.float32)]),
+        lambda: mc.check_buffers_match([np.ones(2, np.float32), None]),
+        mc.BadArgumentTypeError,
+        "tensor 1 of its list is None, not an array",
+    ),
+    Case(
         "broadcast of a read-only value",
         lambda: mc.broadcast([np.ones(2, np.float32), np.ones(5, np.float32)]),
         lambda: mc.broadcast([np.ones(2, np.float32), _read_only(5)]),

@@ -49,7 +49,8 @@ def average(grads: list, team: int) -> list:
     if step is not None:  # handed over during backprop: wait for them
         return step.finish(grads)
     present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
+    if not present:  # still a call, of no tensors, that every rank makes
+        mc.gradients([], team)
         return list(grads)
     tensors = [torch.as_tensor(grads[i]) for i in present]
     averaged = mc.gradients([_host(t) for t in tensors], team)
