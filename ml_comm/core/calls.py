@@ -152,9 +152,9 @@ class _Call:
                 # Raised here before the call made a request (an argument that this rank
                 # alone may find wrong): the others' matching call fails, naming it,
                 # instead of waiting for a request that this rank never makes.
-                refusal = getattr(lib, str(getattr(exc, "refusal", "")), lib.MLC_REFUSED_RAISED)
-                tensor = getattr(exc, "tensor", -1)
-                tensor = tensor if type(tensor) is int and tensor >= 0 else -1
+                bad = isinstance(exc, BadArgumentError)
+                refusal = getattr(lib, exc.refusal) if bad else lib.MLC_REFUSED_RAISED
+                tensor = exc.tensor if bad else -1
                 lib.mlc_team_refuse_call(
                     self.handle, self.kind, tensor, refusal, self.mine.err, ERR_LEN
                 )

@@ -84,12 +84,12 @@ class GradientReducer:
                 tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads
             ]
         present = [i for i, g in enumerate(grads) if g is not None]
+        session = basics.session()
         if not present:  # still a call, of no tensors, that every rank makes
-            return basics.session().backend.gradients(grads, 0)
+            return session.backend.gradients(grads, 0)
         # Horovod checks nothing; a script without broadcast_variables (or its callback)
         # trains a model per rank, so ml_comm's weights check judges it: at the second
         # eager step, or at a traced step's second run (its ops judge each run).
-        session = basics.session()
         if not session.weights.settled:
             session.weights.averaged(
                 tf.executing_eagerly(), 0, grads, session.calls.identity()[0], "horovod"

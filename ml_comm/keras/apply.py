@@ -125,10 +125,10 @@ def _averaged_first(optimizer, grads, trainable_variables, then):
 
 
 def _average(optimizer, state: OptimizerState, grads: list, variables: list | None) -> list:
-    if all(g is None for g in grads):  # still a call, of no tensors, that every rank makes
-        return current().average(grads, state.team)
     steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
-    if steps >= 2:  # Keras's accumulators are dense: so are the gradients it sums
+    # Keras's accumulators are dense: so are the gradients it sums. A list of only None is
+    # still a call (of no tensors) that every rank makes.
+    if steps >= 2 and any(g is not None for g in grads):
         return _accumulate_then_average(optimizer, state.team, int(steps), grads, variables)
     return current().average(grads, state.team)
 

@@ -36,80 +36,81 @@ class Case:
     told: str  # what the other ranks' error says of the last rank
 
 
-def _grads(*sizes: int, dtype=np.float32) -> list[np.ndarray]:
-    return [np.ones(n, dtype) for n in sizes]
+def _ones(*sizes: int) -> list[np.ndarray]:
+    """float32 arrays of ones, one of each size."""
+    return [np.ones(n, np.float32) for n in sizes]
 
 
 CASES = [
     Case(
         "gradient None",
-        lambda: mc.gradients(_grads(4, 3)),
-        lambda: mc.gradients([np.ones(4, np.float32), None]),
+        lambda: mc.gradients(_ones(4, 3)),
+        lambda: mc.gradients(_ones(4) + [None]),
         mc.BadArgumentTypeError,
         "tensor 1 of its list is None, not an array",
     ),
     Case(
         # Large enough for the team's threads and the ring on the good ranks.
         "gradient None among large ones",
-        lambda: mc.gradients(_grads(70000, 30011)),
-        lambda: mc.gradients([None, np.ones(30011, np.float32)]),
+        lambda: mc.gradients(_ones(70000, 30011)),
+        lambda: mc.gradients([None] + _ones(30011)),
         mc.BadArgumentTypeError,
         "tensor 0 of its list is None, not an array",
     ),
     Case(
         # Two dtypes: two requests on the good ranks; the second is dropped with the first.
         "gradient None against two dtypes",
-        lambda: mc.gradients([np.ones(4, np.float32), np.ones(3, np.float64)]),
-        lambda: mc.gradients([np.ones(4, np.float32), None]),
+        lambda: mc.gradients(_ones(4) + [np.ones(3, np.float64)]),
+        lambda: mc.gradients(_ones(4) + [None]),
         mc.BadArgumentTypeError,
         "tensor 1 of its list is None, not an array",
     ),
     Case(
         "gradient a list",
-        lambda: mc.gradients(_grads(4, 3)),
-        lambda: mc.gradients([np.ones(4, np.float32), [1.0, 2.0, 3.0]]),
+        lambda: mc.gradients(_ones(4, 3)),
+        lambda: mc.gradients(_ones(4) + [[1.0, 2.0, 3.0]]),
         mc.BadArgumentTypeError,
         "tensor 1 of its list is not an array",
     ),
     Case(
         "gradient of dtype object",
-        lambda: mc.gradients(_grads(4, 3)),
-        lambda: mc.gradients([np.ones(4, np.float32), np.array([None] * 3)]),
+        lambda: mc.gradients(_ones(4, 3)),
+        lambda: mc.gradients(_ones(4) + [np.array([None] * 3)]),
         mc.BadArgumentTypeError,
         "tensor 1 of its list has a dtype the call does not take",
     ),
     Case(
         "gradients not a list",
-        lambda: mc.gradients(_grads(4, 3)),
+        lambda: mc.gradients(_ones(4, 3)),
         lambda: mc.gradients({"w": np.ones(4, np.float32)}),
         mc.BadArgumentTypeError,
         "an argument is of a type the call does not take",
     ),
     Case(
         "average of a read-only array",
-        lambda: mc.average(np.ones(5, np.float32)),
+        lambda: mc.average(_ones(5)[0]),
         lambda: mc.average(_read_only(5)),
         mc.BadArgumentError,
         "an argument failed the call's check",
     ),
     Case(
         "allreduce of None",
-        lambda: mc.allreduce(np.ones(5, np.float32), op="max"),
+        lambda: mc.allreduce(_ones(5)[0], op="max"),
         lambda: mc.allreduce(None, op="max"),
         mc.BadArgumentTypeError,
         "an argument is None, not an array",
     ),
     Case(
         "check_buffers_match of a None",
-        lambda: mc.check_buffers_match([np.ones(2, np.float32), np.ones(5, np.float32)]),
-        lambda: mc.check_buffers_match([np.ones(2, np.float32), None]),
+        lambda: mc.check_buffers_match(_ones(2, 5)),
+        lambda: mc.check_buffers_match(_ones(2) + [None]),
         mc.BadArgumentTypeError,
         "tensor 1 of its list is None, not an array",
     ),
     Case(
         "broadcast of a read-only value",
-        lambda: mc.broadcast([np.ones(2, np.float32), np.ones(5, np.float32)]),
-        lambda: mc.broadcast([np.ones(2, np.float32), _read_only(5)]),
+        lambda: mc.broadcast(_ones(2, 5)),
+        lambda: mc.broadcast(_ones(2) + [_read_only(5)]),
         mc.BadArgumentError,
         "tensor 1 of its list failed the call's check",
     ),
