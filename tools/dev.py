@@ -421,8 +421,8 @@ QUICK_UNIT_LEFT_OUT = (
 # trainings, and the ops' tests of other features (pipelining, broadcast, compression,
 # lifecycle, results' memory, team calls, overlap, the op library's build), which
 # train or wait on purpose.
-QUICK_TF_MODULES = ("test_tf_errors", "test_tf_mismatch", "test_tf_gradients", "test_tf_finite",
-                    "test_tf_collectives")  # fmt: skip
+QUICK_TF_MODULES = ("test_tf_errors", "test_tf_mismatch", "test_tf_refused_calls",
+                    "test_tf_gradients", "test_tf_finite", "test_tf_collectives")  # fmt: skip
 QUICK_RANKS = 2
 
 

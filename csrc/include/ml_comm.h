@@ -413,7 +413,9 @@ enum mlc_refusal {
  * place in the call's list; -1: none said) and `reason` (MLC_REFUSED_*), instead of the
  * others waiting for a request this rank never makes. MLC_OK, doing nothing, where the
  * call made a request already, was forgotten, or is nested in another; else the
- * request's status (MLC_ERR_ARG when the ranks met), err saying why. */
+ * request's status (MLC_ERR_ARG when the ranks met), err saying why. Called outside any
+ * call of the thread (a framework's ops, whose requests carry no identity, before the
+ * front end built any), the request is sent, with no identity either. */
 int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, char *err, size_t errlen);
 /* The check that the job shares its weights (csrc/team/weights_check.c). A job that
  * averages gradients but never broadcasts one rank's weights starts each rank from weights

@@ -70,11 +70,13 @@ void mlc_team_forget_call(mlc_team *team) {
 int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, char *err, size_t errlen) {
     if (!team || (kind != MLC_KIND_ALLREDUCE && kind != MLC_KIND_BROADCAST)) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->lock);
-    const int outermost = atomic_load_explicit(&team->call.depth, memory_order_relaxed) == 1 &&
-                          pthread_equal(team->call.thread, pthread_self());
+    const int depth = atomic_load_explicit(&team->call.depth, memory_order_relaxed);
+    const int in_call = depth > 0 && pthread_equal(team->call.thread, pthread_self());
     const int made = team->call.requests;
     pthread_mutex_unlock(&team->lock);
-    if (!outermost || made != 0) return MLC_OK;
+    /* Outside a call of this thread: a framework's front end, whose requests carry no
+     * identity either, refusing before it built any op (it alone knows that). */
+    if (in_call && (depth != 1 || made != 0)) return MLC_OK;
     const int64_t detail[2] = {tensor, reason};
     return mlc_run_faulted(team, kind, MLC_FLOAT32, MLC_OP_SUM, 0, 0, 1, 0, MLC_BAD_REFUSED, detail, err, errlen);
 }

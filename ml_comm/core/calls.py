@@ -123,6 +123,18 @@ class Calls:
         told to the other ranks' matching call (mlc_team_refuse_call); None: not told."""
         return _Call(self._thread, team, handle, kind)
 
+    @contextmanager
+    def failing(self, team: int, handle, kind: int) -> Iterator[None]:
+        """A block that makes no call unless an Exception leaves it: then it is this
+        thread's call on `team`, which the core counts and refuses as `calling` does (for a
+        front end that checks its arguments before it hands the call to code that makes
+        it, perhaps later: a traced step's callback)."""
+        try:
+            yield
+        except Exception:
+            with self.calling(team, handle, kind):
+                raise
+
     @staticmethod
     def forget(handle) -> None:
         """The calling thread's call raised an earlier call's failure (a pipelined team's
@@ -152,12 +164,30 @@ class _Call:
                 # Raised here before the call made a request (an argument that this rank
                 # alone may find wrong): the others' matching call fails, naming it,
                 # instead of waiting for a request that this rank never makes.
-                bad = isinstance(exc, BadArgumentError)
-                refusal = getattr(lib, exc.refusal) if bad else lib.MLC_REFUSED_RAISED
-                tensor = exc.tensor if bad else -1
-                lib.mlc_team_refuse_call(
-                    self.handle, self.kind, tensor, refusal, self.mine.err, ERR_LEN
-                )
+                _refuse(self.handle, self.kind, exc, self.mine.err)
         finally:
             lib.mlc_team_end_call(self.handle)
         return False
+
+
+def _refuse(handle, kind: int, exc: Exception, err) -> None:
+    """Tell the others' matching request that this rank's call raised `exc` before it made
+    one (the core sends nothing where it did): they fail naming this rank and why."""
+    bad = isinstance(exc, BadArgumentError)
+    refusal = getattr(lib, exc.refusal) if bad else lib.MLC_REFUSED_RAISED
+    tensor = exc.tensor if bad else -1
+    lib.mlc_team_refuse_call(handle, kind, tensor, refusal, err, ERR_LEN)
+
+
+@contextmanager
+def refusing(handle, kind: int) -> Iterator[None]:
+    """For a framework's front end, whose ops' requests carry no identity: an Exception
+    raised in the block, where the call checks its arguments before it builds any op, is
+    told to the other ranks' matching request (as Calls.calling does for the NumPy API)
+    instead of leaving them waiting for an op this rank never runs. At trace time too:
+    the others' traced ops meet the refusal when they run."""
+    try:
+        yield
+    except Exception as exc:
+        _refuse(handle, kind, exc, ffi.new(f"char[{ERR_LEN}]"))
+        raise

@@ -18,13 +18,15 @@ front ends on one team.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import jax
 import numpy as np
 
 from ..core import dtypes as _dtypes
-from ..core.errors import BadArgumentTypeError
+from ..core.errors import BadArgumentTypeError, refused
 from ..core.layout import fused_order
 from . import handler
 
@@ -36,12 +38,33 @@ def is_traced(values) -> bool:
     return any(isinstance(v, jax.core.Tracer) for v in values)
 
 
+def _arrays(grads) -> dict[int, jax.Array]:
+    """The list's arrays by their place in it, None skipped."""
+    if not isinstance(grads, (list, tuple)):
+        raise BadArgumentTypeError(
+            f"gradients takes a list of JAX arrays, got {type(grads).__name__}"
+        )
+    arrays = {}
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        try:
+            arrays[i] = jax.numpy.asarray(g)
+        except (TypeError, ValueError) as exc:
+            error = BadArgumentTypeError(f"gradients[{i}] is not an array: {exc}")
+            raise refused(error, "MLC_REFUSED_NOT_ARRAY", i) from None
+    return arrays
+
+
 def _groups(arrays: dict[int, jax.Array]) -> list[list[int]]:
     """List indices grouped by dtype (first-seen order), each group in fused layout order."""
     by_dtype: dict[np.dtype, list[int]] = {}
     for i, a in arrays.items():
         dtype = np.dtype(a.dtype)
-        _dtypes.code_of(dtype)  # TypeError naming the dtypes the core reduces
+        try:
+            _dtypes.code_of(dtype, reduces=True)  # naming the dtypes the core reduces
+        except BadArgumentTypeError as error:
+            raise refused(error, "MLC_REFUSED_DTYPE", i) from None
         by_dtype.setdefault(dtype, []).append(i)
     return [fused_order([arrays[i].ndim for i in idx], idx) for idx in by_dtype.values()]
 
@@ -51,18 +74,19 @@ def average(
     team_id: int | None,
     host_average: Callable[[list[np.ndarray]], list[np.ndarray]],
     check_weights: bool = False,
+    checking: Callable[[], AbstractContextManager] = contextlib.nullcontext,
 ) -> list:
     """The list averaged over the team's ranks, same order, shapes and dtypes; None stays
     None. team_id: the FFI handler's live id of the team (None: the handler is not
     loaded, io_callback with host_average, the NumPy path's average of a list).
     check_weights: each run of the compiled call is judged by the check that the job
     shares its weights (the handler names the call by its layout; host_average judges
-    its own)."""
-    if not isinstance(grads, (list, tuple)):
-        raise BadArgumentTypeError(
-            f"gradients takes a list of JAX arrays, got {type(grads).__name__}"
-        )
-    arrays = {i: jax.numpy.asarray(g) for i, g in enumerate(grads) if g is not None}
+    its own). checking(): the block in which the arguments are checked, before any call is
+    built, which tells the other ranks' matching call what it raises (eagerly or while
+    tracing), so that theirs fails instead of waiting or pairing with this rank's next."""
+    with checking():
+        arrays = _arrays(grads)
+        groups = _groups(arrays)  # the fallback's NumPy path groups again: checked here
     result: list = [None] * len(grads)
     if not arrays:
         # Still a call every rank makes (an empty one): a rank whose list held gradients
@@ -83,7 +107,6 @@ def average(
     if team_id is None:  # the NumPy path groups and lays out the list itself
         order = list(arrays)
     else:
-        groups = _groups(arrays)
         order = [i for group in groups for i in group]
     flat = [arrays[i] for i in order]
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in flat]

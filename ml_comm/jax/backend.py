@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._core import ffi
+from .._core import ffi, lib
 from ..arrays.numpy_backend import NumpyBackend
-from ..core.errors import BadArgumentError, BadArgumentTypeError
+from ..core.calls import refusing
+from ..core.errors import BadArgumentError, BadArgumentTypeError, refused
 from ..core.session import Session, is_pipelined
 from ..core.weights_notice import layout
 from . import average, handler, is_traced
@@ -49,12 +50,25 @@ class JaxBackend:
                 self.session.weights.step(team, layout(arrays))
             return self.host.gradients(arrays, team)
 
-        return average(grads, team_id, host_average, check_weights=compiled)
+        def checking():
+            handle = self.session.team(team)
+            if team_id is None:  # as the call of the NumPy path that io_callback would make
+                return self.session.calls.failing(team, handle, lib.MLC_KIND_ALLREDUCE)
+            return refusing(handle, lib.MLC_KIND_ALLREDUCE)  # as the custom call: no identity
+
+        return average(grads, team_id, host_average, compiled, checking)
 
     def runs_eagerly(self, grads) -> bool:
         return isinstance(grads, (list, tuple)) and not is_traced(grads)
 
     def broadcast(self, values, root: int, team: int = 0):
+        # One call as the NumPy API's (the host copies are broadcast through it): an
+        # argument that only this rank finds wrong is told to the others' broadcast.
+        calls = self.session.calls
+        with calls.calling(team, self.session.team(team), lib.MLC_KIND_BROADCAST):
+            return self._broadcast(values, root, team)
+
+    def _broadcast(self, values, root: int, team: int):
         import jax.numpy as jnp
 
         single = not isinstance(values, (list, tuple))  # one array in, one array out
@@ -68,6 +82,10 @@ class JaxBackend:
                 "broadcast takes concrete JAX arrays (eagerly), not values being traced by "
                 "jax.jit: broadcast the weights before the first compiled step"
             )
+        for i, v in enumerate(values):
+            if v is None:
+                error = BadArgumentTypeError(f"broadcast values[{i}] is None, not an array")
+                raise refused(error, "MLC_REFUSED_NONE", i)
         arrays = [np.array(v) for v in values]  # host copies, written in place
         self.host.broadcast(arrays, root, team)
         out = [jnp.asarray(a) for a in arrays]

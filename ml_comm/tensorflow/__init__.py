@@ -11,15 +11,27 @@ produced it. The op library is compiled on first use and cached
 
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
+from .._core import lib
 from ..arrays.buffers import dims_digest
 from ..core import dtypes as _dtypes
-from ..core.errors import BadArgumentTypeError, MLCommError
+from ..core.calls import refusing
+from ..core.errors import BadArgumentTypeError, MLCommError, refused
 from ..core.layout import fused_order
 from ..core.session import is_pipelined
 from .errors import raising_typed
-from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live
+from .library import (
+    _chain,
+    _group_keys,
+    _last_anchor,
+    handle_of,
+    load_ops,
+    reset_pipelines,
+    set_live,
+)
 
 # The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
 # and their codes, for the mask of a call's dtypes that ranks compare.
@@ -36,11 +48,20 @@ def attr_digest(tensor) -> int:
     return d - (1 << 64) if d >= 1 << 63 else d
 
 
-def _dense(value) -> tf.Tensor:
-    # IndexedSlices (embedding gradients) become dense: the reduction is over the
-    # whole variable either way, and a dense sum is exact and order-independent.
-    # tf.convert_to_tensor densifies them.
-    return tf.convert_to_tensor(value)
+def _tensors(values, what: str) -> dict[int, tf.Tensor]:
+    """values' tensors by their place in the list, None skipped. IndexedSlices (embedding
+    gradients) become dense: the reduction is over the whole variable either way, and a
+    dense sum is exact and order-independent."""
+    tensors = {}
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        try:
+            tensors[i] = tf.convert_to_tensor(value)
+        except (TypeError, ValueError) as exc:
+            error = BadArgumentTypeError(f"{what}[{i}] is not a tensor: {exc}")
+            raise refused(error, "MLC_REFUSED_NOT_ARRAY", i) from None
+    return tensors
 
 
 def _by_dtype(tensors: dict[int, tf.Tensor], reduces: bool) -> dict[tf.DType, list[int]]:
@@ -50,11 +71,20 @@ def _by_dtype(tensors: dict[int, tf.Tensor], reduces: bool) -> dict[tf.DType, li
         if t.dtype not in allowed:
             names = ", ".join(d.name for d in allowed)
             what = "reduce" if reduces else "move"
-            raise BadArgumentTypeError(
+            error = BadArgumentTypeError(
                 f"ml_comm cannot {what} dtype {t.dtype.name}; supported: {names}"
             )
+            raise refused(error, "MLC_REFUSED_DTYPE", i)
         groups.setdefault(t.dtype, []).append(i)
     return groups
+
+
+def _checking(team_id: int, kind: int):
+    """The block in which a call checks its arguments, before it builds any op: what it
+    raises there on this rank is told to the other ranks' matching op (core/calls.py's
+    refusing), which would wait for this rank's otherwise."""
+    handle = handle_of(team_id)
+    return contextlib.nullcontext() if handle is None else refusing(handle, kind)
 
 
 @raising_typed
@@ -73,12 +103,15 @@ def gradients(
     check_weights: the gradients of a training step, so in a graph each run is judged by
     the check that the job shares its weights (eagerly the caller judges the call)."""
     ops = load_ops()
-    if not isinstance(grads, (list, tuple)):
-        raise BadArgumentTypeError(f"gradients takes a list of tensors, got {type(grads).__name__}")
-    dense = {i: _dense(g) for i, g in enumerate(grads) if g is not None}
+    with _checking(team_id, lib.MLC_KIND_ALLREDUCE):
+        if not isinstance(grads, (list, tuple)):
+            raise BadArgumentTypeError(
+                f"gradients takes a list of tensors, got {type(grads).__name__}"
+            )
+        dense = _tensors(grads, "gradients")
+        groups = _by_dtype(dense, reduces=True)
     result: list = [None] * len(grads)
     pipelined = is_pipelined(ksteps, max_steps)
-    groups = _by_dtype(dense, reduces=True)
     # Each dtype's op says which part of the call it is and all the call's dtypes: ranks
     # whose lists hold other dtypes fail at the first part instead of one op waiting.
     parts = {"nparts": len(groups), "call_dtypes": sum(1 << CODES[d] for d in groups)}
@@ -177,14 +210,20 @@ def broadcast(values, team_id: int, root: int):
     ops = load_ops()
     single = not isinstance(values, (list, tuple))
     items = [values] if single else list(values)
-    dense = {i: tf.convert_to_tensor(v) for i, v in enumerate(items)}
+    with _checking(team_id, lib.MLC_KIND_BROADCAST):
+        for i, item in enumerate(items):
+            if item is None:
+                error = BadArgumentTypeError(f"broadcast values[{i}] is None, not a tensor")
+                raise refused(error, "MLC_REFUSED_NONE", i)
+        dense = _tensors(items, "broadcast values")
+        groups = _by_dtype(dense, reduces=False)
     result: list = [None] * len(items)
     # In a v1 graph a broadcast runs on its own (once, before training: a SessionRunHook
     # runs it once the session exists, in the Cray listings), so it is not chained to the
     # gradient groups, or running them would run the broadcast too. Its
     # dtype groups are chained among themselves to keep one order on all ranks.
     previous: list = []
-    for _dtype, idx in _by_dtype(dense, reduces=False).items():
+    for idx in groups.values():
         with tf.control_dependencies(previous):
             outs = ops.ml_comm_broadcast_n([dense[i] for i in idx], team_id=team_id, root=root)
         previous = [] if tf.executing_eagerly() else [outs[0].op]

@@ -92,6 +92,13 @@ def live_team(team: int):
     return _live.team_ids[team], _live.teams[team]
 
 
+def handle_of(team_id: int):
+    """The core's handle of the live team whose ops carry team_id, or None."""
+    if _live is not None and team_id in _live.team_ids:
+        return _live.teams[_live.team_ids.index(team_id)]
+    return None
+
+
 def team_number(team_id: int) -> int:
     """The team number whose ops carry team_id."""
     if _live is not None and team_id in _live.team_ids:

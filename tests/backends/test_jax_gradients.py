@@ -128,6 +128,82 @@ def test_a_list_of_only_none_is_a_call(session, how):
     checks.finish()
 
 
+@pytest.fixture(params=["eager", "jit", "io_callback"])
+def how(request):
+    """How the session's gradients run: io_callback is jit through the fallback that the
+    backend takes where the FFI handler cannot be built."""
+    from ml_comm.api import session as running_session
+
+    backend = running_session().backend
+    ids = backend.team_ids
+    if request.param == "io_callback":
+        backend.team_ids = None
+    yield request.param
+    backend.team_ids = ids
+
+
+@pytest.mark.parametrize(
+    "bad, local, told",
+    [
+        ("string", "is not an array", "tensor 1 of its list is not an array"),
+        ("bool", "cannot reduce dtype bool", "tensor 1 of its list has a dtype the call does not"),
+        ("dict", "takes a list of JAX arrays", "an argument is of a type the call does not take"),
+    ],
+)
+def test_an_argument_only_one_rank_finds_wrong(session, how, bad, local, told):
+    """That rank raises its own error before it makes the custom call, eagerly or while
+    tracing, through the custom call or the fallback; the others' call fails at once
+    naming it, instead of waiting for a call that rank never makes or pairing with its
+    next; the next call is exact on every rank."""
+    rank, nranks = session
+    if nranks < 2:
+        pytest.skip("one rank has no other rank to tell")
+    # The wrong list is made inside the step, as a train step would.
+    wrong = {
+        "string": lambda g: [g[0], "abc"],
+        "bool": lambda g: [g[0], g[1] > 0],
+        "dict": lambda g: {"w": g[0]},
+    }[bad]
+    if how == "eager":
+        step, bad_step = mc.gradients, lambda g: mc.gradients(wrong(g))
+    else:
+        # New functions: jit's cache would give back a step traced for the other path.
+        step, bad_step = (
+            jax.jit(lambda g: mc.gradients(g)),
+            jax.jit(lambda g: mc.gradients(wrong(g))),
+        )
+    checks = Checks()
+    last = nranks - 1
+    good = [jnp.ones((4,), jnp.float32), jnp.ones((3,), jnp.float32)]
+    if rank == last:
+        checks.raises(mc.BadArgumentTypeError, lambda: bad_step(good), words=(local,))
+    else:
+        error = checks.raises(
+            Exception, lambda: jax.block_until_ready(step(good)), words=(f"rank {last}: {told}",)
+        )
+        checks.true("No rank moved any data" in str(error), str(error))
+    check_all(checks, step(inputs(rank)), expected(nranks), "the next call")
+    checks.finish()
+
+
+def test_broadcast_of_a_none_on_one_rank(session):
+    """Told to the others' broadcast, which fails naming that rank; the next is exact."""
+    rank, nranks = session
+    if nranks < 2:
+        pytest.skip("one rank has no other rank to tell")
+    checks = Checks()
+    last = nranks - 1
+    values = [jnp.full((3,), rank, jnp.float32), jnp.arange(4)]
+    if rank == last:
+        checks.raises(mc.BadArgumentError, lambda: mc.broadcast(values[:1] + [None]))
+    else:
+        told = f"rank {last}: tensor 1 of its list is None, not an array"
+        checks.raises(mc.BadArgumentError, lambda: mc.broadcast(values), words=(told,))
+    got = mc.broadcast(values, 0)
+    check_all(checks, got, [np.zeros(3, np.float32), np.arange(4, dtype=np.int32)], "after")
+    checks.finish()
+
+
 def test_broadcast_of_a_list_and_of_one_array(session):
     """Root's values from every root, as new JAX arrays: a list for a list, one array for
     one array (not the rows of it), of the input's dtype and shape."""
