@@ -369,7 +369,7 @@ def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
     dtype must agree, else every rank raises MismatchError naming each rank's call.
     """
     s = session()
-    with s.calls.calling(team, s.team(team)):
+    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLGATHER):
         return collectives.allgather(s, array, team)
 
 
@@ -378,7 +378,7 @@ def reducescatter(array: np.ndarray, op: str = "average", team: int = 0) -> np.n
     "average"; also "min", "max", "product"), of which this rank gets its share of rows:
     rows // size, one more on each of the first rows % size ranks, in rank order."""
     s = session()
-    with s.calls.calling(team, s.team(team)):
+    with s.calls.calling(team, s.team(team), lib.MLC_KIND_REDUCESCATTER):
         return collectives.reducescatter(s, array, op, team)
 
 
@@ -387,7 +387,7 @@ def alltoall(array: np.ndarray, splits=None, team: int = 0) -> tuple[np.ndarray,
     in rank order, and an int64 array of how many came from each rank). splits=None:
     the rows split evenly over the ranks."""
     s = session()
-    with s.calls.calling(team, s.team(team)):
+    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLTOALL):
         return collectives.alltoall(s, array, splits, team)
 
 

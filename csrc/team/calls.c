@@ -68,7 +68,7 @@ void mlc_team_forget_call(mlc_team *team) {
 }
 
 int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, char *err, size_t errlen) {
-    if (!team || (kind != MLC_KIND_ALLREDUCE && kind != MLC_KIND_BROADCAST)) return MLC_ERR_ARG;
+    if (!team || kind < MLC_KIND_ALLREDUCE || kind > MLC_KIND_ALLTOALL) return MLC_ERR_ARG;
     pthread_mutex_lock(&team->lock);
     const int depth = atomic_load_explicit(&team->call.depth, memory_order_relaxed);
     const int in_call = depth > 0 && pthread_equal(team->call.thread, pthread_self());
@@ -78,6 +78,7 @@ int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, c
      * identity either, refusing before it built any op (it alone knows that). */
     if (in_call && (depth != 1 || made != 0)) return MLC_OK;
     const int64_t detail[2] = {tensor, reason};
+    if (kind != MLC_KIND_ALLREDUCE && kind != MLC_KIND_BROADCAST) return mlc_rows_refuse(team, kind, detail, err, errlen);
     return mlc_run_faulted(team, kind, MLC_FLOAT32, MLC_OP_SUM, 0, 0, 1, 0, MLC_BAD_REFUSED, detail, err, errlen);
 }
 

@@ -182,9 +182,16 @@ static int64_t *ones(int n) {
     return v;
 }
 
-int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape, int dtype,
-                            const void *input, void *carried, int *carried_done, int64_t *all_rows, char *err,
-                            size_t errlen) {
+/* The signature of a call's first request: what the caller's check found (a 0-d tensor,
+ * scalar), or the front end's refusal (refused: its tensor and reason; NULL: none). */
+static rows_sign first_sign(int row_ndim, const int64_t *row_shape, int scalar, const int64_t *refused) {
+    if (refused) return (rows_sign){row_ndim, row_shape, MLC_BAD_REFUSED, {refused[0], refused[1]}};
+    return (rows_sign){row_ndim, row_shape, scalar ? MLC_BAD_NO_ROWS : MLC_BAD_NONE, {0, 0}};
+}
+
+static int allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape, int dtype,
+                          const void *input, void *carried, int *carried_done, int64_t *all_rows,
+                          const int64_t *refused, char *err, size_t errlen) {
     const int scalar = no_rows(&row_ndim, &row_shape, &rows);
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (carried_done) *carried_done = 0;
@@ -205,8 +212,8 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     mine[team->ctx->rank] = rows;
     const mlc_rows_call call = {MLC_INT64, 8, MLC_OP_SUM, 1, (const char *)&rows, (char *)all_rows,
                                 NULL, each, 0, NULL, NULL};
-    const rows_sign sign = {row_ndim, row_shape, scalar ? MLC_BAD_NO_ROWS : MLC_BAD_NONE, {0, 0}};
-    if (scalar && !mlc_agree_wants(&team->agree, MLC_KIND_ALLGATHER, dtype)) {
+    const rows_sign sign = first_sign(row_ndim, row_shape, scalar, refused);
+    if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_ALLGATHER, dtype)) {
         free(each);
         free(mine);
         return bad_alone(team, "allgather", &sign, err, errlen);
@@ -226,8 +233,15 @@ int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const in
     }
     free(each);
     free(mine);
-    if (rc == MLC_OK && scalar) rc = fail(err, errlen, "invalid allgather arguments"); /* never: the verdict fails */
+    if (rc == MLC_OK && sign.bad_args) rc = fail(err, errlen, "invalid allgather arguments"); /* never: the verdict fails */
     return rc;
+}
+
+int mlc_team_allgather_rows(mlc_team *team, int64_t rows, int row_ndim, const int64_t *row_shape, int dtype,
+                            const void *input, void *carried, int *carried_done, int64_t *all_rows, char *err,
+                            size_t errlen) {
+    return allgather_rows(team, rows, row_ndim, row_shape, dtype, input, carried, carried_done, all_rows, NULL,
+                          err, errlen);
 }
 
 int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const int64_t *all_rows,
@@ -258,8 +272,9 @@ int mlc_team_allgatherv(mlc_team *team, const void *input, void *output, const i
                     row_elements, &sign, &call, NULL, covered, NULL, err, errlen);
 }
 
-int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows, int row_ndim,
-                           const int64_t *row_shape, int dtype, int op, char *err, size_t errlen) {
+static int reducescatter(mlc_team *team, const void *input, void *output, int64_t rows, int row_ndim,
+                         const int64_t *row_shape, int dtype, int op, const int64_t *refused, char *err,
+                         size_t errlen) {
     const int scalar = no_rows(&row_ndim, &row_shape, &rows);
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || op < 0 || op >= MLC_NUM_OPS)
@@ -276,16 +291,21 @@ int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int6
     for (int r = 0; r < n; r++) shares[r] = mlc_rows_share(rows, n, r);
     const mlc_rows_call call = {dtype, mlc_dtype_size(dtype), op, row_elements, input, output,
                                 NULL, shares, 0, &team->caller.rows_staging, NULL};
-    const rows_sign sign = {row_ndim, row_shape, scalar ? MLC_BAD_NO_ROWS : MLC_BAD_NONE, {0, 0}};
-    if (scalar && !mlc_agree_wants(&team->agree, MLC_KIND_REDUCESCATTER, dtype)) {
+    const rows_sign sign = first_sign(row_ndim, row_shape, scalar, refused);
+    if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_REDUCESCATTER, dtype)) {
         free(shares);
         return bad_alone(team, "reducescatter", &sign, err, errlen);
     }
     int rc = run_rows(team, MLC_KIND_REDUCESCATTER, dtype, op, 0, 1, elements, 0,
                       row_elements, &sign, &call, NULL, 0, NULL, err, errlen);
     free(shares);
-    if (rc == MLC_OK && scalar) rc = fail(err, errlen, "invalid reducescatter arguments"); /* never: the verdict fails */
+    if (rc == MLC_OK && sign.bad_args) rc = fail(err, errlen, "invalid reducescatter arguments"); /* never: the verdict fails */
     return rc;
+}
+
+int mlc_team_reducescatter(mlc_team *team, const void *input, void *output, int64_t rows, int row_ndim,
+                           const int64_t *row_shape, int dtype, int op, char *err, size_t errlen) {
+    return reducescatter(team, input, output, rows, row_ndim, row_shape, dtype, op, NULL, err, errlen);
 }
 
 /* The splits this rank sends into send_rows (n of them), or what is wrong with them
@@ -323,9 +343,9 @@ static void check_splits(const int64_t *splits, int nsplits, int64_t rows, int n
         for (int d = 0; d < n; d++) send_rows[d] = 0; /* nothing is ever sized from them */
 }
 
-int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits, int64_t rows, int row_ndim,
-                             const int64_t *row_shape, int dtype, int64_t *send_rows, int64_t *recv_rows,
-                             char *err, size_t errlen) {
+static int alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits, int64_t rows, int row_ndim,
+                           const int64_t *row_shape, int dtype, int64_t *send_rows, int64_t *recv_rows,
+                           const int64_t *refused, char *err, size_t errlen) {
     const int scalar = no_rows(&row_ndim, &row_shape, &rows);
     const int64_t row_elements = row_elements_of(row_ndim, row_shape);
     if (bad_rows(team, row_elements, dtype) || rows < 0 || !send_rows || !recv_rows)
@@ -333,7 +353,7 @@ int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits,
     const int n = team->ctx->size;
     rows_sign sign = {row_ndim, row_shape, MLC_BAD_NONE, {0, 0}};
     check_splits(splits, nsplits, rows, n, send_rows, &sign);
-    if (scalar) sign = (rows_sign){row_ndim, row_shape, MLC_BAD_NO_ROWS, {0, 0}};
+    if (scalar || refused) sign = first_sign(row_ndim, row_shape, scalar, refused);
     if (sign.bad_args && !mlc_agree_wants(&team->agree, MLC_KIND_ALLTOALL, dtype))
         return bad_alone(team, "alltoall", &sign, err, errlen);
     /* The n x n matrix of splits, this rank's row filled: column r is what rank r receives. */
@@ -356,6 +376,32 @@ int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits,
     free(matrix);
     free(summed);
     if (rc == MLC_OK && sign.bad_args) rc = fail(err, errlen, "invalid alltoall arguments"); /* never: the verdict fails */
+    return rc;
+}
+
+int mlc_team_alltoall_splits(mlc_team *team, const int64_t *splits, int nsplits, int64_t rows, int row_ndim,
+                             const int64_t *row_shape, int dtype, int64_t *send_rows, int64_t *recv_rows,
+                             char *err, size_t errlen) {
+    return alltoall_splits(team, splits, nsplits, rows, row_ndim, row_shape, dtype, send_rows, recv_rows, NULL,
+                           err, errlen);
+}
+
+int mlc_rows_refuse(mlc_team *team, int kind, const int64_t refused[2], char *err, size_t errlen) {
+    const int n = team->ctx->size;
+    /* What the call's first request fills, as the others' do: an allgather may carry rows. */
+    int64_t *counts = calloc((size_t)2 * n, sizeof *counts);
+    char *carried = malloc(MLC_ROWS_CARRY_BYTES);
+    int done = 0, rc = MLC_ERR_NOMEM;
+    if (counts && carried) {
+        if (kind == MLC_KIND_ALLGATHER)
+            rc = allgather_rows(team, 0, 0, NULL, MLC_FLOAT32, NULL, carried, &done, counts, refused, err, errlen);
+        else if (kind == MLC_KIND_REDUCESCATTER)
+            rc = reducescatter(team, NULL, NULL, 0, 0, NULL, MLC_FLOAT32, MLC_OP_SUM, refused, err, errlen);
+        else
+            rc = alltoall_splits(team, NULL, 0, 0, 0, NULL, MLC_FLOAT32, counts, counts + n, refused, err, errlen);
+    }
+    free(counts);
+    free(carried);
     return rc;
 }
 

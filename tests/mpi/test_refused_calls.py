@@ -1,8 +1,8 @@
 """An argument that only one rank finds wrong (a None among its gradients, a read-only
-buffer): that rank raises its own error, naming the argument; every other rank's
-matching call fails at once with BadArgumentError naming that rank and the argument,
-instead of waiting for a request the rank never makes; then every rank goes on in step
-(an exact average after each case).
+buffer, a collective of rows' input): that rank raises its own error, naming the
+argument; every other rank's matching call fails at once with BadArgumentError naming
+that rank and the argument, instead of waiting for a request the rank never makes; then
+every rank goes on in step (an exact average after each case).
 
 The last rank makes the bad call; at 1 rank there is no other rank to tell."""
 
@@ -106,6 +106,35 @@ CASES = [
         lambda: mc.check_buffers_match(_ones(2) + [None]),
         mc.BadArgumentTypeError,
         "tensor 1 of its list is None, not an array",
+    ),
+    Case(
+        "allgather of None",
+        lambda: mc.allgather(np.ones((3, 2), np.float32)),
+        lambda: mc.allgather(None),
+        mc.BadArgumentTypeError,
+        "an argument is None, not an array",
+    ),
+    Case(
+        # Rows past the agreement's payload on the good ranks: a data request follows.
+        "allgather of strings against large rows",
+        lambda: mc.allgather(np.ones((40000, 3), np.float32)),
+        lambda: mc.allgather(np.array([["x"] * 3])),
+        mc.BadArgumentTypeError,
+        "an argument has a dtype the call does not take",
+    ),
+    Case(
+        "reducescatter of a list",
+        lambda: mc.reducescatter(np.ones((8, 2), np.float32)),
+        lambda: mc.reducescatter([[1.0, 2.0]] * 8),
+        mc.BadArgumentTypeError,
+        "an argument is not an array",
+    ),
+    Case(
+        "alltoall of strings",
+        lambda: mc.alltoall(np.ones((12, 2), np.float32)),
+        lambda: mc.alltoall(np.array([["x", "y"]] * 12)),
+        mc.BadArgumentTypeError,
+        "an argument has a dtype the call does not take",
     ),
     Case(
         "broadcast of a read-only value",

@@ -17,6 +17,7 @@ import pytest
 from mpi_helpers import Checks, expected_average, make_input
 
 import ml_comm as mc
+from ml_comm.arrays import collectives
 
 
 class Boom(Exception):
@@ -122,38 +123,51 @@ def test_one_array_calls_sign_with_the_step_they_are_in(pair):
     c.finish()
 
 
-@pytest.mark.parametrize("call", ["average", "allgather"])
-def test_unmarked_a_call_that_raised_on_one_rank(pair, call):
-    """No steps marked: rank n-1's call fails before it reaches the others (an argument
-    only it has wrong); the calls after are exact. The others' average fails at once,
-    told why (mlc_team_refuse_call); their allgather, whose front end does not tell,
-    fails once rank n-1's next call shows it ahead."""
+class Interrupted(BaseException):
+    """What a KeyboardInterrupt is to a call: no Exception, so the call is not told."""
+
+
+def interrupted(*args, **kwargs):
+    raise Interrupted  # as Ctrl-C would, while the call reads its input
+
+
+@pytest.mark.parametrize("call", ["average", "allgather", "interrupted"])
+def test_unmarked_a_call_that_raised_on_one_rank(pair, call, monkeypatch):
+    """No steps marked: rank n-1's call fails before it reaches the others; the calls
+    after are exact. For an argument only it has wrong, the others' average or allgather
+    fails at once, told why (mlc_team_refuse_call); an interruption (no Exception) is not
+    told, and the others' call fails once rank n-1's next call shows it ahead."""
     c = Checks()
     last = pair.nranks - 1
     seen = []
     for k in range(4):
         x = make_input(pair.rank, (5,), np.float32, k)
-        arg = np.array(["x"]) if (pair.rank == last and k == 1) else x  # strings: refused here
+        wrong = pair.rank == last and k == 1
+        arg = np.array(["x"]) if wrong and call != "interrupted" else x  # strings: refused
+        if wrong and call == "interrupted":
+            monkeypatch.setattr(collectives, "_input", interrupted)
         try:
             if call == "average":
                 out = mc.average(arg.copy())
                 want = expected_average((5,), np.float32, pair.nranks, k)
             else:
-                out = mc.allgather(arg.copy())
+                out = mc.allgather(arg)
                 want = np.concatenate(
                     [make_input(r, (5,), np.float32, k) for r in range(pair.nranks)]
                 )
             c.equal(out, want, f"call {k}")
-        except (TypeError, ValueError, mc.MLCommError) as e:
+        except (TypeError, ValueError, mc.MLCommError, Interrupted) as e:
             seen.append((k, type(e).__name__, str(e)))
+        monkeypatch.undo()
     c.true([s[0] for s in seen] == [1], f"rank {pair.rank}: {seen}")
     if pair.rank != last:
         text = seen[0][2] if seen else ""
-        if call == "average":
-            want = f"rank {last}: an argument has a dtype the call does not take"
-            c.true(want in text and "invalid allreduce arguments" in text, f"{text!r}")
-        else:
+        if call == "interrupted":
             c.true(f"rank {last} is at call" in text and "(1 call behind)" in text, f"{text!r}")
+        else:
+            want = f"rank {last}: an argument has a dtype the call does not take"
+            name = "allreduce" if call == "average" else "allgather"
+            c.true(want in text and f"invalid {name} arguments" in text, f"{text!r}")
     c.finish()
 
 

@@ -15,8 +15,11 @@ ODD is the rank that does something wrong; every rank prints "rank R CASE: ok" o
                               others raise at step 2 naming it, step 3 on is exact
                  mid_step     ODD raises between the two calls of step 4: the others raise
                               at its second call, step 5 on is exact
-                 skipped      no steps marked: ODD's call raises before it reaches the
-                              others; theirs raises naming it, the next call is exact
+                 refused      no steps marked: ODD's average, then its allgather, refuses
+                              an argument: the others' fail at once naming it
+                 skipped      no steps marked: ODD's allgather is interrupted (no Exception:
+                              not told) before it reaches the others; theirs raises at
+                              ODD's next call, naming it, the next call is exact
   cross_order  ranks below ODD average on team 0 then team 1, the others the other way
                round: the deadlock check ends the job (ML_COMM_DEADLOCK_SECONDS)
 TOKEN is only there so that the test can find this job's processes in /proc.
@@ -37,6 +40,14 @@ os.environ.setdefault("ML_COMM_WEIGHTS_CHECK", "0")
 
 class Boom(Exception):
     pass
+
+
+class Interrupted(BaseException):
+    """What a KeyboardInterrupt is to a call: no Exception, so the call is not told."""
+
+
+def interrupted(*args, **kwargs):
+    raise Interrupted
 
 
 def values(rank: int, count: int, seed: int) -> np.ndarray:
@@ -168,17 +179,25 @@ class Job:
                     problems.append(f"step {i}: {kind} {text[:300]!r}")
         return problems
 
-    def raised_on_one_rank(self, call: str) -> list[str]:
-        """Call 1 raises on the odd rank before it reaches the others. An average is
-        refused there (every other rank fails at once, told why); an allgather, whose front
-        end does not tell, is found at the odd rank's next call, which counts it ahead."""
+    def raised_on_one_rank(self, call: str, interrupt: bool = False) -> list[str]:
+        """Call 1 raises on the odd rank before it reaches the others. An argument only it
+        finds wrong is refused there (every other rank fails at once, told why); an
+        interruption is not told, and is found at the odd rank's next call, which counts
+        it ahead."""
+        from ml_comm.arrays import collectives
+
         problems: list[str] = []
-        told = {
-            "average": f"rank {self.odd}: an argument has a dtype the call does not take",
-            "allgather": f"rank {self.odd} is at call",
-        }[call]
+        told = (
+            f"rank {self.odd} is at call"
+            if interrupt
+            else f"rank {self.odd}: an argument has a dtype the call does not take"
+        )
         for k in range(3):
-            arg = np.array(["x"]) if (self.rank == self.odd and k == 1) else values(self.rank, 6, k)
+            wrong = self.rank == self.odd and k == 1
+            arg = np.array(["x"]) if wrong and not interrupt else values(self.rank, 6, k)
+            read = collectives._input
+            if wrong and interrupt:
+                collectives._input = interrupted  # as Ctrl-C would, while it reads its input
             try:
                 if call == "average":
                     out, want = mc.average(arg), average_of(self.n, 6, k)
@@ -189,11 +208,13 @@ class Job:
                     problems.append("call 1 did not raise")
                 elif out.tobytes() != want.tobytes():
                     problems.append(f"call {k} is not exact")
-            except (TypeError, mc.MLCommError) as e:
+            except (TypeError, mc.MLCommError, Interrupted) as e:
                 if k != 1:
-                    problems.append(f"call {k} raised {e}")
+                    problems.append(f"call {k} raised {e!r}")
                 elif self.rank != self.odd and told not in str(e):
                     problems.append(f"call 1 does not say {told!r}: {e}")
+            finally:
+                collectives._input = read
         return problems
 
 
@@ -209,8 +230,11 @@ def main() -> int:
             ("ahead", job.ahead),
             ("left_step", lambda: job.steps(2, 0)),
             ("mid_step", lambda: job.steps(4, 1)),
-            ("refused", lambda: job.raised_on_one_rank("average")),
-            ("skipped", lambda: job.raised_on_one_rank("allgather")),
+            (
+                "refused",
+                lambda: job.raised_on_one_rank("average") + job.raised_on_one_rank("allgather"),
+            ),
+            ("skipped", lambda: job.raised_on_one_rank("allgather", interrupt=True)),
         ):
             job.report(case, run())
     elif mode == "cross_order":
