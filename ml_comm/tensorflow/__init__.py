@@ -11,34 +11,18 @@ produced it. The op library is compiled on first use and cached
 
 from __future__ import annotations
 
-import contextlib
-
 import tensorflow as tf
 
 from .._core import lib
 from ..arrays.buffers import dims_digest
-from ..core import dtypes as _dtypes
-from ..core.calls import refusing
-from ..core.errors import BadArgumentTypeError, MLCommError, refused
+from ..core.errors import BadArgumentTypeError, MLCommError
 from ..core.layout import fused_order
 from ..core.session import is_pipelined
+from .arguments import CODES, by_dtype, checking, tensor_of, tensors_of
+from .arguments import REDUCED as REDUCED  # the dtypes the ops reduce, and move
+from .arguments import SUPPORTED as SUPPORTED
 from .errors import raising_typed
-from .library import (
-    _chain,
-    _group_keys,
-    _last_anchor,
-    handle_of,
-    load_ops,
-    reset_pipelines,
-    set_live,
-)
-
-# The core's dtypes (by their NumPy names, which TensorFlow shares), in the core's order,
-# and their codes, for the mask of a call's dtypes that ranks compare.
-CODES = {tf.as_dtype(name): code for code, name in _dtypes.NAMES.items()}
-SUPPORTED = tuple(CODES)
-# The ones the reductions take (bool is only moved).
-REDUCED = tuple(tf.as_dtype(d) for d in _dtypes.REDUCED_CODES)
+from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live
 
 
 def attr_digest(tensor) -> int:
@@ -46,45 +30,6 @@ def attr_digest(tensor) -> int:
     int64 that an op's attribute holds."""
     d = dims_digest(tuple(tensor.shape.as_list()))
     return d - (1 << 64) if d >= 1 << 63 else d
-
-
-def _tensors(values, what: str) -> dict[int, tf.Tensor]:
-    """values' tensors by their place in the list, None skipped. IndexedSlices (embedding
-    gradients) become dense: the reduction is over the whole variable either way, and a
-    dense sum is exact and order-independent."""
-    tensors = {}
-    for i, value in enumerate(values):
-        if value is None:
-            continue
-        try:
-            tensors[i] = tf.convert_to_tensor(value)
-        except (TypeError, ValueError) as exc:
-            error = BadArgumentTypeError(f"{what}[{i}] is not a tensor: {exc}")
-            raise refused(error, "MLC_REFUSED_NOT_ARRAY", i) from None
-    return tensors
-
-
-def _by_dtype(tensors: dict[int, tf.Tensor], reduces: bool) -> dict[tf.DType, list[int]]:
-    groups: dict[tf.DType, list[int]] = {}
-    allowed = REDUCED if reduces else SUPPORTED
-    for i, t in tensors.items():
-        if t.dtype not in allowed:
-            names = ", ".join(d.name for d in allowed)
-            what = "reduce" if reduces else "move"
-            error = BadArgumentTypeError(
-                f"ml_comm cannot {what} dtype {t.dtype.name}; supported: {names}"
-            )
-            raise refused(error, "MLC_REFUSED_DTYPE", i)
-        groups.setdefault(t.dtype, []).append(i)
-    return groups
-
-
-def _checking(team_id: int, kind: int):
-    """The block in which a call checks its arguments, before it builds any op: what it
-    raises there on this rank is told to the other ranks' matching op (core/calls.py's
-    refusing), which would wait for this rank's otherwise."""
-    handle = handle_of(team_id)
-    return contextlib.nullcontext() if handle is None else refusing(handle, kind)
 
 
 @raising_typed
@@ -103,13 +48,13 @@ def gradients(
     check_weights: the gradients of a training step, so in a graph each run is judged by
     the check that the job shares its weights (eagerly the caller judges the call)."""
     ops = load_ops()
-    with _checking(team_id, lib.MLC_KIND_ALLREDUCE):
+    with checking(team_id, lib.MLC_KIND_ALLREDUCE):
         if not isinstance(grads, (list, tuple)):
             raise BadArgumentTypeError(
                 f"gradients takes a list of tensors, got {type(grads).__name__}"
             )
-        dense = _tensors(grads, "gradients")
-        groups = _by_dtype(dense, reduces=True)
+        dense = tensors_of(grads, "gradients")
+        groups = by_dtype(dense, reduces=True)
     result: list = [None] * len(grads)
     pipelined = is_pipelined(ksteps, max_steps)
     # Each dtype's op says which part of the call it is and all the call's dtypes: ranks
@@ -210,13 +155,9 @@ def broadcast(values, team_id: int, root: int):
     ops = load_ops()
     single = not isinstance(values, (list, tuple))
     items = [values] if single else list(values)
-    with _checking(team_id, lib.MLC_KIND_BROADCAST):
-        for i, item in enumerate(items):
-            if item is None:
-                error = BadArgumentTypeError(f"broadcast values[{i}] is None, not a tensor")
-                raise refused(error, "MLC_REFUSED_NONE", i)
-        dense = _tensors(items, "broadcast values")
-        groups = _by_dtype(dense, reduces=False)
+    with checking(team_id, lib.MLC_KIND_BROADCAST):
+        dense = {i: tensor_of(v, f"broadcast values[{i}]", i) for i, v in enumerate(items)}
+        groups = by_dtype(dense, reduces=False)
     result: list = [None] * len(items)
     # In a v1 graph a broadcast runs on its own (once, before training: a SessionRunHook
     # runs it once the session exists, in the Cray listings), so it is not chained to the

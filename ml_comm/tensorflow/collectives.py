@@ -11,6 +11,7 @@ import tensorflow as tf
 from .._core import lib
 from ..arrays.collectives import op_code
 from ..core.errors import StateError
+from .arguments import checking, tensor_of
 from .errors import raising_typed
 from .library import _chain, _last_anchor, live_team, load_ops, team_number
 
@@ -39,9 +40,9 @@ def _ordered(team_id: int, make):
 @raising_typed
 def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
     """`tensor` reduced over all ranks: op "sum", "average", "min", "max" or "product"."""
-    code = op_code(op, "allreduce")
     team_id, _ = _team(team)
-    t = tf.convert_to_tensor(tensor)
+    with checking(team_id, lib.MLC_KIND_ALLREDUCE):
+        code, t = op_code(op, "allreduce"), tensor_of(tensor, "allreduce's tensor")
     ops = load_ops()
     return _ordered(team_id, lambda: ops.ml_comm_allreduce_op([t], team_id=team_id, op=code))[0]
 
@@ -50,7 +51,8 @@ def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
 def allgather(tensor, team: int = 0) -> tf.Tensor:
     """Every rank's rows, concatenated in rank order; the first dimension may differ by rank."""
     team_id, _ = _team(team)
-    t = tf.convert_to_tensor(tensor)
+    with checking(team_id, lib.MLC_KIND_ALLGATHER):
+        t = tensor_of(tensor, "allgather's tensor")
     ops = load_ops()
     return _ordered(team_id, lambda: ops.ml_comm_allgather(t, team_id=team_id))
 
@@ -59,9 +61,9 @@ def allgather(tensor, team: int = 0) -> tf.Tensor:
 def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
     """The rows reduced over all ranks with op; this rank's share: rows // size, one more on
     the first rows % size ranks, in rank order."""
-    code = op_code(op, "reducescatter")
     team_id, _ = _team(team)
-    t = tf.convert_to_tensor(tensor)
+    with checking(team_id, lib.MLC_KIND_REDUCESCATTER):
+        code, t = op_code(op, "reducescatter"), tensor_of(tensor, "reducescatter's tensor")
     ops = load_ops()
     return _ordered(team_id, lambda: ops.ml_comm_reducescatter(t, team_id=team_id, op=code))
 
@@ -73,11 +75,10 @@ def alltoall(tensor, splits=None, team: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     number, a negative one, their sum, or rows that do not divide evenly) fail the op on
     every rank, naming each such rank."""
     team_id, _ = _team(team)
-    t = tf.convert_to_tensor(tensor)
     evenly = splits is None
-    if evenly:
-        splits = tf.zeros([0], tf.int64)
-    splits = tf.convert_to_tensor(splits)
+    with checking(team_id, lib.MLC_KIND_ALLTOALL):
+        t = tensor_of(tensor, "alltoall's tensor")
+        splits = tensor_of(tf.zeros([0], tf.int64) if evenly else splits, "alltoall's splits")
     # Splits that are not integers go to the core as no list at all (a 2-D tensor), so
     # that every rank fails with this rank named, as for any other wrong splits.
     splits = tf.cast(splits, tf.int64) if splits.dtype.is_integer else tf.zeros([0, 0], tf.int64)

@@ -1,5 +1,6 @@
 """The TensorFlow front end's arguments that only one rank finds wrong (a string tensor
-among the gradients, something that is no tensor, a None to broadcast): that rank raises
+among the gradients, something that is no tensor, a None to broadcast or to gather, an
+unknown op): that rank raises
 its own error before it builds any op, eagerly or while tracing a tf.function; every other
 rank's matching op fails at once with InvalidArgumentError (ml_comm's BadArgumentError)
 naming that rank and the argument, instead of waiting for an op the rank never runs; then
@@ -19,6 +20,7 @@ from mpi_helpers import Checks, expected_average, make_input
 from tf_helpers import check_kind, module_session_fixture, to_numpy
 
 import ml_comm as mc
+import ml_comm.tensorflow as mtf
 
 pytestmark = pytest.mark.mpi
 
@@ -62,6 +64,34 @@ CASES = [
         "an argument is of a type the call does not take",
     ),
     Case(
+        "allreduce of an unknown op",
+        lambda: mtf.allreduce(tf.ones([5]), "max"),
+        lambda: mtf.allreduce(tf.ones([5]), "mean"),
+        "op must be one of",
+        "an argument failed the call's check",
+    ),
+    Case(
+        "allgather of a None",
+        lambda: mtf.allgather(tf.ones([3, 2])),
+        lambda: mtf.allgather(None),
+        "allgather's tensor is None",
+        "an argument is None, not an array",
+    ),
+    Case(
+        "reducescatter of no tensor",
+        lambda: mtf.reducescatter(tf.ones([8, 2])),
+        lambda: mtf.reducescatter(object()),
+        "reducescatter's tensor is not a tensor",
+        "an argument is not an array",
+    ),
+    Case(
+        "alltoall splits of no tensor",
+        lambda: mtf.alltoall(tf.ones([12, 2])),
+        lambda: mtf.alltoall(tf.ones([12, 2]), splits=object()),
+        "alltoall's splits is not a tensor",
+        "an argument is not an array",
+    ),
+    Case(
         "broadcast of a None",
         lambda: mc.broadcast(_ones(2, 5)),
         lambda: mc.broadcast(_ones(2) + [None]),
@@ -92,7 +122,7 @@ def test_one_rank_refuses_its_call(tf_session, case, mode):
     c = Checks()
     last = tf_session.nranks - 1
     if tf_session.rank == last:
-        c.raises(mc.BadArgumentTypeError, call, mode, case.bad, words=(case.local,))
+        c.raises(mc.BadArgumentError, call, mode, case.bad, words=(case.local,))
     else:
         told = (f"rank {last}: {case.told}",)
         e = c.raises(tf.errors.InvalidArgumentError, call, mode, case.good, words=told)
