@@ -284,13 +284,13 @@ void mlc_fill_request(mlc_request *req, mlc_team *team, int kind, const mlc_tens
 /* A blocking call of this rank that failed its own check (MLC_BAD_*, detail as agree.h says):
  * it takes its place, carries no data and fails on every rank with the verdict's message
  * naming this rank; where no check runs (one rank, checks off), on this rank alone. */
+int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
+                    int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen);
 /* A collective of rows (allgather, reducescatter, alltoall: kind) that the front end
  * refused on this rank (mlc_team_refuse_call): its first request with no rows, signed with
  * MLC_BAD_REFUSED and refused (tensor, reason), which every rank's matching request fails
  * (rows.c). Never MLC_OK where a check runs. */
 int mlc_rows_refuse(mlc_team *team, int kind, const int64_t refused[2], char *err, size_t errlen);
-int mlc_run_faulted(mlc_team *team, int kind, int dtype, int op, int root, int part, int nparts,
-                    int call_dtypes, int bad, const int64_t detail[2], char *err, size_t errlen);
 /* A blocking allreduce with no data whose signature carries what this rank's own scan of a
  * call's input found (staged.c): every rank makes it, and it fails on every rank with
  * MLC_ERR_NONFINITE, naming the ranks and tensors, where any rank found NaN/Inf. */

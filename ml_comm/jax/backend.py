@@ -5,6 +5,8 @@ backend of the same session."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager, suppress
+
 import numpy as np
 
 from .._core import ffi, lib
@@ -14,6 +16,29 @@ from ..core.errors import BadArgumentError, BadArgumentTypeError, refused
 from ..core.session import Session, is_pipelined
 from ..core.weights_notice import layout
 from . import average, handler, is_traced
+
+
+def _dispatched_have_run() -> None:
+    """Wait for the computations this process dispatched (JAX runs them asynchronously):
+    their custom calls' requests must come before a request that Python makes now."""
+    import jax
+
+    jax.effects_barrier()  # the io_callback fallback's calls
+    for array in jax.live_arrays():  # the outputs of every step still running
+        with suppress(Exception):  # its own failure is its caller's to raise
+            array.block_until_ready()
+
+
+@contextmanager
+def _told(telling):
+    """What a call's checks raise is told by telling() (a context manager that tells what
+    leaves it) after the calls dispatched before it, as this call's request would have."""
+    try:
+        yield
+    except Exception:
+        _dispatched_have_run()
+        with telling():
+            raise
 
 
 class JaxBackend:
@@ -50,20 +75,22 @@ class JaxBackend:
                 self.session.weights.step(team, layout(arrays))
             return self.host.gradients(arrays, team)
 
-        def checking():
+        def telling():
             handle = self.session.team(team)
             if team_id is None:  # as the call of the NumPy path that io_callback would make
                 return self.session.calls.failing(team, handle, lib.MLC_KIND_ALLREDUCE)
             return refusing(handle, lib.MLC_KIND_ALLREDUCE)  # as the custom call: no identity
 
-        return average(grads, team_id, host_average, compiled, checking)
+        return average(grads, team_id, host_average, compiled, lambda: _told(telling))
 
     def runs_eagerly(self, grads) -> bool:
         return isinstance(grads, (list, tuple)) and not is_traced(grads)
 
     def broadcast(self, values, root: int, team: int = 0):
-        # One call as the NumPy API's (the host copies are broadcast through it): an
-        # argument that only this rank finds wrong is told to the others' broadcast.
+        # One call as the NumPy API's (the host copies are broadcast through it), after the
+        # steps dispatched before: an argument that only this rank finds wrong is told to
+        # the others' broadcast.
+        _dispatched_have_run()
         calls = self.session.calls
         with calls.calling(team, self.session.team(team), lib.MLC_KIND_BROADCAST):
             return self._broadcast(values, root, team)

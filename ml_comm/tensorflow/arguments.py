@@ -29,18 +29,24 @@ def tensors_of(values, what: str) -> dict[int, tf.Tensor]:
 
 
 def by_dtype(tensors: dict[int, tf.Tensor], reduces: bool) -> dict[tf.DType, list[int]]:
+    """The tensors' places grouped by dtype (first-seen order), each dtype checked."""
     groups: dict[tf.DType, list[int]] = {}
-    allowed = REDUCED if reduces else SUPPORTED
     for i, t in tensors.items():
-        if t.dtype not in allowed:
-            names = ", ".join(d.name for d in allowed)
-            what = "reduce" if reduces else "move"
-            error = BadArgumentTypeError(
-                f"ml_comm cannot {what} dtype {t.dtype.name}; supported: {names}"
-            )
-            raise refused(error, "MLC_REFUSED_DTYPE", i)
-        groups.setdefault(t.dtype, []).append(i)
+        groups.setdefault(checked_dtype(t, reduces, i), []).append(i)
     return groups
+
+
+def checked_dtype(tensor: tf.Tensor, reduces: bool, place: int = -1) -> tf.DType:
+    """The tensor's dtype, one the call takes (reduces: a reduction's, which moves no bool)."""
+    allowed = REDUCED if reduces else SUPPORTED
+    if tensor.dtype not in allowed:
+        names = ", ".join(d.name for d in allowed)
+        what = "reduce" if reduces else "move"
+        error = BadArgumentTypeError(
+            f"ml_comm cannot {what} dtype {tensor.dtype.name}; supported: {names}"
+        )
+        raise refused(error, "MLC_REFUSED_DTYPE", place)
+    return tensor.dtype
 
 
 def checking(team_id: int, kind: int):

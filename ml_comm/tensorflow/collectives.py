@@ -11,7 +11,7 @@ import tensorflow as tf
 from .._core import lib
 from ..arrays.collectives import op_code
 from ..core.errors import StateError
-from .arguments import checking, tensor_of
+from .arguments import checked_dtype, checking, tensor_of
 from .errors import raising_typed
 from .library import _chain, _last_anchor, live_team, load_ops, team_number
 
@@ -43,6 +43,7 @@ def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
     team_id, _ = _team(team)
     with checking(team_id, lib.MLC_KIND_ALLREDUCE):
         code, t = op_code(op, "allreduce"), tensor_of(tensor, "allreduce's tensor")
+        checked_dtype(t, reduces=True)
     ops = load_ops()
     return _ordered(team_id, lambda: ops.ml_comm_allreduce_op([t], team_id=team_id, op=code))[0]
 
@@ -53,6 +54,7 @@ def allgather(tensor, team: int = 0) -> tf.Tensor:
     team_id, _ = _team(team)
     with checking(team_id, lib.MLC_KIND_ALLGATHER):
         t = tensor_of(tensor, "allgather's tensor")
+        checked_dtype(t, reduces=False)
     ops = load_ops()
     return _ordered(team_id, lambda: ops.ml_comm_allgather(t, team_id=team_id))
 
@@ -64,6 +66,7 @@ def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
     team_id, _ = _team(team)
     with checking(team_id, lib.MLC_KIND_REDUCESCATTER):
         code, t = op_code(op, "reducescatter"), tensor_of(tensor, "reducescatter's tensor")
+        checked_dtype(t, reduces=True)
     ops = load_ops()
     return _ordered(team_id, lambda: ops.ml_comm_reducescatter(t, team_id=team_id, op=code))
 
@@ -78,6 +81,7 @@ def alltoall(tensor, splits=None, team: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     evenly = splits is None
     with checking(team_id, lib.MLC_KIND_ALLTOALL):
         t = tensor_of(tensor, "alltoall's tensor")
+        checked_dtype(t, reduces=False)
         splits = tensor_of(tf.zeros([0], tf.int64) if evenly else splits, "alltoall's splits")
     # Splits that are not integers go to the core as no list at all (a 2-D tensor), so
     # that every rank fails with this rank named, as for any other wrong splits.

@@ -186,6 +186,41 @@ def test_an_argument_only_one_rank_finds_wrong(session, how, bad, local, told):
     checks.finish()
 
 
+def test_a_refusal_comes_after_the_steps_dispatched_before(session):
+    """JAX runs a jitted step asynchronously: the last rank dispatches one whose custom
+    call waits for a long computation, then makes a call it refuses. The refusal must
+    reach the others after that step's request: their step is exact, and their next call
+    is the one that fails, naming the refusal."""
+    rank, nranks = session
+    if nranks < 2:
+        pytest.skip("one rank has no other rank to tell")
+    w = jnp.eye(256, dtype=jnp.float32)
+
+    @jax.jit
+    def step(x):
+        for _ in range(200):  # a step's worth of work before its gradient exists
+            x = x @ w
+        return mc.gradients([x])[0]
+
+    x = jnp.full((256, 256), float(rank), jnp.float32)
+    want = np.full((256, 256), (nranks - 1) / 2, np.float32)
+    checks = Checks()
+    check_all(checks, [step(x)], [want], "the compiled step")  # compiled once everywhere
+    last = nranks - 1
+    if rank == last:
+        out = step(x)  # dispatched: still running when the next call is refused
+        checks.raises(
+            mc.BadArgumentTypeError, lambda: mc.gradients([x, "abc"]), words=("not an array",)
+        )
+        check_all(checks, [out], [want], "the step dispatched before the refusal")
+    else:
+        check_all(checks, [step(x)], [want], "the step")
+        told = f"rank {last}: tensor 1 of its list is not an array"
+        error = checks.raises(Exception, lambda: mc.gradients([x, x]), words=(told,))
+        checks.true(error is None or "No rank moved any data" in str(error), str(error))
+    checks.finish()
+
+
 def test_broadcast_of_a_none_on_one_rank(session):
     """Told to the others' broadcast, which fails naming that rank; the next is exact."""
     rank, nranks = session

@@ -78,11 +78,25 @@ CASES = [
         "an argument is None, not an array",
     ),
     Case(
+        "allgather of strings",
+        lambda: mtf.allgather(tf.ones([3, 2])),
+        lambda: mtf.allgather(tf.constant([["a", "b"]])),
+        "cannot move dtype string",
+        "an argument has a dtype the call does not take",
+    ),
+    Case(
         "reducescatter of no tensor",
         lambda: mtf.reducescatter(tf.ones([8, 2])),
         lambda: mtf.reducescatter(object()),
         "reducescatter's tensor is not a tensor",
         "an argument is not an array",
+    ),
+    Case(
+        "reducescatter of bools",
+        lambda: mtf.reducescatter(tf.ones([8, 2])),
+        lambda: mtf.reducescatter(tf.ones([8, 2], tf.bool)),
+        "cannot reduce dtype bool",
+        "an argument has a dtype the call does not take",
     ),
     Case(
         "alltoall splits of no tensor",
