@@ -23,9 +23,11 @@ def _dispatched_have_run() -> None:
     their custom calls' requests must come before a request that Python makes now."""
     import jax
 
-    jax.effects_barrier()  # the io_callback fallback's calls
+    # A step that failed raises here again: that is its caller's error, raised already.
+    with suppress(Exception):
+        jax.effects_barrier()  # the io_callback fallback's calls
     for array in jax.live_arrays():  # the outputs of every step still running
-        with suppress(Exception):  # its own failure is its caller's to raise
+        with suppress(Exception):
             array.block_until_ready()
 
 
