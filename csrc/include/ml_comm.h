@@ -409,9 +409,9 @@ enum mlc_refusal {
 /* The calling thread's call (mlc_team_begin_call) failed on this rank before it made any
  * request, perhaps on this rank alone (an argument only it finds wrong): a request of
  * `kind` (MLC_KIND_*; of a collective of rows, its first request) with no data takes its
- * place, which every rank's matching request fails with MLC_ERR_ARG, naming this rank, `tensor` (its
- * place in the call's list; -1: none said) and `reason` (MLC_REFUSED_*), instead of the
- * others waiting for a request this rank never makes. MLC_OK, doing nothing, where the
+ * place, which every rank's matching request fails with MLC_ERR_ARG, naming this rank,
+ * `tensor` (its place in the call's list; -1: none said) and `reason` (MLC_REFUSED_*),
+ * instead of the others waiting for a request this rank never makes. MLC_OK, doing nothing, where the
  * call made a request already, was forgotten, or is nested in another; else the
  * request's status (MLC_ERR_ARG when the ranks met), err saying why. Called outside any
  * call of the thread (a framework's ops, whose requests carry no identity, before the

@@ -78,7 +78,8 @@ int mlc_team_refuse_call(mlc_team *team, int kind, int64_t tensor, int reason, c
      * identity either, refusing before it built any op (it alone knows that). */
     if (in_call && (depth != 1 || made != 0)) return MLC_OK;
     const int64_t detail[2] = {tensor, reason};
-    if (kind != MLC_KIND_ALLREDUCE && kind != MLC_KIND_BROADCAST) return mlc_rows_refuse(team, kind, detail, err, errlen);
+    if (kind != MLC_KIND_ALLREDUCE && kind != MLC_KIND_BROADCAST)
+        return mlc_rows_refuse(team, kind, detail, err, errlen); /* its first request, with no rows */
     return mlc_run_faulted(team, kind, MLC_FLOAT32, MLC_OP_SUM, 0, 0, 1, 0, MLC_BAD_REFUSED, detail, err, errlen);
 }
 
