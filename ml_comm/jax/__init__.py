@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 import jax
 import numpy as np
 
-from ..core import dtypes as _dtypes
+from ..arrays.buffers import dtype_code
 from ..core.errors import BadArgumentTypeError, refused
 from ..core.layout import fused_order
 from . import handler
@@ -61,10 +61,7 @@ def _groups(arrays: dict[int, jax.Array]) -> list[list[int]]:
     by_dtype: dict[np.dtype, list[int]] = {}
     for i, a in arrays.items():
         dtype = np.dtype(a.dtype)
-        try:
-            _dtypes.code_of(dtype, reduces=True)  # naming the dtypes the core reduces
-        except BadArgumentTypeError as error:
-            raise refused(error, "MLC_REFUSED_DTYPE", i) from None
+        dtype_code(dtype, reduces=True, tensor=i)  # naming the dtypes the core reduces
         by_dtype.setdefault(dtype, []).append(i)
     return [fused_order([arrays[i].ndim for i in idx], idx) for idx in by_dtype.values()]
 

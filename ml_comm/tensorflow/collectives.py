@@ -10,8 +10,9 @@ import tensorflow as tf
 
 from .._core import lib
 from ..arrays.collectives import op_code
+from ..core.calls import refusing
 from ..core.errors import StateError
-from .arguments import checked_dtype, checking, tensor_of
+from .arguments import checked_dtype, tensor_of
 from .errors import raising_typed
 from .library import _chain, _last_anchor, live_team, load_ops, team_number
 
@@ -40,8 +41,8 @@ def _ordered(team_id: int, make):
 @raising_typed
 def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
     """`tensor` reduced over all ranks: op "sum", "average", "min", "max" or "product"."""
-    team_id, _ = _team(team)
-    with checking(team_id, lib.MLC_KIND_ALLREDUCE):
+    team_id, handle = _team(team)
+    with refusing(handle, lib.MLC_KIND_ALLREDUCE):
         code, t = op_code(op, "allreduce"), tensor_of(tensor, "allreduce's tensor")
         checked_dtype(t, reduces=True)
     ops = load_ops()
@@ -51,8 +52,8 @@ def allreduce(tensor, op: str = "sum", team: int = 0) -> tf.Tensor:
 @raising_typed
 def allgather(tensor, team: int = 0) -> tf.Tensor:
     """Every rank's rows, concatenated in rank order; the first dimension may differ by rank."""
-    team_id, _ = _team(team)
-    with checking(team_id, lib.MLC_KIND_ALLGATHER):
+    team_id, handle = _team(team)
+    with refusing(handle, lib.MLC_KIND_ALLGATHER):
         t = tensor_of(tensor, "allgather's tensor")
         checked_dtype(t, reduces=False)
     ops = load_ops()
@@ -63,8 +64,8 @@ def allgather(tensor, team: int = 0) -> tf.Tensor:
 def reducescatter(tensor, op: str = "average", team: int = 0) -> tf.Tensor:
     """The rows reduced over all ranks with op; this rank's share: rows // size, one more on
     the first rows % size ranks, in rank order."""
-    team_id, _ = _team(team)
-    with checking(team_id, lib.MLC_KIND_REDUCESCATTER):
+    team_id, handle = _team(team)
+    with refusing(handle, lib.MLC_KIND_REDUCESCATTER):
         code, t = op_code(op, "reducescatter"), tensor_of(tensor, "reducescatter's tensor")
         checked_dtype(t, reduces=True)
     ops = load_ops()
@@ -77,9 +78,9 @@ def alltoall(tensor, splits=None, team: int = 0) -> tuple[tf.Tensor, tf.Tensor]:
     and how many came from each rank, int64). Splits that are wrong on any rank (their
     number, a negative one, their sum, or rows that do not divide evenly) fail the op on
     every rank, naming each such rank."""
-    team_id, _ = _team(team)
+    team_id, handle = _team(team)
     evenly = splits is None
-    with checking(team_id, lib.MLC_KIND_ALLTOALL):
+    with refusing(handle, lib.MLC_KIND_ALLTOALL):
         t = tensor_of(tensor, "alltoall's tensor")
         checked_dtype(t, reduces=False)
         splits = tensor_of(tf.zeros([0], tf.int64) if evenly else splits, "alltoall's splits")
