@@ -28,11 +28,11 @@ def _pickled(obj) -> tuple[bytes | None, str]:
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assign root_rank's values to every variable (any dtype), in one call per dtype."""
-    check_process_set(process_set)
     variables = list(variables)
     if not variables:
+        check_process_set(process_set)
         return None
-    values = _broadcast_list([tf.convert_to_tensor(v) for v in variables], root_rank)
+    values = _broadcast_list(variables, root_rank, process_set)
     assigns = [v.assign(value) for v, value in zip(variables, values)]
     if tf.executing_eagerly():
         return None

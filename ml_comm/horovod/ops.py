@@ -23,6 +23,9 @@ import numpy as np
 import tensorflow as tf
 
 from .. import tensorflow as binding
+from .._core import lib
+from ..core.errors import BadArgumentTypeError, refused
+from ..tensorflow.arguments import checking, tensor_of
 from . import basics
 from .compression import Compression
 
@@ -104,6 +107,15 @@ def handle_average_backwards_compatibility(op, average):
 
 def _team_id() -> int:
     return basics.session().team_ids[0]
+
+
+def _checked(kind: int):
+    """The block in which a call checks and converts its arguments, before
+    ml_comm.tensorflow builds any op: what one rank raises there (a None, an op or a
+    process set the others do not name) is told to the other ranks' op of that kind
+    (MLC_KIND_*), which would otherwise wait for one this rank never runs. No op is built
+    inside: ml_comm.tensorflow tells its own refusals."""
+    return checking(_team_id(), kind)
 
 
 # Horovod scales 16-bit floats in float32 (one rounding, after the multiplication) and
@@ -220,21 +232,29 @@ def grouped_allreduce(
     ignore_name_scope=False,
 ):
     """Reduce a list of tensors over all ranks (one fused call for Sum/Average)."""
-    op = _reduction_op(op, average, process_set)
-    tensors = list(tensors)
-    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+    with _checked(lib.MLC_KIND_ALLREDUCE):
+        tensors = list(tensors)
+        sparse = any(isinstance(t, tf.IndexedSlices) for t in tensors)
+        if not sparse:
+            op = _reduction_op(op, average, process_set)
+            # As Horovod: compressed first, the factors applied to what travels.
+            compressed = [
+                compression.compress(tensor_of(t, f"tensors[{i}]", i))
+                for i, t in enumerate(tensors)
+            ]
+    if sparse:  # gathered one by one, each call checking its own arguments
         return [
             allreduce(
                 t,
+                average=average,
                 op=op,
                 compression=compression,
                 prescale_factor=prescale_factor,
                 postscale_factor=postscale_factor,
+                process_set=process_set,
             )
             for t in tensors
         ]
-    # As Horovod: compressed first, the factors applied to what travels.
-    compressed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
     wire = [c[0] for c in compressed]
     if not wire:
         return []
@@ -260,17 +280,18 @@ def allreduce(
     ignore_name_scope=False,
 ):
     """Reduce a tensor over all ranks; an IndexedSlices is gathered (Sum/Average only)."""
-    op = _reduction_op(op, average, process_set)
     if isinstance(tensor, tf.IndexedSlices):
-        if op not in (Sum, Average):
-            raise NotImplementedError(
-                "allreduce of tf.IndexedSlices supports op=Sum and op=Average only; "
-                "densify it first (tf.convert_to_tensor) or use sparse_as_dense=True"
-            )
-        if prescale_factor != 1.0 or postscale_factor != 1.0:
-            raise NotImplementedError(
-                "prescale_factor/postscale_factor are not supported with tf.IndexedSlices"
-            )
+        with _checked(lib.MLC_KIND_ALLGATHER):
+            op = _reduction_op(op, average, process_set)
+            if op not in (Sum, Average):
+                raise NotImplementedError(
+                    "allreduce of tf.IndexedSlices supports op=Sum and op=Average only; "
+                    "densify it first (tf.convert_to_tensor) or use sparse_as_dense=True"
+                )
+            if prescale_factor != 1.0 or postscale_factor != 1.0:
+                raise NotImplementedError(
+                    "prescale_factor/postscale_factor are not supported with tf.IndexedSlices"
+                )
         values = allgather(tensor.values)
         indices = allgather(tensor.indices)
         if op == Average:
@@ -279,23 +300,29 @@ def allreduce(
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     return grouped_allreduce(
         [tensor],
+        average=average,
         op=op,
         compression=compression,
         prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
+        process_set=process_set,
     )[0]
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenate every rank's tensor along the first dimension (which may differ)."""
-    check_process_set(process_set)
+    with _checked(lib.MLC_KIND_ALLGATHER):
+        check_process_set(process_set)
+        tensor = tensor_of(tensor, "allgather's tensor")
     # A scalar goes to the op too: it fails on every rank, naming this one.
-    return binding.allgather(tf.convert_to_tensor(tensor), 0)
+    return binding.allgather(tensor, 0)
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
-    check_process_set(process_set)
-    return [allgather(t) for t in tensors]
+    tensors = list(tensors)
+    if not tensors:
+        check_process_set(process_set)
+    return [allgather(t, process_set=process_set) for t in tensors]
 
 
 def reducescatter(
@@ -310,11 +337,12 @@ def reducescatter(
     postscale_factor=1.0,
 ):
     """Reduce over all ranks and keep this rank's slice of the first dimension."""
-    check_process_set(process_set)
-    _check_op(op)
-    if op not in (Sum, Average):
-        raise NotImplementedError("reducescatter supports op=Sum and op=Average")
-    wire, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    with _checked(lib.MLC_KIND_REDUCESCATTER):
+        check_process_set(process_set)
+        _check_op(op)
+        if op not in (Sum, Average):
+            raise NotImplementedError("reducescatter supports op=Sum and op=Average")
+        wire, ctx = compression.compress(tensor_of(tensor, "reducescatter's tensor"))
     summed = binding.reducescatter(_scale(wire, _as_attribute(prescale_factor)), "sum", 0)
     factor = _as_attribute(postscale_factor) / (basics.size() if op == Average else 1)
     return compression.decompress(_scale(summed, factor), ctx)
@@ -348,8 +376,9 @@ def alltoall(
     """Send splits[i] rows of tensor to rank i (None: equal parts). Returns the rows
     received, in rank order, and with splits given also how many came from each rank
     (int32), as Horovod does."""
-    check_process_set(process_set)
-    tensor = tf.convert_to_tensor(tensor)
+    with _checked(lib.MLC_KIND_ALLTOALL):
+        check_process_set(process_set)
+        tensor = tensor_of(tensor, "alltoall's tensor")
     received, counts = binding.alltoall(tensor, splits, 0)
     if splits is None:
         return received
@@ -370,26 +399,32 @@ def broadcast(
     tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set
 ):
     """root_rank's tensor on every rank (any numeric or bool dtype a variable can have)."""
-    check_process_set(process_set)
-    return _broadcast_list([tensor], root_rank)[0]
+    return _broadcast_list([tensor], root_rank, process_set)[0]
 
 
-def _carrier(t):
+def _carrier(t, place: int = -1):
     if t.dtype in binding.SUPPORTED:
         return t
     if t.dtype in _BITCAST:
         return tf.bitcast(t, _BITCAST[t.dtype])
-    raise TypeError(f"ml_comm.horovod cannot broadcast a tensor of dtype {t.dtype.name}")
+    error = BadArgumentTypeError(
+        f"ml_comm.horovod cannot broadcast a tensor of dtype {t.dtype.name}"
+    )
+    raise refused(error, "MLC_REFUSED_DTYPE", place)
 
 
-def _broadcast_list(tensors, root_rank):
-    """root_rank's values of the tensors. The gradient (Horovod's): the average over the
-    ranks of the upstream gradients on root_rank, zeros elsewhere."""
-    dense = [tf.convert_to_tensor(t) for t in tensors]
+def _broadcast_list(tensors, root_rank, process_set=global_process_set):
+    """root_rank's values of the tensors (variables too). The gradient (Horovod's): the
+    average over the ranks of the upstream gradients on root_rank, zeros elsewhere."""
+    session = basics.session()
+    with _checked(lib.MLC_KIND_BROADCAST):
+        check_process_set(process_set)
+        dense = [tensor_of(t, f"broadcast's tensors[{i}]", i) for i, t in enumerate(tensors)]
+        for i, t in enumerate(dense):
+            _carrier(t, i)
+        root = session.root_index(root_rank)
     if not dense:
         return []
-    session = basics.session()
-    root = session.root_index(root_rank)
     session.weights.shared()
     if not all(t.dtype.is_floating for t in dense):
         return _broadcast_once(dense, root)
@@ -416,9 +451,8 @@ def _broadcast_once(dense: list, root: int) -> list:
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Assign root_rank's values to the variables in place; returns their values after
     the assignment (in a graph: tensors that run it when evaluated), as Horovod does."""
-    check_process_set(process_set)
     variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
-    values = _broadcast_list([tf.convert_to_tensor(v) for v in variables], root_rank)
+    values = _broadcast_list(variables, root_rank, process_set)
     assigned = [v.assign(value, read_value=False) for v, value in zip(variables, values)]
     if tf.executing_eagerly():
         return [v.read_value() for v in variables]

@@ -1,0 +1,137 @@
+"""ml_comm.horovod's own argument checks, made before ml_comm.tensorflow builds any op, when
+only one rank fails them (a None, an op or a process set the others do not name, a dtype
+broadcast cannot carry): that rank raises its own error, eagerly or while tracing a
+tf.function; every other rank's matching op fails at once with InvalidArgumentError
+(ml_comm's BadArgumentError) naming that rank, instead of waiting for an op the rank never
+runs; then every rank goes on in step (exact results after each case).
+
+The last rank makes the bad call; at 1 rank there is no other rank to tell."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hvd_helpers import hvd_session  # noqa: F401
+from mpi_helpers import Checks
+from tf_helpers import check_kind
+
+import ml_comm as mc
+import ml_comm.horovod.tensorflow as hvd
+
+pytestmark = pytest.mark.mpi
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    good: Callable[[], object]  # the call of the ranks whose arguments are right
+    bad: Callable[[], object]  # the last rank's
+    local: tuple[type, str]  # the last rank's own error: its class and words
+    told: str  # what the other ranks' error says of the last rank
+
+
+def _slices() -> tf.IndexedSlices:
+    return tf.IndexedSlices(tf.ones([2, 3]), tf.constant([0, 2]), tf.constant([4, 3]))
+
+
+FAILED_CHECK = "its call raised before it reached the other ranks"
+CASES = [
+    Case(
+        "allreduce of a None",
+        lambda: hvd.allreduce(tf.ones([4])),
+        lambda: hvd.allreduce(None),
+        (mc.BadArgumentTypeError, "tensors[0] is None"),
+        "tensor 0 of its list is None, not an array",
+    ),
+    Case(
+        "allreduce with Adasum",
+        lambda: hvd.allreduce(tf.ones([4]), op=hvd.Sum),
+        lambda: hvd.allreduce(tf.ones([4]), op=hvd.Adasum),
+        (NotImplementedError, "op=Adasum is not supported"),
+        FAILED_CHECK,
+    ),
+    Case(
+        "grouped_allreduce of an unknown op",
+        lambda: hvd.grouped_allreduce([tf.ones([4]), tf.ones([2])], op=hvd.Max),
+        lambda: hvd.grouped_allreduce([tf.ones([4]), tf.ones([2])], op=7),
+        (ValueError, "op must be one of"),
+        FAILED_CHECK,
+    ),
+    Case(
+        "allreduce of IndexedSlices with Max",
+        lambda: hvd.allreduce(_slices(), op=hvd.Sum),
+        lambda: hvd.allreduce(_slices(), op=hvd.Max),
+        (NotImplementedError, "supports op=Sum and op=Average only"),
+        FAILED_CHECK,
+    ),
+    Case(
+        "allgather of a None",
+        lambda: hvd.allgather(tf.ones([3, 2])),
+        lambda: hvd.allgather(None),
+        (mc.BadArgumentTypeError, "allgather's tensor is None"),
+        "an argument is None, not an array",
+    ),
+    Case(
+        "reducescatter with Max",
+        lambda: hvd.reducescatter(tf.ones([8, 2]), op=hvd.Sum),
+        lambda: hvd.reducescatter(tf.ones([8, 2]), op=hvd.Max),
+        (NotImplementedError, "reducescatter supports op=Sum and op=Average"),
+        FAILED_CHECK,
+    ),
+    Case(
+        "alltoall of no tensor",
+        lambda: hvd.alltoall(tf.ones([12, 2])),
+        lambda: hvd.alltoall(object()),
+        (mc.BadArgumentTypeError, "alltoall's tensor is not a tensor"),
+        "an argument is not an array",
+    ),
+    Case(
+        "broadcast of strings",
+        lambda: hvd.broadcast(tf.ones([3]), 0),
+        lambda: hvd.broadcast(tf.constant(["a", "b", "c"]), 0),
+        (mc.BadArgumentTypeError, "cannot broadcast a tensor of dtype string"),
+        "tensor 0 of its list has a dtype the call does not take",
+    ),
+    Case(
+        "broadcast on another process set",
+        lambda: hvd.broadcast(tf.ones([3]), 0),
+        lambda: hvd.broadcast(tf.ones([3]), 0, process_set=object()),
+        (NotImplementedError, "global process set only"),
+        FAILED_CHECK,
+    ),
+]
+
+
+def call(mode: str, fn):
+    return fn() if mode == "eager" else tf.function(fn)()
+
+
+def still_works(c: Checks, rank: int, n: int, mode: str) -> None:
+    out = call(mode, lambda: hvd.allreduce(tf.constant([float(rank), 1.0]), op=hvd.Sum))
+    c.equal(out.numpy(), np.array([n * (n - 1) / 2, n], np.float32), f"{mode}: allreduce after")
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_one_rank_fails_a_horovod_check(hvd_session, case, mode):  # noqa: F811
+    rank, n = hvd_session
+    if n < 2:
+        pytest.skip("one rank has no other rank to tell")
+    c = Checks()
+    last = n - 1
+    if rank == last:
+        kind, words = case.local
+        c.raises(kind, call, mode, case.bad, words=(words,))
+    else:
+        start = time.monotonic()
+        told = (f"rank {last}: {case.told}",)
+        e = c.raises(tf.errors.InvalidArgumentError, call, mode, case.good, words=told)
+        c.true(time.monotonic() - start < 10, "the error came only after the stall watchdog")
+        check_kind(c, e, tf.errors.InvalidArgumentError, mc.BadArgumentError, mode)
+    still_works(c, rank, n, mode)
+    c.finish()
