@@ -333,9 +333,6 @@ static PyObject *average_of(const binding *b, PyObject *object, const identity *
     const int code = plain_code(b, object, 0);
     if (code < 0) Py_RETURN_NONE;
     PyArrayObject *grad = (PyArrayObject *)object;
-    call_err[0] = '\0';
-    int rc = b->begin_call(b->team, id->step, (uint64_t)id->origin, id->name, call_err, sizeof call_err);
-    if (rc) return failure(rc);
     const Py_ssize_t nbytes = PyArray_NBYTES(grad);
     PyObject *result;
     if (nbytes < b->pool_from_bytes) {
@@ -345,9 +342,17 @@ static PyObject *average_of(const binding *b, PyObject *object, const identity *
         Py_INCREF(descr); /* pool_array steals it */
         result = pool_array(b->pool, descr, PyArray_NDIM(grad), PyArray_DIMS(grad), (size_t)nbytes);
     }
+    /* Made before the call begins: where it cannot be, the general path takes the call,
+     * whose error (its own allocation's) is told to the other ranks' matching call. */
     if (!result) {
-        b->end_call(b->team);
-        return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    call_err[0] = '\0';
+    int rc = b->begin_call(b->team, id->step, (uint64_t)id->origin, id->name, call_err, sizeof call_err);
+    if (rc) {
+        Py_DECREF(result);
+        return failure(rc);
     }
     const void *source = PyArray_DATA(grad);
     void *data = PyArray_DATA((PyArrayObject *)result);

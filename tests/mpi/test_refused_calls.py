@@ -8,6 +8,7 @@ The last rank makes the bad call; at 1 rank there is no other rank to tell."""
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -175,5 +176,30 @@ def test_every_rank_refuses_its_call(session):
     """Where every rank finds its argument wrong, each raises its own error."""
     c = Checks()
     c.raises(mc.BadArgumentTypeError, lambda: mc.gradients([None]), words=("gradients[0]",))
+    still_works(c, session)
+    c.finish()
+
+
+def test_a_result_one_rank_cannot_allocate(session):
+    """The last rank cannot allocate one array's average (its address space capped below
+    the result's size): it raises MemoryError, and the others' call fails at once naming
+    it, instead of pairing with that rank's next call."""
+    if session.nranks < 2:
+        pytest.skip("one rank has no other rank to tell")
+    c = Checks()
+    last = session.nranks - 1
+    grad = np.full(25_000_000, 1.0, np.float32)  # 100 MB: the result takes as much again
+    mc.gradients([grad[:4]])  # the team's one-array path is bound by its first call
+    if session.rank == last:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (40 << 20), resource.RLIM_INFINITY))
+        try:
+            c.raises(MemoryError, mc.gradients, [grad])
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)
+    else:
+        told = (f"rank {last}: its call raised before it reached the other ranks",)
+        c.raises(mc.BadArgumentError, mc.gradients, [grad], words=told)
     still_works(c, session)
     c.finish()
