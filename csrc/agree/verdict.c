@@ -415,6 +415,17 @@ static int same_call(const table *t, int a, int b, const setting *s) {
     return call_order(&at(t, a)->c, &at(t, b)->c) == 0;
 }
 
+/* Whether the request carries a call of the API (the NumPy-level API's, whose calls are
+ * counted): a framework's op (a traced or compiled step's) carries none. */
+static int has_call(const compared *c) {
+    return c->step != 0 || c->call_index != 0;
+}
+
+static int calls_alike(const table *t, int a, int b, const setting *s) {
+    (void)s;
+    return has_call(&at(t, a)->c) == has_call(&at(t, b)->c);
+}
+
 static int marks_alike(const table *t, int a, int b, const setting *s) {
     (void)s;
     return (at(t, a)->c.step != 0) == (at(t, b)->c.step != 0);
@@ -434,11 +445,28 @@ static void append_call(char *buf, size_t len, size_t *off, const compared *c) {
  * ranks left the step early or skipped calls, and this rank's call has no partners. The
  * ranks furthest on exchange again (MLC_AGREE_RETRY) against the others' next calls, so
  * that the ranks realign with no call paired to another. Ranks that disagree on whether
- * they mark steps at all cannot be ordered: every rank fails. */
+ * they mark steps at all cannot be ordered, nor a framework's op against a call of the
+ * API (a JAX step's custom call that runs after an API call on one rank and before it on
+ * another): every rank fails, each request pairing with no other. */
 static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a) {
     char *buf = a->message;
     size_t off = 0, len = MLC_MSG_LEN;
     buf[0] = '\0';
+    for (int r = 1; r < t->n; r++) {
+        if (calls_alike(t, 0, r, NULL)) continue;
+        mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);
+        for (int q = 0, k = 0; q < t->n; q++) {
+            if (!leads(t, q, calls_alike, NULL)) continue;
+            if (k++) mlc_append(buf, len, &off, "; ");
+            append_ranks(buf, len, &off, t, q, calls_alike, NULL);
+            mlc_append(buf, len, &off, has_call(&at(t, q)->c) ? ": a call of ml_comm's API"
+                                                              : ": an op of a traced or compiled step");
+        }
+        mlc_append(buf, len, &off, ". A step's ops and the API's calls on one team must come in the same order on "
+                                   "every rank: JAX runs a jitted step after the call that dispatched it returns, so "
+                                   "wait for its results before an API call on its team (or use another team)");
+        return MLC_ERR_MISMATCH;
+    }
     for (int r = 1; r < t->n; r++) {
         if (marks_alike(t, 0, r, NULL)) continue;
         mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from .._core import ffi, lib
@@ -82,6 +82,10 @@ class Calls:
         # The same per-thread state, for the one-array fast paths (arrays/numpy_backend.py),
         # which read its `current` without a call.
         self.thread_state = self._thread
+        # Run with the team's id before each call that `calling` begins: a framework whose
+        # steps run after the call that dispatched them returned (JAX) lets them run first,
+        # so that their requests come before this call's on every rank.
+        self.before_call: Callable[[int], None] | None = None
 
     def publish_with(self, publish) -> None:
         """Hand every change of a thread's `current` to publish(thread_state, current), on
@@ -121,6 +125,8 @@ class Calls:
         thread is inside a call on it, and signed with where this thread stands. kind: the
         core's MLC_KIND_* of a call whose exception, raised before any request of it, is
         told to the other ranks' matching call (mlc_team_refuse_call); None: not told."""
+        if self.before_call is not None:
+            self.before_call(team)
         return _Call(self._thread, team, handle, kind)
 
     @contextmanager

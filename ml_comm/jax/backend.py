@@ -5,6 +5,7 @@ backend of the same session."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager, suppress
 
 import numpy as np
@@ -31,6 +32,18 @@ def _dispatched_have_run() -> None:
             array.block_until_ready()
 
 
+# Set on a thread while it runs the io_callback fallback's average, inside a step.
+_in_step = threading.local()
+
+
+def _after_dispatched(team: int) -> None:
+    """Before a call of the API: the steps dispatched before it have run (a step's custom
+    call that ran before the call on one rank and after it on another would meet the
+    other rank's call), unless the call is the fallback's own, inside a running step."""
+    if not getattr(_in_step, "active", False):
+        _dispatched_have_run()
+
+
 @contextmanager
 def _told(telling):
     """What a call's checks raise is told by telling() (a context manager that tells what
@@ -50,6 +63,7 @@ class JaxBackend:
     def __init__(self, session: Session):
         self.session = session
         self.host = NumpyBackend(session)
+        session.calls.before_call = _after_dispatched
         self.team_ids: list[int] | None = None
         if handler.load():
             # The session's team ids (never reused): the ids compiled steps carry.
@@ -73,9 +87,13 @@ class JaxBackend:
         compiled = not self.runs_eagerly(grads)
 
         def host_average(arrays: list) -> list:
-            if compiled and arrays:  # an empty call is no step
-                self.session.weights.step(team, layout(arrays))
-            return self.host.gradients(arrays, team)
+            _in_step.active = True
+            try:
+                if compiled and arrays:  # an empty call is no step
+                    self.session.weights.step(team, layout(arrays))
+                return self.host.gradients(arrays, team)
+            finally:
+                _in_step.active = False
 
         def telling():
             handle = self.session.team(team)
@@ -90,9 +108,8 @@ class JaxBackend:
 
     def broadcast(self, values, root: int, team: int = 0):
         # One call as the NumPy API's (the host copies are broadcast through it), after the
-        # steps dispatched before: an argument that only this rank finds wrong is told to
-        # the others' broadcast.
-        _dispatched_have_run()
+        # steps dispatched before (before_call): an argument that only this rank finds
+        # wrong is told to the others' broadcast.
         calls = self.session.calls
         with calls.calling(team, self.session.team(team), lib.MLC_KIND_BROADCAST):
             return self._broadcast(values, root, team)

@@ -221,6 +221,42 @@ def test_a_refusal_comes_after_the_steps_dispatched_before(session):
     checks.finish()
 
 
+def test_an_api_call_comes_after_the_steps_dispatched_before(session, how):
+    """Every rank dispatches a jitted step whose average waits for a long computation,
+    then averages a NumPy array; the last rank gets to that call only after its step's
+    average would have run. Every rank's API call waits for the steps it dispatched, so
+    each step pairs with the others' step and each call with the others' call, exactly,
+    trial after trial (without the wait, the last rank's step met the others' call)."""
+    import time
+
+    rank, nranks = session
+    if nranks < 2:
+        pytest.skip("one rank calls in another order than no other rank")
+    w = jnp.eye(128, dtype=jnp.float32)
+
+    @jax.jit
+    def step(x):
+        for _ in range(100):  # a step's worth of work before its gradients exist
+            x = x @ w
+        return mc.gradients([x, x[0]])  # two arrays: the fallback's general path
+
+    checks = Checks()
+    mean = (nranks - 1) / 2
+    for trial in range(3):
+        x = jnp.full((128, 128), float(rank + trial), jnp.float32)
+        out = step(x)  # dispatched
+        if rank == nranks - 1:
+            time.sleep(0.5)  # its step's average is due before its API call
+        total = mc.allreduce_sum(np.full(3, rank + 10 * trial, np.int64))
+        checks.equal(total, np.full(3, nranks * mean + 10 * trial * nranks, np.int64), "sum")
+        want = [
+            np.full((128, 128), mean + trial, np.float32),
+            np.full(128, mean + trial, np.float32),
+        ]
+        check_all(checks, out, want, f"step {trial}")
+    checks.finish()
+
+
 def test_broadcast_of_a_none_on_one_rank(session):
     """Told to the others' broadcast, which fails naming that rank; the next is exact."""
     rank, nranks = session

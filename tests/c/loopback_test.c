@@ -836,21 +836,27 @@ static void calls_rank(job *j, int rank, mlc_tp *tp) {
     atomic_fetch_add(&checks, 1);
 }
 
-/* Rank n-1 marks no steps, or calls from another thread: every rank fails, naming both. */
+/* How rank n-1's call differs from the others' in call_kinds_rank. */
+enum { MARKS_NO_STEPS, OTHER_THREAD, NO_CALL };
+
+/* Rank n-1 marks no steps, calls from another thread, or makes a request of no call (a
+ * framework's op) where the others make a call of the API: every rank fails, naming both. */
 static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
-    const int origin = *(int *)j->arg, last = rank == j->n - 1;
+    const int kind = *(int *)j->arg, last = rank == j->n - 1;
     float data[4] = {0};
     mlc_tensor t = {data, NULL, 4, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
-    if (origin) in.call = (mlc_call_id){3, 0, last ? 2 : 1, ""}, strcpy(in.call.origin_name, last ? "B" : "A");
-    else in.call = (mlc_call_id){last ? 0 : 3, 0, 0, ""};
+    if (kind == OTHER_THREAD) in.call = (mlc_call_id){3, 0, last ? 2 : 1, ""}, strcpy(in.call.origin_name, last ? "B" : "A");
+    else if (kind == MARKS_NO_STEPS) in.call = (mlc_call_id){last ? 0 : 3, last ? 5 : 0, 0, ""};
+    else in.call = (mlc_call_id){0, last ? 0 : 5, 0, ""};
     mlc_agreement a;
     char message[MLC_MSG_LEN], want[96];
     int rc = check_request(tp, &in, &a, message, j);
-    if (origin) snprintf(want, sizeof want, "rank %d called from thread 'B'", j->n - 1);
-    else snprintf(want, sizeof want, "rank %d mark no steps", j->n - 1);
-    if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, origin, rc, MLC_ERR_MISMATCH);
+    if (kind == OTHER_THREAD) snprintf(want, sizeof want, "rank %d called from thread 'B'", j->n - 1);
+    else if (kind == MARKS_NO_STEPS) snprintf(want, sizeof want, "rank %d mark no steps", j->n - 1);
+    else snprintf(want, sizeof want, "rank %d: an op of a traced or compiled step", j->n - 1);
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, kind, rc, MLC_ERR_MISMATCH);
 }
 
 /* ---- the stall watchdog names the late rank ---- */
@@ -1244,9 +1250,7 @@ static void call_cases(int n) {
         run_job(n, calls_rank, &one);
         if (n > 2) run_job(n, calls_rank, &two);
     }
-    int steps = 0, origin = 1;
-    run_job(n, call_kinds_rank, &steps);
-    run_job(n, call_kinds_rank, &origin);
+    for (int kind = MARKS_NO_STEPS; kind <= NO_CALL; kind++) run_job(n, call_kinds_rank, &kind);
 }
 
 /* Every rank agrees, three requests in a row (a direct one among them): the verdicts, the
