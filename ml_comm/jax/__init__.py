@@ -9,8 +9,8 @@ through an ordered `jax.experimental.io_callback` into the NumPy path (copies in
 out; the reason is printed once).
 
 The gradients are grouped by dtype, one request of the core per dtype (each part in the
-core's fused layout order), as the NumPy and TensorFlow paths do, so ranks may mix
-front ends on one team.
+core's fused layout order), as the NumPy and TensorFlow paths do: one list has one
+layout whichever front end hands it over.
 """
 
 # Where it lives: backend.py (the session backend), ffi/*.cc with build.py and
