@@ -135,3 +135,20 @@ def test_one_rank_fails_a_horovod_check(hvd_session, case, mode):  # noqa: F811
         check_kind(c, e, tf.errors.InvalidArgumentError, mc.BadArgumentError, mode)
     still_works(c, rank, n, mode)
     c.finish()
+
+
+@pytest.mark.parametrize("call", ["broadcast_object", "allgather_object"])
+def test_one_rank_names_another_process_set_for_an_object(hvd_session, call):  # noqa: F811
+    """The objects travel over mpi4py, which no watchdog sees: the last rank's process set
+    travels with them, and every rank raises, naming it, instead of the others waiting
+    for good; the next call is exact."""
+    rank, n = hvd_session
+    if n < 2:
+        pytest.skip("one rank has no other rank to tell")
+    c = Checks()
+    fn = getattr(hvd, call)
+    process_set = object() if rank == n - 1 else hvd.global_process_set
+    told = (f"{call}: rank {n - 1}: process_set=",)
+    c.raises(NotImplementedError, fn, rank, process_set=process_set, words=told)
+    c.equal(np.array(hvd.allgather_object(rank)), np.arange(n), "allgather_object after")
+    c.finish()
