@@ -463,8 +463,8 @@ static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a
                                                               : ": an op of a traced or compiled step");
         }
         mlc_append(buf, len, &off, ". A step's ops and the API's calls on one team must come in the same order on "
-                                   "every rank: JAX runs a jitted step after the call that dispatched it returns, so "
-                                   "wait for its results before an API call on its team (or use another team)");
+                                   "every rank (a JAX step runs after the call that dispatched it has returned): let "
+                                   "the step finish before an API call on its team, or use another team");
         return MLC_ERR_MISMATCH;
     }
     for (int r = 1; r < t->n; r++) {

@@ -232,8 +232,11 @@ def grouped_allreduce(
     ignore_name_scope=False,
 ):
     """Reduce a list of tensors over all ranks (one fused call for Sum/Average)."""
+    tensors = list(tensors)
+    if not tensors:  # no rank makes a call: nothing to tell
+        _reduction_op(op, average, process_set)
+        return []
     with _checked(lib.MLC_KIND_ALLREDUCE):
-        tensors = list(tensors)
         sparse = any(isinstance(t, tf.IndexedSlices) for t in tensors)
         if not sparse:
             op = _reduction_op(op, average, process_set)
@@ -256,8 +259,6 @@ def grouped_allreduce(
             for t in tensors
         ]
     wire = [c[0] for c in compressed]
-    if not wire:
-        return []
     if op in (Sum, Average):
         reduced = _summed(wire, op == Average, prescale_factor, postscale_factor)
     else:
@@ -402,29 +403,32 @@ def broadcast(
     return _broadcast_list([tensor], root_rank, process_set)[0]
 
 
-def _carrier(t, place: int = -1):
-    if t.dtype in binding.SUPPORTED:
-        return t
-    if t.dtype in _BITCAST:
-        return tf.bitcast(t, _BITCAST[t.dtype])
-    error = BadArgumentTypeError(
-        f"ml_comm.horovod cannot broadcast a tensor of dtype {t.dtype.name}"
-    )
-    raise refused(error, "MLC_REFUSED_DTYPE", place)
+def _check_carried(t, place: int) -> None:
+    """t's dtype is one the core moves, or travels as one (_carrier)."""
+    if t.dtype not in binding.SUPPORTED and t.dtype not in _BITCAST:
+        error = BadArgumentTypeError(
+            f"ml_comm.horovod cannot broadcast a tensor of dtype {t.dtype.name}"
+        )
+        raise refused(error, "MLC_REFUSED_DTYPE", place)
+
+
+def _carrier(t):
+    return tf.bitcast(t, _BITCAST[t.dtype]) if t.dtype in _BITCAST else t
 
 
 def _broadcast_list(tensors, root_rank, process_set=global_process_set):
     """root_rank's values of the tensors (variables too). The gradient (Horovod's): the
     average over the ranks of the upstream gradients on root_rank, zeros elsewhere."""
+    if not tensors:  # no rank makes a call: nothing to tell
+        check_process_set(process_set)
+        return []
     session = basics.session()
     with _checked(lib.MLC_KIND_BROADCAST):
         check_process_set(process_set)
         dense = [tensor_of(t, f"broadcast's tensors[{i}]", i) for i, t in enumerate(tensors)]
         for i, t in enumerate(dense):
-            _carrier(t, i)
+            _check_carried(t, i)
         root = session.root_index(root_rank)
-    if not dense:
-        return []
     session.weights.shared()
     if not all(t.dtype.is_floating for t in dense):
         return _broadcast_once(dense, root)

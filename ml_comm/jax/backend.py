@@ -39,8 +39,10 @@ _in_step = threading.local()
 def _after_dispatched(team: int) -> None:
     """Before a call of the API: the steps dispatched before it have run (a step's custom
     call that ran before the call on one rank and after it on another would meet the
-    other rank's call), unless the call is the fallback's own, inside a running step."""
-    if not getattr(_in_step, "active", False):
+    other rank's call). Not for a call made inside a running step, which would wait for
+    itself: the fallback's own, and any callback's on a thread that XLA started."""
+    inside = getattr(_in_step, "active", False)
+    if not inside and not isinstance(threading.current_thread(), threading._DummyThread):
         _dispatched_have_run()
 
 

@@ -221,6 +221,7 @@ def test_a_refusal_comes_after_the_steps_dispatched_before(session):
     checks.finish()
 
 
+@pytest.mark.parametrize("how", ["jit", "io_callback"], indirect=True)
 def test_an_api_call_comes_after_the_steps_dispatched_before(session, how):
     """Every rank dispatches a jitted step whose average waits for a long computation,
     then averages a NumPy array; the last rank gets to that call only after its step's

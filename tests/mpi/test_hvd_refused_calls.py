@@ -152,3 +152,18 @@ def test_one_rank_names_another_process_set_for_an_object(hvd_session, call):  #
     c.raises(NotImplementedError, fn, rank, process_set=process_set, words=told)
     c.equal(np.array(hvd.allgather_object(rank)), np.arange(n), "allgather_object after")
     c.finish()
+
+
+def test_an_empty_list_makes_no_call_to_refuse(hvd_session):  # noqa: F811
+    """An empty list makes no call on any rank: where only the last rank's check fails,
+    it raises and tells nothing, and the next call pairs as written."""
+    rank, n = hvd_session
+    c = Checks()
+    if rank == n - 1:
+        c.raises(NotImplementedError, hvd.grouped_allreduce, [], op=hvd.Adasum)
+        c.raises(NotImplementedError, hvd.broadcast_, [], 0, process_set=object())
+    else:
+        c.true(hvd.grouped_allreduce([], op=hvd.Sum) == [], "grouped_allreduce([])")
+        c.true(hvd.broadcast_([], 0) == [], "broadcast_([])")
+    still_works(c, rank, n, "eager")
+    c.finish()
