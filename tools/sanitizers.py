@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,11 +24,46 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.prefix) / "bin"
 
 
+def print_stacks(binary: Path) -> None:
+    """Every thread's stack in each running process of `binary` (gdb): where a run that
+    passed its time limit waits."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        print("no gdb: the stacks of the run past its limit are not shown", flush=True)
+        return
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or Path(os.readlink(proc / "exe")) != binary:
+                continue
+        except OSError:  # gone, or not ours to read
+            continue
+        print(f"--- process {proc.name}: every thread's stack", flush=True)
+        show = [gdb, "-p", proc.name, "-batch", "-nx", "-ex", "thread apply all bt"]
+        try:
+            subprocess.run(show, timeout=120, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"gdb took more than 120 s on process {proc.name}", flush=True)
+
+
+def run_ranks(run: list[str], env: dict, binary: Path, limit: float) -> int:
+    """The job's exit status; 124 past `limit` seconds, after each rank's stacks."""
+    job = subprocess.Popen(run, env=env, start_new_session=True)
+    try:
+        return job.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        print(f"past {limit:.0f} s: the ranks' stacks, then the job is killed", flush=True)
+        print_stacks(binary)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        return 124
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sanitizer", choices=["thread", "address"], default="thread")
     ap.add_argument("--ranks", default="2,3,4")
     ap.add_argument("--cflags", default="", help="extra compiler flags (e.g. -D...)")
+    ap.add_argument("--limit", type=float, default=300, help="seconds per run (300)")
     args = ap.parse_args()
     sources = [p for p in ROOT.glob("csrc/*/*.c") if p.name != "loopback.c"]
     out = Path(tempfile.mkdtemp(prefix="ml_comm-san-")) / "threads_test"
@@ -63,10 +100,7 @@ def main() -> int:
     for n in args.ranks.split(","):
         run = [str(BIN / "mpiexec"), "-n", n, str(out)]
         print("+", " ".join(run), flush=True)
-        try:
-            rc = subprocess.run(run, env=env, timeout=300).returncode
-        except subprocess.TimeoutExpired:
-            rc = 124
+        rc = run_ranks(run, env, out, args.limit)
         if rc != 0:
             failed.append(f"n={n} (exit {rc})")
     print(f"{args.sanitizer} sanitizer: " + ("FAILED " + ", ".join(failed) if failed else "clean"))
