@@ -48,12 +48,11 @@ def _after_dispatched(team: int) -> None:
 
 @contextmanager
 def _told(telling):
-    """What a call's checks raise is told by telling() (a context manager that tells what
-    leaves it) after the calls dispatched before it, as this call's request would have."""
+    """What a call's checks raise is told by telling(), a context manager that tells what
+    leaves it after the calls dispatched before it, as this call's request would have."""
     try:
         yield
     except Exception:
-        _dispatched_have_run()
         with telling():
             raise
 
@@ -99,8 +98,10 @@ class JaxBackend:
 
         def telling():
             handle = self.session.team(team)
-            if team_id is None:  # as the call of the NumPy path that io_callback would make
+            if team_id is None:  # as the NumPy path's call that io_callback would make,
+                # after the steps dispatched before (its call's before_call)
                 return self.session.calls.failing(team, handle, lib.MLC_KIND_ALLREDUCE)
+            _dispatched_have_run()
             return refusing(handle, lib.MLC_KIND_ALLREDUCE)  # as the custom call: no identity
 
         return average(grads, team_id, host_average, compiled, lambda: _told(telling))

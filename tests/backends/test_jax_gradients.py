@@ -186,6 +186,15 @@ def test_an_argument_only_one_rank_finds_wrong(session, how, bad, local, told):
     checks.finish()
 
 
+def worked(x, rounds: int):
+    """x after `rounds` products with the identity: a step's worth of work before its
+    gradients exist, so that the step's average runs well after it was dispatched."""
+    w = jnp.eye(x.shape[0], dtype=x.dtype)
+    for _ in range(rounds):
+        x = x @ w
+    return x
+
+
 def test_a_refusal_comes_after_the_steps_dispatched_before(session):
     """JAX runs a jitted step asynchronously: the last rank dispatches one whose custom
     call waits for a long computation, then makes a call it refuses. The refusal must
@@ -194,13 +203,10 @@ def test_a_refusal_comes_after_the_steps_dispatched_before(session):
     rank, nranks = session
     if nranks < 2:
         pytest.skip("one rank has no other rank to tell")
-    w = jnp.eye(256, dtype=jnp.float32)
 
     @jax.jit
     def step(x):
-        for _ in range(200):  # a step's worth of work before its gradient exists
-            x = x @ w
-        return mc.gradients([x])[0]
+        return mc.gradients([worked(x, 200)])[0]
 
     x = jnp.full((256, 256), float(rank), jnp.float32)
     want = np.full((256, 256), (nranks - 1) / 2, np.float32)
@@ -233,12 +239,10 @@ def test_an_api_call_comes_after_the_steps_dispatched_before(session, how):
     rank, nranks = session
     if nranks < 2:
         pytest.skip("one rank calls in another order than no other rank")
-    w = jnp.eye(128, dtype=jnp.float32)
 
     @jax.jit
     def step(x):
-        for _ in range(100):  # a step's worth of work before its gradients exist
-            x = x @ w
+        x = worked(x, 100)
         return mc.gradients([x, x[0]])  # two arrays: the fallback's general path
 
     checks = Checks()
