@@ -53,7 +53,7 @@ import numpy as np
 from .. import api as mc
 from ..core.errors import MLCommError, StateError
 from ..core.patches import Patches
-from . import apply, backend, fit, teams
+from . import apply, backend, fit, statistics, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
 
 DEFAULT_MSGLEN = 1 << 22
@@ -73,6 +73,7 @@ def init(
     chunk_bytes: int | None = None,
     per_batch_metrics: bool = False,
     overlap_backprop: bool = True,
+    average_statistics: bool = True,
 ) -> None:
     """Start ml_comm for Keras: `nteams` teams of `nthread_per_team` threads (collective),
     and make every model and optimizer that trains from now on data-parallel.
@@ -84,6 +85,11 @@ def init(
     train step to the reduction as backprop produces it, so that communication overlaps
     backprop (False: average them all in the optimizer's apply, after backprop).
     TensorFlow's ops overlap backprop on their own.
+    average_statistics: True (default) replaces the statistics that layers keep while
+    training (BatchNormalization's moving mean and variance) by their average over the
+    ranks at the end of every epoch of `fit`, before every save of its checkpoint
+    callbacks and at the start of every `evaluate`, so that every rank evaluates and
+    saves one model; False leaves each rank its own, as Horovod does.
     """
     if int(keras.__version__.split(".")[0]) < 3:
         raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")
@@ -96,7 +102,7 @@ def init(
     )
     apply.install(_patches)
     backend.current().install(_patches, overlap_backprop)
-    fit.install(_patches, per_batch_metrics)
+    fit.install(_patches, per_batch_metrics, average_statistics)
     mc.session().steps_note = apply.steps_note
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
@@ -169,6 +175,15 @@ def broadcast_weights(model, root: int = 0) -> None:
         apply.broadcast_model_weights(model, root)
     else:
         apply.broadcast_eagerly(list(model), root)
+
+
+def share_statistics(model: keras.Model) -> int:
+    """Replace the statistics the model's layers keep while training (BatchNormalization's
+    moving mean and variance: the non-trainable floating-point weights that differ between
+    ranks) by their average over the ranks, on the model's team. Collective; eager.
+    `fit` and `evaluate` do it themselves (init's `average_statistics`); a custom loop
+    calls it before rank 0 saves the model. Returns how many weights were averaged."""
+    return statistics.share_statistics(model, teams.team_of(model, default=0) or 0)
 
 
 def gather(values, root: int = 0):
@@ -270,6 +285,7 @@ __all__ = [
     "get_team",
     "distributed_optimizer",
     "broadcast_weights",
+    "share_statistics",
     "scale_learning_rate",
     "WarmupSchedule",
     "GlobalMetrics",

@@ -1,7 +1,7 @@
 """Keras' fault-tolerance callbacks under ml_comm, and stopping every rank together.
 
 `fit` of a model that ml_comm aggregates passes its callbacks through `fit_callbacks`,
-which changes three things, so that a serial script's callbacks work unchanged at N ranks:
+which changes what follows, so that a serial script's callbacks work unchanged at N ranks:
 
 * `keras.callbacks.BackupAndRestore` writes on rank 0 only (every rank writing the same
   files fails: h5py's file lock, `FileExistsError` on the directory). At the start of
@@ -18,6 +18,11 @@ which changes three things, so that a serial script's callbacks work unchanged a
   them) every rank replaces them by their average (apply.share_accumulators, a
   collective that leaves the next update as it was), so that rank 0's file holds one
   state that every rank can resume from.
+* `ShareStatistics` goes first: at the end of every epoch and of training, every rank
+  replaces the statistics its layers keep (BatchNormalization's moving mean and
+  variance) by their average over the ranks (statistics.py), before the callbacks
+  after it save the model; so do the batch-frequency saves. `init(average_statistics=
+  False)` leaves each rank its own, as Horovod does.
 * `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
   received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
   same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
@@ -53,6 +58,7 @@ from ..core.errors import MismatchError
 from ..faults import requeue, stop
 from .apply import broadcast_model_weights, share_accumulators
 from .metrics import GlobalMetrics
+from .statistics import share_statistics
 
 # EX_TEMPFAIL of sysexits.h: "try again later". What every rank exits with after a
 # stop on a signal, so that a batch script can tell it from a finished run (0).
@@ -189,13 +195,31 @@ class _Wrapper(keras.callbacks.Callback):
         self.inner.set_model(model)
 
 
+class ShareStatistics(keras.callbacks.Callback):
+    """The model's statistics averaged over the ranks at the end of every epoch and of
+    training (see the module's docstring)."""
+
+    def __init__(self, team: int):
+        super().__init__()
+        self.team = team
+
+    def on_epoch_end(self, epoch, logs=None):
+        share_statistics(self.model, self.team)
+
+    def on_train_end(self, logs=None):
+        share_statistics(self.model, self.team)
+
+
 class RankZeroBackup(_Wrapper):
     """A BackupAndRestore that writes on rank 0 only and restores one state everywhere."""
 
-    def __init__(self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int):
+    def __init__(
+        self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int, statistics: bool
+    ):
         super().__init__(inner)
         self.state = state
         self.team = team
+        self.statistics = statistics
         self.writes = mc.get_rank() == 0
         self.saves = _SaveBatches(inner.save_freq)
 
@@ -231,10 +255,13 @@ class RankZeroBackup(_Wrapper):
 
 
 def _batch_end_saving(wrapper, batch, logs, forward: bool) -> None:
-    """A saving callback's batch end: every rank shares its accumulators at a batch where
-    the inner callback saves, then the inner callback runs where it writes."""
+    """A saving callback's batch end: every rank shares its accumulators (and statistics)
+    at a batch where the inner callback saves, then the inner callback runs where it
+    writes."""
     if wrapper.saves.due(batch):
         _share_accumulators(wrapper.model, wrapper.team)
+        if wrapper.statistics:
+            share_statistics(wrapper.model, wrapper.team)
     if forward:
         wrapper.inner.on_train_batch_end(batch, logs)
 
@@ -254,9 +281,10 @@ class RankZeroCheckpoint(RankZeroOnly):
     """ModelCheckpoint on rank 0; every rank shares its gradient accumulators before
     each save, at the same batch or epoch end."""
 
-    def __init__(self, inner: keras.callbacks.ModelCheckpoint, team: int):
+    def __init__(self, inner: keras.callbacks.ModelCheckpoint, team: int, statistics: bool):
         super().__init__(inner)
         self.team = team
+        self.statistics = statistics
         self.saves = _SaveBatches(inner.save_freq)
         for name in ("on_train_batch_end", "on_epoch_end"):
             self.__dict__.pop(name, None)  # these run on every rank (below)
@@ -313,8 +341,9 @@ def _epoch_range(epoch: int, team: int) -> tuple[int, int]:
     return int(values.min()), int(values.max())
 
 
-def fit_callbacks(callbacks: list, team: int) -> list:
-    """The callbacks `fit` runs at N ranks (see the module docstring); idempotent."""
+def fit_callbacks(callbacks: list, team: int, statistics: bool) -> list:
+    """The callbacks `fit` runs at N ranks (see the module docstring); idempotent.
+    statistics: average the model's statistics over the ranks (ShareStatistics)."""
     if any(isinstance(c, StopTogether) for c in callbacks):
         stopper = next(c for c in callbacks if isinstance(c, StopTogether))
         callbacks = [c for c in callbacks if c is not stopper]
@@ -328,12 +357,13 @@ def fit_callbacks(callbacks: list, team: int) -> list:
         _may_stop_after(c, ("on_train_batch_end", "on_batch_end")) for c in callbacks
     )
     stopper.agree_per_epoch = any(_may_stop_after(c, ("on_epoch_end",)) for c in callbacks)
-    out = []
+    callbacks = [c for c in callbacks if not isinstance(c, ShareStatistics)]
+    out = [ShareStatistics(team)] if statistics else []
     for c in callbacks:
         if isinstance(c, keras.callbacks.BackupAndRestore):
-            c = RankZeroBackup(c, stopper.state, team)
+            c = RankZeroBackup(c, stopper.state, team, statistics)
         elif isinstance(c, keras.callbacks.ModelCheckpoint):
-            c = RankZeroCheckpoint(c, team)
+            c = RankZeroCheckpoint(c, team, statistics)
         elif isinstance(c, _WRITE_FILES):
             c = RankZeroOnly(c)
         out.append(c)
@@ -354,6 +384,7 @@ _NEVER_STOP = (
     keras.callbacks.ReduceLROnPlateau,
     GlobalMetrics,
     StopTogether,
+    ShareStatistics,
 )
 
 

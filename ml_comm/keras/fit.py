@@ -14,10 +14,11 @@ after `compile` gave it a new optimizer, or `set_team` a new team) the wrapper:
 * broadcasts rank 0's weights (model and built optimizer) when the model is built.
 
 Then: only rank 0 prints progress; `fit` and `evaluate` get a GlobalMetrics callback in
-front of the user's (global metrics, metrics.py); `evaluate` returns the global
-metrics; `predict` returns this rank's predictions. Before `fit` runs, the ranks agree on
-the number of training steps per epoch (_agree_on_steps). Models opted out with
-`set_team(model, None)` are left alone.
+front of the user's (global metrics, metrics.py); `evaluate` first averages the model's
+statistics over the ranks (statistics.py; `fit` does at each epoch's end, callbacks.py)
+and returns the global metrics; `predict` returns this rank's predictions. Before `fit`
+runs, the ranks agree on the number of training steps per epoch (_agree_on_steps).
+Models opted out with `set_team(model, None)` are left alone.
 """
 
 from __future__ import annotations
@@ -41,18 +42,21 @@ from .backend import current
 from .callbacks import StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
 from .model_check import check_same_model
+from .statistics import share_statistics
 from .teams import forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
 _per_batch_default = False
+_average_statistics = True
 _said: set[str] = set()  # the warnings given in this session
 
 
-def install(patches: Patches, per_batch_metrics: bool) -> None:
+def install(patches: Patches, per_batch_metrics: bool, average_statistics: bool) -> None:
     """Wrap keras.Model's fit, evaluate, predict and train_on_batch (patches: the hook's,
     which keras/__init__ restores)."""
-    global _per_batch_default
+    global _per_batch_default, _average_statistics
     _per_batch_default = per_batch_metrics
+    _average_statistics = average_statistics
     for name, make in (
         ("fit", _fit),
         ("evaluate", _evaluate),
@@ -154,7 +158,7 @@ def _fit(original):
             return original(self, *args, **kwargs)
         arguments = bound.arguments
         # Backups and checkpoints on rank 0, every rank stopping together on a signal.
-        arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team)
+        arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team, _average_statistics)
         if not current().BROADCAST_IN_TRACE:
             arguments["callbacks"].insert(0, _WeightsAtStart())
         stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
@@ -211,6 +215,8 @@ def _evaluate(original):
         team, bound, cb = _begin(self, bind, args, kwargs)
         if bound is None:
             return original(self, *args, **kwargs)
+        if _average_statistics:
+            share_statistics(self, team)  # one model evaluated on every rank
         arguments = bound.arguments
         want_dict = bool(arguments.get("return_dict", False))
         arguments["return_dict"] = True

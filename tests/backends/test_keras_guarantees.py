@@ -163,6 +163,67 @@ def test_evaluate_reports_all_ranks_data(session):
     checks.finish()
 
 
+def offset_data(nranks: int, steps: int):
+    """Global batches of small integers: each rank's rows are one batch's, shifted by
+    2r - (N - 1) on rank r. The ranks' batch means differ and average to the global
+    batch's mean; their batch variances are the same."""
+    x, y = int_data(steps * B, seed=4)
+    shift = 2.0 * np.arange(nranks, dtype=np.float32) - (nranks - 1)
+    x = x.reshape(steps, 1, B, 3) + shift[None, :, None, None]
+    y = np.broadcast_to(y.reshape(steps, 1, B, 2), (steps, nranks, B, 2))
+    return x.reshape(-1, 3), y.reshape(-1, 2)
+
+
+def bn_model(seed: int):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.BatchNormalization(momentum=0.5), keras.layers.Dense(2)]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    return model
+
+
+def moving_mean(model) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(model.layers[0].moving_mean))
+
+
+def moving_variance(model) -> np.ndarray:
+    return np.asarray(keras.ops.convert_to_numpy(model.layers[0].moving_variance))
+
+
+def test_batch_norm_statistics_are_averaged(session):
+    """fit ends each epoch with every rank's moving statistics replaced by their average:
+    the moving mean is then one process's on the global batches (exact here: small
+    integers, momentum 1/2); the moving variance, the same on every rank here, stays as
+    each rank computed it."""
+    rank, nranks = session
+    checks = Checks()
+    steps = 3
+    x, y = offset_data(nranks, steps)
+    model = bn_model(rank)
+    model.fit(
+        shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
+    )
+    reference = bn_model(0)
+    mk.set_team(reference, None)  # one process on the global batches
+    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
+    checks.equal(moving_mean(model), moving_mean(reference), "moving mean after fit")
+    variance = np.ones(3, np.float32)
+    for rows in shares(x, nranks, rank).reshape(steps, B, 3):
+        variance = 0.5 * variance + 0.5 * rows.var(axis=0)
+    checks.equal(moving_variance(model), variance, "moving variance after fit")
+    checks.same_on_all_ranks(weights(model), "weights with the statistics after fit")
+    # Steps outside fit keep each rank's own until evaluate, which averages them first.
+    mine = shares(x, nranks, rank)[:B] * (rank + 1)
+    model.train_on_batch(mine, shares(y, nranks, rank)[:B])
+    if nranks > 1:
+        differ = comm_world().allgather(moving_mean(model).tobytes())
+        checks.true(len(set(differ)) > 1, "train_on_batch left each rank its own mean")
+    model.evaluate(x[:B], y[:B], batch_size=B, verbose=0)
+    checks.same_on_all_ranks(weights(model), "weights with the statistics after evaluate")
+    checks.finish()
+
+
 class Batches(keras.utils.PyDataset):
     def __init__(self, count: int):
         super().__init__()
