@@ -180,7 +180,8 @@ def broadcast_weights(model, root: int = 0) -> None:
 def share_statistics(model: keras.Model) -> int:
     """Replace the statistics the model's layers keep while training (BatchNormalization's
     moving mean and variance: the non-trainable floating-point weights that differ between
-    ranks) by their average over the ranks, on the model's team. Collective; eager.
+    ranks) by their average over the ranks, on the model's team (team 0 for a model
+    opted out with `set_team(model, None)`). Collective; eager.
     `fit` and `evaluate` do it themselves (init's `average_statistics`); a custom loop
     calls it before rank 0 saves the model. Returns how many weights were averaged."""
     return statistics.share_statistics(model, teams.team_of(model, default=0) or 0)

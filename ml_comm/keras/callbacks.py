@@ -13,16 +13,16 @@ which changes what follows, so that a serial script's callbacks work unchanged a
   (the weights are the same on every rank; `GlobalMetrics` gives them the averaged
   metrics).
 * With gradient accumulation, each rank's accumulators hold its own partial sums
-  between updates. Before every save of ModelCheckpoint and BackupAndRestore (at the
-  epoch's end, or at the batches of an integer `save_freq`, counted as Keras counts
-  them) every rank replaces them by their average (apply.share_accumulators, a
-  collective that leaves the next update as it was), so that rank 0's file holds one
-  state that every rank can resume from.
-* `ShareStatistics` goes first: at the end of every epoch and of training, every rank
-  replaces the statistics its layers keep (BatchNormalization's moving mean and
-  variance) by their average over the ranks (statistics.py), before the callbacks
-  after it save the model; so do the batch-frequency saves. `init(average_statistics=
-  False)` leaves each rank its own, as Horovod does.
+  between updates; BatchNormalization's moving statistics follow each rank's batches.
+  `ShareState` goes first and makes them one state where rank 0 saves: before every
+  save of a ModelCheckpoint or BackupAndRestore on any rank (at the epoch's end, or at
+  the batches of an integer `save_freq`, counted as Keras counts them) every rank
+  replaces its accumulators by their average (apply.share_accumulators, a collective
+  that leaves the next update as it was) and its statistics by theirs
+  (statistics.py); the statistics also at the end of every epoch and of training.
+  Which saves there are is agreed before training (fit.py), so a checkpoint on rank 0
+  alone (mk.ModelCheckpoint) has every rank share with it. `init(average_statistics=
+  False)` leaves each rank its own statistics, as Horovod does.
 * `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
   received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
   same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
@@ -195,33 +195,61 @@ class _Wrapper(keras.callbacks.Callback):
         self.inner.set_model(model)
 
 
-class ShareStatistics(keras.callbacks.Callback):
-    """The model's statistics averaged over the ranks at the end of every epoch and of
-    training (see the module's docstring)."""
+class ShareState(keras.callbacks.Callback):
+    """What every rank makes one state, so that rank 0 saves what every rank holds (see
+    the module's docstring): before the saves of ModelCheckpoint and BackupAndRestore
+    on any rank, the gradient accumulators (and the statistics); at the end of every
+    epoch and of training, the statistics. Its schedule of saves is the union of every
+    rank's (`agree`), since a saving callback may be on rank 0 alone (mk.ModelCheckpoint,
+    or a script that adds one there): every rank then makes the same collective calls."""
 
-    def __init__(self, team: int):
+    def __init__(self, team: int, statistics: bool, callbacks: list):
         super().__init__()
         self.team = team
+        self.statistics = statistics
+        savers = [c for c in callbacks if isinstance(c, _SAVERS)]
+        self.epoch_saves = any(_saves_at_epoch_end(c) for c in savers)
+        self.batch_freqs = sorted({c.save_freq for c in savers if isinstance(c.save_freq, int)})
+        self._batch_saves: list[_SaveBatches] = []
+
+    def agree(self, epoch_saves: bool, batch_freqs: list[int]) -> None:
+        """The ranks' saves together (fit.py's one allreduce before training)."""
+        self.epoch_saves = epoch_saves
+        self.batch_freqs = batch_freqs
+
+    def on_train_begin(self, logs=None):
+        self._batch_saves = [_SaveBatches(f) for f in self.batch_freqs]
+
+    def on_train_batch_end(self, batch, logs=None):
+        if any([s.due(batch) for s in self._batch_saves]):  # every counter counts the batch
+            _share_accumulators(self.model, self.team)
+            if self.statistics:
+                share_statistics(self.model, self.team)
 
     def on_epoch_end(self, epoch, logs=None):
-        share_statistics(self.model, self.team)
+        if self.epoch_saves:
+            _share_accumulators(self.model, self.team)
+        if self.statistics:
+            share_statistics(self.model, self.team)
 
     def on_train_end(self, logs=None):
-        share_statistics(self.model, self.team)
+        if self.statistics:
+            share_statistics(self.model, self.team)
+
+
+def _saves_at_epoch_end(callback) -> bool:
+    """BackupAndRestore backs up at every epoch's end; ModelCheckpoint with "epoch"."""
+    return isinstance(callback, keras.callbacks.BackupAndRestore) or callback.save_freq == "epoch"
 
 
 class RankZeroBackup(_Wrapper):
     """A BackupAndRestore that writes on rank 0 only and restores one state everywhere."""
 
-    def __init__(
-        self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int, statistics: bool
-    ):
+    def __init__(self, inner: keras.callbacks.BackupAndRestore, state: _FitStop, team: int):
         super().__init__(inner)
         self.state = state
         self.team = team
-        self.statistics = statistics
         self.writes = mc.get_rank() == 0
-        self.saves = _SaveBatches(inner.save_freq)
 
     def on_train_begin(self, logs=None):
         self.inner.on_train_begin(logs)  # every rank reads the backup, as Keras does
@@ -240,10 +268,10 @@ class RankZeroBackup(_Wrapper):
         self.inner.on_epoch_begin(epoch, logs)
 
     def on_train_batch_end(self, batch, logs=None):
-        _batch_end_saving(self, batch, logs, self.writes)
+        if self.writes:
+            self.inner.on_train_batch_end(batch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        _share_accumulators(self.model, self.team)
         # A stop in the middle of an epoch: Keras would record the epoch as done.
         if self.writes and (not self.state.stopped or self.state.epoch_complete):
             self.inner.on_epoch_end(epoch, logs)
@@ -252,18 +280,6 @@ class RankZeroBackup(_Wrapper):
         # After a stop the backup is what the next run resumes from: keep it.
         if self.writes and not self.state.stopped:
             self.inner.on_train_end(logs)
-
-
-def _batch_end_saving(wrapper, batch, logs, forward: bool) -> None:
-    """A saving callback's batch end: every rank shares its accumulators (and statistics)
-    at a batch where the inner callback saves, then the inner callback runs where it
-    writes."""
-    if wrapper.saves.due(batch):
-        _share_accumulators(wrapper.model, wrapper.team)
-        if wrapper.statistics:
-            share_statistics(wrapper.model, wrapper.team)
-    if forward:
-        wrapper.inner.on_train_batch_end(batch, logs)
 
 
 class RankZeroOnly(_Wrapper):
@@ -275,28 +291,6 @@ class RankZeroOnly(_Wrapper):
         for name in _EVENTS:
             if self.active:
                 setattr(self, name, getattr(inner, name))
-
-
-class RankZeroCheckpoint(RankZeroOnly):
-    """ModelCheckpoint on rank 0; every rank shares its gradient accumulators before
-    each save, at the same batch or epoch end."""
-
-    def __init__(self, inner: keras.callbacks.ModelCheckpoint, team: int, statistics: bool):
-        super().__init__(inner)
-        self.team = team
-        self.statistics = statistics
-        self.saves = _SaveBatches(inner.save_freq)
-        for name in ("on_train_batch_end", "on_epoch_end"):
-            self.__dict__.pop(name, None)  # these run on every rank (below)
-
-    def on_train_batch_end(self, batch, logs=None):
-        _batch_end_saving(self, batch, logs, self.active)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self.inner.save_freq == "epoch":
-            _share_accumulators(self.model, self.team)
-        if self.active:
-            self.inner.on_epoch_end(epoch, logs)
 
 
 class _SaveBatches:
@@ -326,6 +320,8 @@ def _share_accumulators(model, team: int) -> None:
         share_accumulators(optimizer, team)
 
 
+_SAVERS = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
+
 _EVENTS = tuple(
     name
     for name in dir(keras.callbacks.Callback)
@@ -343,7 +339,7 @@ def _epoch_range(epoch: int, team: int) -> tuple[int, int]:
 
 def fit_callbacks(callbacks: list, team: int, statistics: bool) -> list:
     """The callbacks `fit` runs at N ranks (see the module docstring); idempotent.
-    statistics: average the model's statistics over the ranks (ShareStatistics)."""
+    statistics: average the model's statistics over the ranks (ShareState)."""
     if any(isinstance(c, StopTogether) for c in callbacks):
         stopper = next(c for c in callbacks if isinstance(c, StopTogether))
         callbacks = [c for c in callbacks if c is not stopper]
@@ -357,13 +353,11 @@ def fit_callbacks(callbacks: list, team: int, statistics: bool) -> list:
         _may_stop_after(c, ("on_train_batch_end", "on_batch_end")) for c in callbacks
     )
     stopper.agree_per_epoch = any(_may_stop_after(c, ("on_epoch_end",)) for c in callbacks)
-    callbacks = [c for c in callbacks if not isinstance(c, ShareStatistics)]
-    out = [ShareStatistics(team)] if statistics else []
+    callbacks = [c for c in callbacks if not isinstance(c, ShareState)]
+    out = [ShareState(team, statistics, callbacks)]
     for c in callbacks:
         if isinstance(c, keras.callbacks.BackupAndRestore):
-            c = RankZeroBackup(c, stopper.state, team, statistics)
-        elif isinstance(c, keras.callbacks.ModelCheckpoint):
-            c = RankZeroCheckpoint(c, team, statistics)
+            c = RankZeroBackup(c, stopper.state, team)
         elif isinstance(c, _WRITE_FILES):
             c = RankZeroOnly(c)
         out.append(c)
@@ -384,7 +378,7 @@ _NEVER_STOP = (
     keras.callbacks.ReduceLROnPlateau,
     GlobalMetrics,
     StopTogether,
-    ShareStatistics,
+    ShareState,
 )
 
 

@@ -39,7 +39,7 @@ from ..core.patches import Patches
 from . import apply
 from .apply import broadcast_model_weights
 from .backend import current
-from .callbacks import StopTogether, fit_callbacks
+from .callbacks import ShareState, StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
 from .model_check import check_same_model
 from .statistics import share_statistics
@@ -49,6 +49,8 @@ _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (opti
 _per_batch_default = False
 _average_statistics = True
 _said: set[str] = set()  # the warnings given in this session
+# Integer save_freq values of one rank's saving callbacks that fit agrees on.
+_MOST_BATCH_FREQS = 4
 
 
 def install(patches: Patches, per_batch_metrics: bool, average_statistics: bool) -> None:
@@ -162,7 +164,8 @@ def _fit(original):
         if not current().BROADCAST_IN_TRACE:
             arguments["callbacks"].insert(0, _WeightsAtStart())
         stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
-        _agree_on_steps(arguments, team, stopper)
+        sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
+        _agree_on_steps(arguments, team, stopper, sharer)
         try:
             return original(*bound.args, **bound.kwargs)
         except Exception as exc:
@@ -324,11 +327,12 @@ def _is_array(value) -> bool:
     return isinstance(value, np.ndarray) or keras.ops.is_tensor(value)
 
 
-def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
+def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareState) -> None:
     """Make every rank run the same number of training steps per epoch, the smallest
     rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
     The same allreduce tells every rank whether any rank's callbacks may stop training
-    after a batch or an epoch (the ranks' callbacks may differ): then all agree there.
+    after a batch or an epoch, and when any rank's callbacks save (the ranks' callbacks
+    may differ: a checkpoint on rank 0 alone): then all agree, or share, there.
 
     Arrays of different lengths are all cut to the shortest, so that every step's
     batches are the same size on every rank too (the average of the ranks' gradients is
@@ -338,15 +342,32 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether) -> None:
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
         return
-    # Per rank: steps, samples and the data's fingerprint; then the stop flags.
-    table = np.zeros(3 * nranks + 2, np.float64)
+    # Per rank: steps, samples, the data's fingerprint and the integer save_freq values
+    # of its saving callbacks; then the stop flags and whether any rank saves at an
+    # epoch's end.
+    per_rank = 3 + _MOST_BATCH_FREQS
+    table = np.zeros(per_rank * nranks + 3, np.float64)
     table[rank], table[nranks + rank] = steps, samples
     first_rows = min(samples, _batch_size(arguments))  # the batch the digest reads
     table[2 * nranks + rank] = _fingerprint(arguments, samples, first_rows)
-    table[3 * nranks :] = stopper.agree_per_batch, stopper.agree_per_epoch
+    freqs = sharer.batch_freqs
+    mine = slice(3 * nranks + rank * _MOST_BATCH_FREQS, 3 * nranks + (rank + 1) * _MOST_BATCH_FREQS)
+    table[mine] = (
+        -1 if len(freqs) > _MOST_BATCH_FREQS else freqs + [0] * (_MOST_BATCH_FREQS - len(freqs))
+    )
+    flags = per_rank * nranks
+    table[flags:] = stopper.agree_per_batch, stopper.agree_per_epoch, sharer.epoch_saves
     mc.allreduce_sum(table, team)
-    stopper.agree_per_batch = bool(table[3 * nranks] > 0)
-    stopper.agree_per_epoch = bool(table[3 * nranks + 1] > 0)
+    stopper.agree_per_batch = bool(table[flags] > 0)
+    stopper.agree_per_epoch = bool(table[flags + 1] > 0)
+    all_freqs = table[3 * nranks : flags].reshape(nranks, _MOST_BATCH_FREQS)
+    crowded = [r for r in range(nranks) if all_freqs[r, 0] < 0]
+    if crowded:
+        raise ValueError(
+            f"ml_comm.keras: rank(s) {_listing(crowded)} pass saving callbacks with more than "
+            f"{_MOST_BATCH_FREQS} different integer save_freq values to fit"
+        )
+    sharer.agree(bool(table[flags + 2] > 0), sorted({int(f) for f in all_freqs.ravel() if f > 0}))
     _warn_if_one_data(table[2 * nranks : 3 * nranks], first_rows)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]

@@ -183,6 +183,15 @@ def bn_model(seed: int):
     return model
 
 
+def global_moving_mean(x, nranks: int, steps: int) -> np.ndarray:
+    """The moving mean (momentum 1/2, from 0) of the global batches' means: what one
+    process keeps on them, computed exactly (the values are multiples of 1/4)."""
+    mean = np.zeros(3)
+    for rows in x.reshape(steps, nranks * B, 3).astype(np.float64):
+        mean = 0.5 * mean + 0.5 * rows.mean(axis=0)
+    return mean.astype(np.float32)
+
+
 def moving_mean(model) -> np.ndarray:
     return np.asarray(keras.ops.convert_to_numpy(model.layers[0].moving_mean))
 
@@ -193,9 +202,9 @@ def moving_variance(model) -> np.ndarray:
 
 def test_batch_norm_statistics_are_averaged(session):
     """fit ends each epoch with every rank's moving statistics replaced by their average:
-    the moving mean is then one process's on the global batches (exact here: small
-    integers, momentum 1/2); the moving variance, the same on every rank here, stays as
-    each rank computed it."""
+    the moving mean is then the one a process keeps on the global batches (exact here:
+    small integers, momentum 1/2); the moving variance, the same on every rank here,
+    stays as each rank computed it."""
     rank, nranks = session
     checks = Checks()
     steps = 3
@@ -204,10 +213,8 @@ def test_batch_norm_statistics_are_averaged(session):
     model.fit(
         shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
     )
-    reference = bn_model(0)
-    mk.set_team(reference, None)  # one process on the global batches
-    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
-    checks.equal(moving_mean(model), moving_mean(reference), "moving mean after fit")
+    want = global_moving_mean(x, nranks, steps)
+    checks.equal(moving_mean(model), want, "moving mean after fit")
     variance = np.ones(3, np.float32)
     for rows in shares(x, nranks, rank).reshape(steps, B, 3):
         variance = 0.5 * variance + 0.5 * rows.var(axis=0)
@@ -221,6 +228,36 @@ def test_batch_norm_statistics_are_averaged(session):
         checks.true(len(set(differ)) > 1, "train_on_batch left each rank its own mean")
     model.evaluate(x[:B], y[:B], batch_size=B, verbose=0)
     checks.same_on_all_ranks(weights(model), "weights with the statistics after evaluate")
+    checks.finish()
+
+
+def test_batch_saves_on_rank0_alone_share_the_statistics(session, tmp_path_factory):
+    """A checkpoint on rank 0 alone (mk.ModelCheckpoint) that saves every 2 batches: every
+    rank averages its statistics before each save (the ranks agreed on the saves before
+    training), and the next steps start from the average (on JAX, from the variables
+    that the save synced)."""
+    rank, nranks = session
+    checks = Checks()
+    folder = str(tmp_path_factory.mktemp("saves")) if rank == 0 else None
+    path = comm_world().bcast(folder and os.path.join(folder, "last.weights.h5"), root=0)
+    x, y = offset_data(nranks, 4)
+    model = bn_model(rank)
+    saves = mk.ModelCheckpoint(path, save_weights_only=True, save_freq=2)
+    model.fit(
+        shares(x, nranks, rank),
+        shares(y, nranks, rank),
+        batch_size=B,
+        shuffle=False,
+        verbose=0,
+        callbacks=[saves],
+    )
+    want = global_moving_mean(x, nranks, 4)
+    checks.equal(moving_mean(model), want, "moving mean after fit")
+    checks.same_on_all_ranks(weights(model), "weights with the statistics after fit")
+    if rank == 0:
+        saved = bn_model(0)
+        saved.load_weights(path)
+        checks.equal(moving_mean(saved), moving_mean(model), "moving mean in the last save")
     checks.finish()
 
 

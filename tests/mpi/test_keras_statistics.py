@@ -17,6 +17,8 @@ import pytest
 from keras_helpers import keras_ml_comm_session
 from mpi_helpers import Checks, comm_world
 
+import ml_comm.keras as mk
+
 pytestmark = pytest.mark.mpi
 
 B = 4
@@ -24,7 +26,8 @@ B = 4
 
 class Frozen(keras.layers.Layer):
     """Adds a non-trainable float64 constant: an average of equal float64 values can
-    round (0.1 + 0.1 + 0.1 is not 0.3), so only a weight left alone stays 0.1."""
+    round (0.1 + 0.1 + 0.1 is not 0.3: at 3 ranks only a weight left alone stays 0.1;
+    at 2 and 4 ranks the sum of 0.1s is exact)."""
 
     def build(self, input_shape):
         self.constant = self.add_weight(
@@ -36,7 +39,7 @@ class Frozen(keras.layers.Layer):
         return x + keras.ops.cast(self.constant, x.dtype)
 
 
-def bn_model(seed: int) -> keras.Model:
+def bn_model(seed: int, accumulate: int | None = None) -> keras.Model:
     keras.utils.set_random_seed(seed)
     model = keras.Sequential(
         [
@@ -46,7 +49,9 @@ def bn_model(seed: int) -> keras.Model:
             keras.layers.Dense(2),
         ]
     )
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    optimizer = keras.optimizers.SGD(0.0 if accumulate is None else 0.125)
+    optimizer.gradient_accumulation_steps = accumulate
+    model.compile(optimizer=optimizer, loss="mse")
     return model
 
 
@@ -83,6 +88,54 @@ def test_checkpoint_holds_the_ranks_average():
                 checks.equal(got, want, "statistics in rank 0's checkpoint")
             shutil.rmtree(tmp)
         checks.true(all(np.array_equal(own[0], o) for o in own), "ranks' moving means")
+        checks.finish()
+
+
+def test_a_checkpoint_on_rank0_alone_that_saves_every_2_batches():
+    """mk.ModelCheckpoint is a callback that does nothing on the other ranks: every rank
+    still shares its statistics and gradient accumulators before rank 0's saves (4 steps
+    an epoch, saves after steps 2 and 4, updates every 3 steps: the accumulators are
+    mid-cycle at the saves), so the ranks make the same calls and the file holds the
+    state every rank holds."""
+    with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (rank, nranks):
+        checks = Checks()
+        tmp = tempfile.mkdtemp(prefix="ml_comm_stats_") if rank == 0 else None
+        path = comm_world().bcast(tmp and os.path.join(tmp, "ckpt.weights.h5"), root=0)
+        model = bn_model(rank, accumulate=3)
+        x, y = rank_data(rank, steps=4)
+        saves = mk.ModelCheckpoint(path, save_weights_only=True, save_freq=2)
+        model.fit(x, y, batch_size=B, epochs=2, shuffle=False, verbose=0, callbacks=[saves])
+        checks.same_on_all_ranks(model.get_weights(), "weights and statistics after fit")
+        accumulators = [
+            np.asarray(a.numpy()) for a in model.optimizer._accumulated_gradients if a is not None
+        ]
+        checks.same_on_all_ranks(accumulators, "gradient accumulators after fit")
+        if rank == 0:
+            saved = bn_model(0)
+            saved.load_weights(path)
+            for i, (want, got) in enumerate(zip(model.get_weights(), saved.get_weights())):
+                checks.equal(got, want, f"weight {i} in rank 0's last batch checkpoint")
+            shutil.rmtree(tmp)
+        checks.finish()
+
+
+def test_share_statistics_in_a_custom_loop():
+    with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (rank, nranks):
+        checks = Checks()
+        model = bn_model(rank)
+        x, y = rank_data(rank)
+        model.train_on_batch(x[:B], y[:B])  # the ranks' moving means differ
+        ranks = comm_world().allgather(statistics(model))
+        differ = sum(any(not np.array_equal(r[i], ranks[0][i]) for r in ranks) for i in (0, 1))
+        averaged = mk.share_statistics(model)
+        checks.true(averaged == differ, f"{averaged} weights averaged, {differ} differ")
+        checks.true(differ > 0 or nranks == 1, "the moving means differ")
+        for i, what in enumerate(("moving mean", "moving variance")):
+            want = np.mean([r[i].astype(np.float64) for r in ranks], axis=0).astype(np.float32)
+            checks.equal(statistics(model)[i], want, f"averaged {what}")
+        checks.same_on_all_ranks(model.get_weights(), "weights and statistics")
+        again = mk.share_statistics(model)
+        checks.true(again == 0, f"{again} weights averaged a second time")
         checks.finish()
 
 
