@@ -9,10 +9,11 @@ slow-rank report at no risk of a wait of its own."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 from .._core import lib
-from .abort import _world, abort, steps_text
+from .abort import _traceback_text, _world, abort, steps_text
 from .barrier import Barrier, waited_request
 
 # Polling interval of the leaving rank: short at first (the usual finalize finds
@@ -47,24 +48,25 @@ class Departure:
         received = bytearray(len(record) * self.size)
         request = self.comm.Iallgather(sent, received)
         pause = 1e-4
+        how, traceback_text = _how_leaving()
         while not request.Test():
             peer = barrier.waiting_peer() if barrier is not None else -1
             if peer >= 0:
                 abort(
-                    f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
-                    f"sys.exit() or the end of the script) while rank {peer} waits for it in "
-                    f"barrier(), which rank {self.rank} never entered. Aborting the job "
-                    f"(MPI_Abort) instead of leaving rank {peer} waiting forever."
+                    f"ml_comm: rank {self.rank} of {self.size} is leaving {how} while rank "
+                    f"{peer} waits for it in barrier(), which rank {self.rank} never entered. "
+                    f"Aborting the job (MPI_Abort) instead of leaving rank {peer} waiting "
+                    f"forever.{traceback_text}"
                 )
             for t, team in enumerate(teams):
                 peer = lib.mlc_team_waiting_peer(team)
                 if peer >= 0:
                     abort(
-                        f"ml_comm: rank {self.rank} of {self.size} is leaving (finalize(), "
-                        f"sys.exit() or the end of the script) while rank {peer} waits for it in "
-                        f"{waited_request(team, t, self.rank)}: the ranks did not make the same "
-                        f"calls.{steps_text(note)} Aborting the job (MPI_Abort) instead of leaving "
-                        f"rank {peer} waiting forever."
+                        f"ml_comm: rank {self.rank} of {self.size} is leaving {how} while rank "
+                        f"{peer} waits for it in {waited_request(team, t, self.rank)}: the ranks "
+                        f"did not make the same calls.{steps_text(note)} Aborting the job "
+                        f"(MPI_Abort) instead of leaving rank {peer} waiting forever."
+                        f"{traceback_text}"
                     )
             time.sleep(pause)
             pause = min(2 * pause, _MAX_POLL_SECONDS)
@@ -75,3 +77,17 @@ class Departure:
         if self.comm is not None and _world() is not None:
             self.comm.Free()
         self.comm = None
+
+
+def _how_leaving() -> tuple[str, str]:
+    """(how this rank leaves, for the message; the traceback to print after it). An
+    exception on its way through finalize (a `finally`, a `with` block that finalizes)
+    is why the rank leaves, and the abort would end the process before Python printed
+    it: the message names it and carries its traceback."""
+    kind, error, tb = sys.exc_info()
+    if kind is None or issubclass(kind, SystemExit):
+        return "(finalize(), sys.exit() or the end of the script)", ""
+    return (
+        f"(finalize() while its {kind.__name__} propagates, traceback below)",
+        "\n" + _traceback_text(kind, error, tb).rstrip("\n"),
+    )

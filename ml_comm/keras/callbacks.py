@@ -20,9 +20,10 @@ which changes what follows, so that a serial script's callbacks work unchanged a
   replaces its accumulators by their average (apply.share_accumulators, a collective
   that leaves the next update as it was) and its statistics by theirs
   (statistics.py); the statistics also at the end of every epoch and of training.
-  Which saves there are is agreed before training (fit.py), so a checkpoint on rank 0
-  alone (mk.ModelCheckpoint) has every rank share with it. `init(average_statistics=
-  False)` leaves each rank its own statistics, as Horovod does.
+  Rank 0's savers are agreed before training (fit.py), every rank counting batches
+  with a copy of each one's count, so that a checkpoint on rank 0 alone
+  (mk.ModelCheckpoint) has every rank share with it, at the batches where it saves.
+  `init(average_statistics=False)` leaves each rank its own statistics, as Horovod does.
 * `StopTogether` goes last: after every batch it asks `ml_comm.should_stop` (a signal
   received by any rank, see ml_comm/faults/stop.py), and when every rank learns of it, at the
   same batch, it stops `fit` there. On a pipelined team, whose reduction in flight may
@@ -199,34 +200,39 @@ class ShareState(keras.callbacks.Callback):
     """What every rank makes one state, so that rank 0 saves what every rank holds (see
     the module's docstring): before the saves of ModelCheckpoint and BackupAndRestore
     on any rank, the gradient accumulators (and the statistics); at the end of every
-    epoch and of training, the statistics. Its schedule of saves is the union of every
-    rank's (`agree`), since a saving callback may be on rank 0 alone (mk.ModelCheckpoint,
-    or a script that adds one there): every rank then makes the same collective calls."""
+    epoch and of training, the statistics. The savers write on rank 0 alone, and may be
+    there alone (mk.ModelCheckpoint, or a script that adds one there), so rank 0's are
+    agreed before training (`agree`, from fit.py's one allreduce): every rank then
+    counts batches with a copy of each of their counters, started from its state on
+    rank 0, and makes the same collective calls."""
 
     def __init__(self, team: int, statistics: bool, callbacks: list):
         super().__init__()
         self.team = team
         self.statistics = statistics
-        savers = [c for c in callbacks if isinstance(c, _SAVERS)]
-        self.epoch_saves = any(_saves_at_epoch_end(c) for c in savers)
-        self.batch_freqs = sorted({c.save_freq for c in savers if isinstance(c.save_freq, int)})
-        self._batch_saves: list[_SaveBatches] = []
+        savers = [_unwrapped(c) for c in callbacks]
+        savers = [c for c in savers if isinstance(c, _SAVERS)]
+        self.epoch_saves = any(c.save_freq == "epoch" for c in savers)
+        self.counters = [_SaveBatches.of(c) for c in savers if c.save_freq != "epoch"]
 
-    def agree(self, epoch_saves: bool, batch_freqs: list[int]) -> None:
-        """The ranks' saves together (fit.py's one allreduce before training)."""
+    def rows(self) -> list[list[float]]:
+        """This rank's counters, for fit.py's table."""
+        return [c.row() for c in self.counters]
+
+    def agree(self, epoch_saves: bool, rows) -> None:
+        """Rank 0's savers (its rows()), from fit.py's allreduce before training."""
         self.epoch_saves = epoch_saves
-        self.batch_freqs = batch_freqs
-
-    def on_train_begin(self, logs=None):
-        self._batch_saves = [_SaveBatches(f) for f in self.batch_freqs]
+        self.counters = [_SaveBatches.from_row(r) for r in rows]
 
     def on_train_batch_end(self, batch, logs=None):
-        if any([s.due(batch) for s in self._batch_saves]):  # every counter counts the batch
+        if any([c.due(batch) for c in self.counters]):  # every counter counts the batch
             _share_accumulators(self.model, self.team)
             if self.statistics:
                 share_statistics(self.model, self.team)
 
     def on_epoch_end(self, epoch, logs=None):
+        for c in self.counters:
+            c.epoch_ended()
         if self.epoch_saves:
             _share_accumulators(self.model, self.team)
         if self.statistics:
@@ -237,9 +243,8 @@ class ShareState(keras.callbacks.Callback):
             share_statistics(self.model, self.team)
 
 
-def _saves_at_epoch_end(callback) -> bool:
-    """BackupAndRestore backs up at every epoch's end; ModelCheckpoint with "epoch"."""
-    return isinstance(callback, keras.callbacks.BackupAndRestore) or callback.save_freq == "epoch"
+def _unwrapped(callback):
+    return callback.inner if isinstance(callback, _Wrapper) else callback
 
 
 class RankZeroBackup(_Wrapper):
@@ -294,24 +299,47 @@ class RankZeroOnly(_Wrapper):
 
 
 class _SaveBatches:
-    """The batches at which a callback with `save_freq` saves, counted on every rank as
-    Keras's ModelCheckpoint and BackupAndRestore count them on rank 0 (batch numbers
-    restart each epoch and may jump by steps_per_execution)."""
+    """A copy of the batch count of a ModelCheckpoint or BackupAndRestore with an integer
+    `save_freq` (Keras's `_should_save_on_batch`: batch numbers restart each epoch and may
+    jump by steps_per_execution), started from that callback's state, so that it finds
+    the same batches on every rank. BackupAndRestore starts its last batch at 0 and sets
+    it back to 0 at each epoch's end; ModelCheckpoint starts it at None and keeps it."""
 
-    def __init__(self, save_freq):
-        self.every = save_freq if isinstance(save_freq, int) else 0
-        self.since = 0
-        self.last = None
+    NONE = -1.0  # `last` None, in the agreement's table
+
+    def __init__(self, every: int, since: int, last: int | None, backup: bool):
+        self.every, self.since, self.last, self.backup = every, since, last, backup
+
+    @classmethod
+    def of(cls, callback) -> _SaveBatches:
+        """The counter as `callback` has it now (its private attributes, read the same way
+        by Keras 3's two callbacks; absent, the state of a new callback)."""
+        backup = isinstance(callback, keras.callbacks.BackupAndRestore)
+        since = getattr(callback, "_batches_seen_since_last_saving", 0)
+        last = getattr(callback, "_last_batch_seen", 0 if backup else None)
+        return cls(int(callback.save_freq), int(since), last, backup)
+
+    def row(self) -> list[float]:
+        """(kind, save_freq, batches since the last save, last batch) for the table."""
+        last = self.NONE if self.last is None else self.last
+        return [2.0 if self.backup else 1.0, self.every, self.since, last]
+
+    @classmethod
+    def from_row(cls, row) -> _SaveBatches:
+        kind, every, since, last = (int(v) for v in row)
+        return cls(every, since, None if last == cls.NONE else last, kind == 2)
 
     def due(self, batch: int) -> bool:
-        if not self.every:
-            return False
         self.since += batch + 1 if self.last is None or batch <= self.last else batch - self.last
         self.last = batch
         if self.since < self.every:
             return False
         self.since = 0
         return True
+
+    def epoch_ended(self) -> None:
+        if self.backup:
+            self.last = 0
 
 
 def _share_accumulators(model, team: int) -> None:

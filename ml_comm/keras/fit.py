@@ -17,7 +17,8 @@ Then: only rank 0 prints progress; `fit` and `evaluate` get a GlobalMetrics call
 front of the user's (global metrics, metrics.py); `evaluate` first averages the model's
 statistics over the ranks (statistics.py; `fit` does at each epoch's end, callbacks.py)
 and returns the global metrics; `predict` returns this rank's predictions. Before `fit`
-runs, the ranks agree on the number of training steps per epoch (_agree_on_steps).
+runs, the ranks agree on the number of training steps per epoch and on every rank's
+saves (_agree_on_steps).
 Models opted out with `set_team(model, None)` are left alone.
 """
 
@@ -49,8 +50,8 @@ _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (opti
 _per_batch_default = False
 _average_statistics = True
 _said: set[str] = set()  # the warnings given in this session
-# Integer save_freq values of one rank's saving callbacks that fit agrees on.
-_MOST_BATCH_FREQS = 4
+# The savers with an integer save_freq that fit agrees on.
+_MOST_COUNTERS = 4
 
 
 def install(patches: Patches, per_batch_metrics: bool, average_statistics: bool) -> None:
@@ -331,7 +332,7 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareSt
     """Make every rank run the same number of training steps per epoch, the smallest
     rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
     The same allreduce tells every rank whether any rank's callbacks may stop training
-    after a batch or an epoch, and when any rank's callbacks save (the ranks' callbacks
+    after a batch or an epoch, and when rank 0's callbacks save (the ranks' callbacks
     may differ: a checkpoint on rank 0 alone): then all agree, or share, there.
 
     Arrays of different lengths are all cut to the shortest, so that every step's
@@ -342,32 +343,33 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareSt
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
         return
-    # Per rank: steps, samples, the data's fingerprint and the integer save_freq values
-    # of its saving callbacks; then the stop flags and whether any rank saves at an
-    # epoch's end.
-    per_rank = 3 + _MOST_BATCH_FREQS
-    table = np.zeros(per_rank * nranks + 3, np.float64)
+    # Per rank: steps, samples and the data's fingerprint; then the batch counters of
+    # rank 0's savers with an integer save_freq (they write on rank 0 alone: wrapped on
+    # the other ranks, they neither save nor count there), the stop flags and whether
+    # rank 0 saves at an epoch's end.
+    table = np.zeros(3 * nranks + 4 * _MOST_COUNTERS + 3, np.float64)
     table[rank], table[nranks + rank] = steps, samples
     first_rows = min(samples, _batch_size(arguments))  # the batch the digest reads
     table[2 * nranks + rank] = _fingerprint(arguments, samples, first_rows)
-    freqs = sharer.batch_freqs
-    mine = slice(3 * nranks + rank * _MOST_BATCH_FREQS, 3 * nranks + (rank + 1) * _MOST_BATCH_FREQS)
-    table[mine] = (
-        -1 if len(freqs) > _MOST_BATCH_FREQS else freqs + [0] * (_MOST_BATCH_FREQS - len(freqs))
-    )
-    flags = per_rank * nranks
-    table[flags:] = stopper.agree_per_batch, stopper.agree_per_epoch, sharer.epoch_saves
+    counters = table[3 * nranks : 3 * nranks + 4 * _MOST_COUNTERS].reshape(_MOST_COUNTERS, 4)
+    if rank == 0:
+        mine = sharer.rows()
+        if len(mine) > _MOST_COUNTERS:
+            counters[0, 0] = -1  # too many: every rank raises below
+        elif mine:
+            counters[: len(mine)] = mine
+    flags = 3 * nranks + 4 * _MOST_COUNTERS
+    table[flags:] = stopper.agree_per_batch, stopper.agree_per_epoch, 0
+    table[flags + 2] = sharer.epoch_saves if rank == 0 else 0
     mc.allreduce_sum(table, team)
     stopper.agree_per_batch = bool(table[flags] > 0)
     stopper.agree_per_epoch = bool(table[flags + 1] > 0)
-    all_freqs = table[3 * nranks : flags].reshape(nranks, _MOST_BATCH_FREQS)
-    crowded = [r for r in range(nranks) if all_freqs[r, 0] < 0]
-    if crowded:
+    if counters[0, 0] < 0:
         raise ValueError(
-            f"ml_comm.keras: rank(s) {_listing(crowded)} pass saving callbacks with more than "
-            f"{_MOST_BATCH_FREQS} different integer save_freq values to fit"
+            f"ml_comm.keras: more than {_MOST_COUNTERS} ModelCheckpoint or BackupAndRestore "
+            "callbacks with an integer save_freq passed to fit"
         )
-    sharer.agree(bool(table[flags + 2] > 0), sorted({int(f) for f in all_freqs.ravel() if f > 0}))
+    sharer.agree(bool(table[flags + 2] > 0), [row for row in counters if row[0] > 0])
     _warn_if_one_data(table[2 * nranks : 3 * nranks], first_rows)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]

@@ -123,6 +123,22 @@ def test_leaving_while_others_wait_aborts_the_job(mode, nranks, victim):
     assert waiting != victim and 0 <= waiting < nranks, job.detail()
 
 
+def test_an_exception_through_finalize_is_named_with_its_traceback():
+    """A rank whose exception goes through a `finally: finalize()` while the others wait
+    for it: the abort ends the process before Python would print the exception, so the
+    message names it and carries its traceback."""
+    job = mpiexec_job(2, SCRIPT, "raise_finally", "1", timeout=TIMEOUT_S)
+    assert_ended_cleanly_after_failure(
+        job,
+        [
+            r"ml_comm: rank 1 of 2 is leaving \(finalize\(\) while its RuntimeError "
+            r"propagates, traceback below\) while rank 0 waits for it in team 0's request",
+            r"RuntimeError: injected failure on rank 1 at step 20",
+        ],
+    )
+    assert job.returncode == 1, job.detail()
+
+
 @pytest.mark.parametrize(
     "mode,nranks", [("no_finalize", 3), ("finalize_twice", 2), ("busy_peer", 2)]
 )

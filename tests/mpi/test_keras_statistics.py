@@ -119,6 +119,67 @@ def test_a_checkpoint_on_rank0_alone_that_saves_every_2_batches():
         checks.finish()
 
 
+class Recorder(keras.callbacks.Callback):
+    """Every batch's statistics as the callbacks after ml_comm's see them."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen[batch] = statistics(self.model)
+
+
+def shared_at(checks, recorder: Recorder, batch: int, what: str) -> list[np.ndarray]:
+    """The statistics of `batch`, checked to be one state on every rank."""
+    checks.same_on_all_ranks(recorder.seen.get(batch, []), f"{what}: statistics at batch {batch}")
+    return recorder.seen.get(batch, [])
+
+
+def test_saves_are_found_as_keras_counts_them():
+    """Every rank shares at the very batches where rank 0's savers save, as Keras counts
+    them: a BackupAndRestore with 2 steps per execution (its count of an epoch's first
+    execution is one short: saves after batch 5 of 6 with save_freq 4) and a checkpoint on
+    rank 0 alone whose count goes on from the fit before (save_freq 3 after 2 steps: its
+    next save is after the next fit's first batch)."""
+    with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (rank, nranks):
+        checks = Checks()
+        tmp = tempfile.mkdtemp(prefix="ml_comm_stats_") if rank == 0 else None
+        folder = comm_world().bcast(tmp, root=0)
+        model = bn_model(rank)
+        model.compile(optimizer=model.optimizer, loss="mse", steps_per_execution=2)
+        x, y = rank_data(rank, steps=6)
+        backup = keras.callbacks.BackupAndRestore(
+            os.path.join(folder, "backup"), save_freq=4, delete_checkpoint=False
+        )
+        recorder = Recorder()
+        model.fit(x, y, batch_size=B, shuffle=False, verbose=0, callbacks=[recorder, backup])
+        at_save = shared_at(checks, recorder, 5, "BackupAndRestore")
+        if rank == 0:
+            saved = bn_model(0)
+            saved.load_weights(os.path.join(folder, "backup", "latest.weights.h5"))
+            for want, got in zip(at_save, statistics(saved)):
+                checks.equal(got, want, "statistics in the backup")
+
+        model = bn_model(rank)
+        path = os.path.join(folder, "ckpt.weights.h5")
+        checkpoint = mk.ModelCheckpoint(path, save_weights_only=True, save_freq=3)
+        x, y = rank_data(rank, steps=2)
+        model.fit(x, y, batch_size=B, shuffle=False, verbose=0, callbacks=[checkpoint])
+        recorder = Recorder()
+        x, y = rank_data(rank + 10, steps=2)
+        model.fit(x, y, batch_size=B, shuffle=False, verbose=0, callbacks=[recorder, checkpoint])
+        at_save = shared_at(checks, recorder, 0, "ModelCheckpoint")
+        comm_world().barrier()
+        if rank == 0:
+            saved = bn_model(0)
+            saved.load_weights(path)
+            for want, got in zip(at_save, statistics(saved)):
+                checks.equal(got, want, "statistics in the checkpoint")
+            shutil.rmtree(tmp)
+        checks.finish()
+
+
 def test_share_statistics_in_a_custom_loop():
     with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (rank, nranks):
         checks = Checks()

@@ -10,6 +10,7 @@ about to enter, gradients()):
                    goes on training for a minute unless the job is ended)
   exit             sys.exit(0) without finalize
   finalize_exit    finalize() then sys.exit(0)
+  raise_finally    raise an exception inside the loop's `try: ... finally: finalize()`
   long             no fault: train for a long time (the test kills the launcher)
 Modes in which every rank ends well (exit status 0):
   no_finalize      every rank ends the script without finalize (atexit does it)
@@ -53,11 +54,20 @@ def main() -> int:
     steps = STEPS if mode in ("kill", "raise", "exit", "finalize_exit") else CLEAN_STEPS
     if mode in ("long", "thread_raise"):
         steps = LONG_STEPS
+    if mode == "raise_finally":
+        try:
+            return train(mode, victim, rank, n, weights, STEPS)
+        finally:
+            mc.finalize()  # as a script's cleanup would: the exception is on its way out
+    return train(mode, victim, rank, n, weights, steps)
+
+
+def train(mode: str, victim: int, rank: int, n: int, weights, steps: int) -> int:
     for step in range(steps):
         if rank == victim and step == FAULT_STEP:
             if mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-            elif mode == "raise":
+            elif mode in ("raise", "raise_finally"):
                 raise RuntimeError(f"injected failure on rank {rank} at step {step}")
             elif mode == "thread_raise":
                 threading.Thread(target=_fail, args=(rank, step), name="loader").start()
