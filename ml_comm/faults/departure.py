@@ -48,10 +48,10 @@ class Departure:
         received = bytearray(len(record) * self.size)
         request = self.comm.Iallgather(sent, received)
         pause = 1e-4
-        how, traceback_text = _how_leaving()
         while not request.Test():
             peer = barrier.waiting_peer() if barrier is not None else -1
             if peer >= 0:
+                how, traceback_text = _how_leaving()
                 abort(
                     f"ml_comm: rank {self.rank} of {self.size} is leaving {how} while rank "
                     f"{peer} waits for it in barrier(), which rank {self.rank} never entered. "
@@ -61,6 +61,7 @@ class Departure:
             for t, team in enumerate(teams):
                 peer = lib.mlc_team_waiting_peer(team)
                 if peer >= 0:
+                    how, traceback_text = _how_leaving()
                     abort(
                         f"ml_comm: rank {self.rank} of {self.size} is leaving {how} while rank "
                         f"{peer} waits for it in {waited_request(team, t, self.rank)}: the ranks "
@@ -81,13 +82,17 @@ class Departure:
 
 def _how_leaving() -> tuple[str, str]:
     """(how this rank leaves, for the message; the traceback to print after it). An
-    exception on its way through finalize (a `finally`, a `with` block that finalizes)
-    is why the rank leaves, and the abort would end the process before Python printed
-    it: the message names it and carries its traceback."""
+    exception in flight through finalize (a `finally`, a `with` block that finalizes, an
+    `except` that finalizes) is why the rank leaves, and the abort would end the process
+    before Python printed it: the message names it and carries its traceback (a Ctrl-C's
+    KeyboardInterrupt by name only)."""
     kind, error, tb = sys.exc_info()
-    if kind is None or issubclass(kind, SystemExit):
+    if kind is None or issubclass(kind, (SystemExit, GeneratorExit)):
         return "(finalize(), sys.exit() or the end of the script)", ""
-    return (
-        f"(finalize() while its {kind.__name__} propagates, traceback below)",
-        "\n" + _traceback_text(kind, error, tb).rstrip("\n"),
-    )
+    if issubclass(kind, KeyboardInterrupt):
+        return "(finalize() after a KeyboardInterrupt)", ""
+    try:
+        text = "\n" + _traceback_text(kind, error, tb).rstrip("\n")
+    except Exception:  # the abort must go on: the name is enough
+        text = ""
+    return f"(finalize() with a {kind.__name__} in flight, traceback below)", text

@@ -15,7 +15,7 @@ which changes what follows, so that a serial script's callbacks work unchanged a
 * With gradient accumulation, each rank's accumulators hold its own partial sums
   between updates; BatchNormalization's moving statistics follow each rank's batches.
   `ShareState` goes first and makes them one state where rank 0 saves: before every
-  save of a ModelCheckpoint or BackupAndRestore on any rank (at the epoch's end, or at
+  save of rank 0's ModelCheckpoint or BackupAndRestore (at the epoch's end, or at
   the batches of an integer `save_freq`, counted as Keras counts them) every rank
   replaces its accumulators by their average (apply.share_accumulators, a collective
   that leaves the next update as it was) and its statistics by theirs
@@ -198,13 +198,13 @@ class _Wrapper(keras.callbacks.Callback):
 
 class ShareState(keras.callbacks.Callback):
     """What every rank makes one state, so that rank 0 saves what every rank holds (see
-    the module's docstring): before the saves of ModelCheckpoint and BackupAndRestore
-    on any rank, the gradient accumulators (and the statistics); at the end of every
-    epoch and of training, the statistics. The savers write on rank 0 alone, and may be
-    there alone (mk.ModelCheckpoint, or a script that adds one there), so rank 0's are
-    agreed before training (`agree`, from fit.py's one allreduce): every rank then
-    counts batches with a copy of each of their counters, started from its state on
-    rank 0, and makes the same collective calls."""
+    the module's docstring): before the saves of rank 0's ModelCheckpoint and
+    BackupAndRestore, the gradient accumulators (and the statistics); at the end of every
+    epoch and of training, the statistics. The savers write on rank 0 alone, and a
+    ModelCheckpoint may be there alone (mk.ModelCheckpoint, or a script that adds one
+    there), so rank 0's are agreed before training (`agree`, from fit.py's one
+    allreduce): every rank then counts batches with a copy of each of their counters,
+    started from its state on rank 0, and makes the same collective calls."""
 
     def __init__(self, team: int, statistics: bool, callbacks: list):
         super().__init__()
@@ -213,11 +213,12 @@ class ShareState(keras.callbacks.Callback):
         savers = [_unwrapped(c) for c in callbacks]
         savers = [c for c in savers if isinstance(c, _SAVERS)]
         self.epoch_saves = any(c.save_freq == "epoch" for c in savers)
+        self.backups = sum(isinstance(c, keras.callbacks.BackupAndRestore) for c in savers)
         self.counters = [_SaveBatches.of(c) for c in savers if c.save_freq != "epoch"]
 
     def rows(self) -> list[list[float]]:
-        """This rank's counters, for fit.py's table."""
-        return [c.row() for c in self.counters]
+        """This rank's counters, for fit.py's table (savers that count alike, once)."""
+        return [list(r) for r in dict.fromkeys(tuple(c.row()) for c in self.counters)]
 
     def agree(self, epoch_saves: bool, rows) -> None:
         """Rank 0's savers (its rows()), from fit.py's allreduce before training."""

@@ -17,7 +17,7 @@ Then: only rank 0 prints progress; `fit` and `evaluate` get a GlobalMetrics call
 front of the user's (global metrics, metrics.py); `evaluate` first averages the model's
 statistics over the ranks (statistics.py; `fit` does at each epoch's end, callbacks.py)
 and returns the global metrics; `predict` returns this rank's predictions. Before `fit`
-runs, the ranks agree on the number of training steps per epoch and on every rank's
+runs, the ranks agree on the number of training steps per epoch and on rank 0's
 saves (_agree_on_steps).
 Models opted out with `set_team(model, None)` are left alone.
 """
@@ -343,27 +343,36 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareSt
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
         return
-    # Per rank: steps, samples and the data's fingerprint; then the batch counters of
-    # rank 0's savers with an integer save_freq (they write on rank 0 alone: wrapped on
-    # the other ranks, they neither save nor count there), the stop flags and whether
-    # rank 0 saves at an epoch's end.
-    table = np.zeros(3 * nranks + 4 * _MOST_COUNTERS + 3, np.float64)
+    # Per rank: steps, samples, the data's fingerprint and its BackupAndRestore count;
+    # then the batch counters of rank 0's savers with an integer save_freq (they write on
+    # rank 0 alone: wrapped on the other ranks, they neither save nor count there), the
+    # stop flags and whether rank 0 saves at an epoch's end.
+    table = np.zeros(4 * nranks + 4 * _MOST_COUNTERS + 3, np.float64)
     table[rank], table[nranks + rank] = steps, samples
     first_rows = min(samples, _batch_size(arguments))  # the batch the digest reads
     table[2 * nranks + rank] = _fingerprint(arguments, samples, first_rows)
-    counters = table[3 * nranks : 3 * nranks + 4 * _MOST_COUNTERS].reshape(_MOST_COUNTERS, 4)
+    table[3 * nranks + rank] = sharer.backups
+    counters = table[4 * nranks : 4 * nranks + 4 * _MOST_COUNTERS].reshape(_MOST_COUNTERS, 4)
     if rank == 0:
         mine = sharer.rows()
         if len(mine) > _MOST_COUNTERS:
             counters[0, 0] = -1  # too many: every rank raises below
         elif mine:
             counters[: len(mine)] = mine
-    flags = 3 * nranks + 4 * _MOST_COUNTERS
+    flags = 4 * nranks + 4 * _MOST_COUNTERS
     table[flags:] = stopper.agree_per_batch, stopper.agree_per_epoch, 0
     table[flags + 2] = sharer.epoch_saves if rank == 0 else 0
     mc.allreduce_sum(table, team)
     stopper.agree_per_batch = bool(table[flags] > 0)
     stopper.agree_per_epoch = bool(table[flags + 1] > 0)
+    backups = table[3 * nranks : 4 * nranks]
+    if len(set(backups)) > 1:
+        without = [r for r in range(nranks) if backups[r] < backups.max()]
+        raise ValueError(
+            f"ml_comm.keras: rank(s) {_listing(without)} pass fewer BackupAndRestore "
+            "callbacks to fit than the others: pass it on every rank (every rank restores "
+            "from the backup, rank 0 writes it)"
+        )
     if counters[0, 0] < 0:
         raise ValueError(
             f"ml_comm.keras: more than {_MOST_COUNTERS} ModelCheckpoint or BackupAndRestore "

@@ -131,8 +131,8 @@ def test_an_exception_through_finalize_is_named_with_its_traceback():
     assert_ended_cleanly_after_failure(
         job,
         [
-            r"ml_comm: rank 1 of 2 is leaving \(finalize\(\) while its RuntimeError "
-            r"propagates, traceback below\) while rank 0 waits for it in team 0's request",
+            r"ml_comm: rank 1 of 2 is leaving \(finalize\(\) with a RuntimeError in flight, "
+            r"traceback below\) while rank 0 waits for it in team 0's request",
             r"RuntimeError: injected failure on rank 1 at step 20",
         ],
     )

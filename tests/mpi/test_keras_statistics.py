@@ -132,6 +132,7 @@ class Recorder(keras.callbacks.Callback):
 
 def shared_at(checks, recorder: Recorder, batch: int, what: str) -> list[np.ndarray]:
     """The statistics of `batch`, checked to be one state on every rank."""
+    checks.true(batch in recorder.seen, f"{what}: no batch {batch} in {sorted(recorder.seen)}")
     checks.same_on_all_ranks(recorder.seen.get(batch, []), f"{what}: statistics at batch {batch}")
     return recorder.seen.get(batch, [])
 
@@ -177,6 +178,35 @@ def test_saves_are_found_as_keras_counts_them():
             for want, got in zip(at_save, statistics(saved)):
                 checks.equal(got, want, "statistics in the checkpoint")
             shutil.rmtree(tmp)
+        checks.finish()
+
+
+def test_a_backup_on_some_ranks_only_fails_on_every_rank():
+    """BackupAndRestore restores on every rank (collective): passed on rank 0 alone, fit
+    fails on every rank before training, naming the ranks without it."""
+    with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (rank, nranks):
+        if nranks == 1:
+            pytest.skip("one rank has no other rank to differ from")
+        checks = Checks()
+        folder = comm_world().bcast(
+            tempfile.mkdtemp(prefix="ml_comm_stats_") if rank == 0 else None
+        )
+        model = bn_model(rank)
+        x, y = rank_data(rank)
+        backup = [keras.callbacks.BackupAndRestore(os.path.join(folder, "b"))] if rank == 0 else []
+        checks.raises(
+            ValueError,
+            model.fit,
+            x,
+            y,
+            batch_size=B,
+            verbose=0,
+            callbacks=backup,
+            words=["fewer BackupAndRestore", "pass it on every rank"],
+        )
+        comm_world().barrier()
+        if rank == 0:
+            shutil.rmtree(folder)
         checks.finish()
 
 
