@@ -19,7 +19,8 @@ which changes what follows, so that a serial script's callbacks work unchanged a
   the batches of an integer `save_freq`, counted as Keras counts them) every rank
   replaces its accumulators by their average (apply.share_accumulators, a collective
   that leaves the next update as it was) and its statistics by theirs
-  (statistics.py); the statistics also at the end of every epoch and of training.
+  (statistics.py); the statistics also before validation and at the end of every
+  epoch and of training, where a batch trained since they were last shared.
   Rank 0's savers are agreed before training (fit.py), every rank counting batches
   with a copy of each one's count, so that a checkpoint on rank 0 alone
   (mk.ModelCheckpoint) has every rank share with it, at the batches where it saves.
@@ -215,6 +216,7 @@ class ShareState(keras.callbacks.Callback):
         self.epoch_saves = any(c.save_freq == "epoch" for c in savers)
         self.backups = sum(isinstance(c, keras.callbacks.BackupAndRestore) for c in savers)
         self.counters = [_SaveBatches.of(c) for c in savers if c.save_freq != "epoch"]
+        self._trained = True
 
     def rows(self) -> list[list[float]]:
         """This rank's counters, for fit.py's table (savers that count alike, once)."""
@@ -225,23 +227,35 @@ class ShareState(keras.callbacks.Callback):
         self.epoch_saves = epoch_saves
         self.counters = [_SaveBatches.from_row(r) for r in rows]
 
+    def on_train_begin(self, logs=None):
+        self._trained = True  # a step before fit (train_on_batch) may have moved them
+
     def on_train_batch_end(self, batch, logs=None):
+        self._trained = True
         if any([c.due(batch) for c in self.counters]):  # every counter counts the batch
             _share_accumulators(self.model, self.team)
-            if self.statistics:
-                share_statistics(self.model, self.team)
+            self._share_statistics()
+
+    def on_test_begin(self, logs=None):
+        self._share_statistics()  # validation: one model evaluated on every rank
 
     def on_epoch_end(self, epoch, logs=None):
         for c in self.counters:
             c.epoch_ended()
         if self.epoch_saves:
             _share_accumulators(self.model, self.team)
-        if self.statistics:
-            share_statistics(self.model, self.team)
+        self._share_statistics()
 
     def on_train_end(self, logs=None):
-        if self.statistics:
+        self._share_statistics()
+
+    def _share_statistics(self) -> None:
+        """Once per stretch of training: validation, the epoch's end and the end of fit
+        that follow one another find them shared already (the same batches on every
+        rank, so every rank skips alike)."""
+        if self.statistics and self._trained:
             share_statistics(self.model, self.team)
+            self._trained = False
 
 
 def _unwrapped(callback):

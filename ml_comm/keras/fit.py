@@ -219,7 +219,8 @@ def _evaluate(original):
         team, bound, cb = _begin(self, bind, args, kwargs)
         if bound is None:
             return original(self, *args, **kwargs)
-        if _average_statistics:
+        validation = isinstance(bound.arguments["callbacks"], keras.callbacks.CallbackList)
+        if _average_statistics and not validation:  # fit's ShareState shares for validation
             share_statistics(self, team)  # one model evaluated on every rank
         arguments = bound.arguments
         want_dict = bool(arguments.get("return_dict", False))

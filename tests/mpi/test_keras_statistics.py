@@ -181,6 +181,38 @@ def test_saves_are_found_as_keras_counts_them():
         checks.finish()
 
 
+class AtValidation(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_test_begin(self, logs=None):
+        self.seen.append(statistics(self.model))
+
+
+def test_validation_evaluates_one_model():
+    """fit's validation (before each epoch's end) sees the statistics shared."""
+    with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (rank, nranks):
+        checks = Checks()
+        model = bn_model(rank)
+        x, y = rank_data(rank)
+        seen = AtValidation()
+        model.fit(
+            x,
+            y,
+            batch_size=B,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            validation_data=(x, y),
+            callbacks=[seen],
+        )
+        checks.true(len(seen.seen) == 2, f"{len(seen.seen)} validations")
+        checks.same_on_all_ranks(seen.seen, "statistics at each validation")
+        checks.same_on_all_ranks(model.get_weights(), "weights and statistics after fit")
+        checks.finish()
+
+
 def test_a_backup_on_some_ranks_only_fails_on_every_rank():
     """BackupAndRestore restores on every rank (collective): passed on rank 0 alone, fit
     fails on every rank before training, naming the ranks without it."""
