@@ -13,7 +13,7 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -103,6 +103,7 @@ def init(
     *,
     chunk_bytes: int | None = None,
     comm=None,
+    agreed: Mapping[str, str] | None = None,
 ) -> None:
     """Start MPI if needed and create `nteams` teams of `nthread_per_team` threads.
 
@@ -119,6 +120,9 @@ def init(
         chunk_bytes: pipelining segment size (default ML_COMM_CHUNK_BYTES or 1 MiB).
         comm (mpi4py.MPI.Intracomm): the communicator the job runs on (default
             COMM_WORLD); ranks, sizes and every operation then refer to it.
+        agreed: for a layer above (the Keras hook): its own settings, name to value as
+            text, that every rank must share; compared with ml_comm's own in init's one
+            exchange, and MismatchError on every rank names those that differ.
     """
     global _session
     nthreads = _positive_int("nthread_per_team", nthread_per_team, 256)
@@ -158,6 +162,7 @@ def init(
             comm,
             init_mpi(),
             open_exits,
+            dict(agreed or {}),
         )
 
 

@@ -94,6 +94,7 @@ class Session:
         comm,
         mpi,
         open_exits: Callable[[object, object], tuple[Any, Any]],
+        agreed: dict[str, str],
     ):
         self.guard = checks.from_env()  # a malformed variable raises before anything starts
         self.compression = compression.from_env()
@@ -101,7 +102,15 @@ class Session:
         self.mpi = mpi
         # Before any team: ranks with other thread counts would hang creating one.
         settings_check.verify(
-            comm, nthreads, nteams, msglen, chunk_bytes, self.guard, thresholds, self.compression
+            comm,
+            nthreads,
+            nteams,
+            msglen,
+            chunk_bytes,
+            self.guard,
+            thresholds,
+            self.compression,
+            agreed,
         )
         # Collective, and before any team: a rank whose list is wrong fails every rank.
         self.thread_cores = thread_cores.choose(comm, mpi)

@@ -10,9 +10,11 @@ allgather, once) and, where they differ, raises MismatchError on every rank nami
 each setting, each distinct value and the ranks that hold it.
 
 Compared: the init arguments that size and cut the work (threads per team, teams,
-msglen, chunk bytes: the argument or ML_COMM_CHUNK_BYTES) and the environment
-variables that the core's choices depend on. Not compared: settings that only act
-locally (stall warnings and abort, the timeline, aborting on an exception).
+msglen, chunk bytes: the argument or ML_COMM_CHUNK_BYTES), the environment
+variables that the core's choices depend on, and what a layer above hands init as
+`agreed` (the Keras hook's backend and options, which decide its collective calls).
+Not compared: settings that only act locally (stall warnings and abort, the timeline,
+aborting on an exception).
 
 The same allgather carries each rank's ML_COMM_* variables that are no setting (a
 misspelt name does nothing): rank 0 warns once for the job, naming the setting each is
@@ -91,13 +93,23 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def verify(
-    comm, nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code=0
+    comm,
+    nthreads,
+    nteams,
+    msglen,
+    chunk_bytes,
+    guard,
+    thresholds,
+    compression_code=0,
+    agreed: Mapping[str, str] | None = None,
 ) -> None:
     """Collective over comm (every rank calls init): raise on every rank if they differ.
+    `agreed`: the settings of a layer above (the Keras hook's), compared alike.
     Unknown ML_COMM_* names (any rank's) are said once, by rank 0 (see unknown_names)."""
     mine = local_settings(
         nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
     )
+    mine.update(agreed or {})
     ours = (mine, settings.unknown())
     report_arrivals(comm)  # rank 0 says that it waits, if the others are late
     everyone = comm.allgather(ours) if comm.Get_size() > 1 else [ours]

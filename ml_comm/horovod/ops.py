@@ -212,6 +212,11 @@ def _summed_once(tensors: list, average: bool, prescale_factor=1.0, postscale_fa
     return [_scale(t, factor) for t in summed]
 
 
+def _argument(what: str, i: int, one: bool) -> tuple[str, int]:
+    """The name and list place (-1: none) of a call's argument i, for tensor_of."""
+    return (what, -1) if one else (f"{what}[{i}]", i)
+
+
 def _zero_if_none(grad, like):
     """An unconnected output's upstream gradient as zeros, so every rank reduces the same
     list."""
@@ -232,7 +237,32 @@ def grouped_allreduce(
     ignore_name_scope=False,
 ):
     """Reduce a list of tensors over all ranks (one fused call for Sum/Average)."""
-    tensors = list(tensors)
+    return _allreduce_list(
+        list(tensors),
+        average,
+        compression,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        "grouped_allreduce's tensors",
+    )
+
+
+def _allreduce_list(
+    tensors: list,
+    average,
+    compression,
+    op,
+    prescale_factor,
+    postscale_factor,
+    process_set,
+    what: str,
+    one: bool = False,
+) -> list:
+    """grouped_allreduce's work. Errors name the caller's argument: `what[i]`, or `what`
+    alone where the caller took one tensor (`one`), which the other ranks hear of as an
+    argument, not as a place in a list."""
     if not tensors:  # no rank makes a call: nothing to tell
         _reduction_op(op, average, process_set)
         return []
@@ -242,7 +272,7 @@ def grouped_allreduce(
             op = _reduction_op(op, average, process_set)
             # As Horovod: compressed first, the factors applied to what travels.
             compressed = [
-                compression.compress(tensor_of(t, f"tensors[{i}]", i))
+                compression.compress(tensor_of(t, *_argument(what, i, one)))
                 for i, t in enumerate(tensors)
             ]
     if sparse:  # gathered one by one, each call checking its own arguments
@@ -299,14 +329,16 @@ def allreduce(
             # Horovod's expression: TensorFlow's true division (integers give floats).
             values = values / tf.cast(basics.size(), values.dtype)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
-    return grouped_allreduce(
+    return _allreduce_list(
         [tensor],
-        average=average,
-        op=op,
-        compression=compression,
-        prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor,
-        process_set=process_set,
+        average,
+        compression,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        "allreduce's tensor",
+        one=True,
     )[0]
 
 
@@ -400,7 +432,7 @@ def broadcast(
     tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set
 ):
     """root_rank's tensor on every rank (any numeric or bool dtype a variable can have)."""
-    return _broadcast_list([tensor], root_rank, process_set)[0]
+    return _broadcast_list([tensor], root_rank, process_set, "broadcast's tensor", one=True)[0]
 
 
 def _check_carried(t, place: int) -> None:
@@ -416,7 +448,13 @@ def _carrier(t):
     return tf.bitcast(t, _BITCAST[t.dtype]) if t.dtype in _BITCAST else t
 
 
-def _broadcast_list(tensors, root_rank, process_set=global_process_set):
+def _broadcast_list(
+    tensors,
+    root_rank,
+    process_set=global_process_set,
+    what: str = "broadcast's tensors",
+    one: bool = False,
+):
     """root_rank's values of the tensors (variables too). The gradient (Horovod's): the
     average over the ranks of the upstream gradients on root_rank, zeros elsewhere."""
     if not tensors:  # no rank makes a call: nothing to tell
@@ -425,9 +463,9 @@ def _broadcast_list(tensors, root_rank, process_set=global_process_set):
     session = basics.session()
     with _checked(lib.MLC_KIND_BROADCAST):
         check_process_set(process_set)
-        dense = [tensor_of(t, f"broadcast's tensors[{i}]", i) for i, t in enumerate(tensors)]
+        dense = [tensor_of(t, *_argument(what, i, one)) for i, t in enumerate(tensors)]
         for i, t in enumerate(dense):
-            _check_carried(t, i)
+            _check_carried(t, _argument(what, i, one)[1])
         root = session.root_index(root_rank)
     session.weights.shared()
     if not all(t.dtype.is_floating for t in dense):

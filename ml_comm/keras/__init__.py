@@ -65,6 +65,20 @@ _patches = Patches()
 # ---------------------------------------------------------------- life cycle
 
 
+def _agreed(per_batch_metrics: bool, overlap_backprop: bool, average_statistics: bool) -> dict:
+    """What init compares across ranks beside ml_comm's own settings: each of these
+    decides collective calls (a metrics allreduce per batch, a submit per gradient during
+    backprop, a statistics share per epoch), so ranks that differ would pair calls off."""
+    agreed = {
+        "Keras backend (KERAS_BACKEND)": backend.name(),
+        "ml_comm.keras.init's per_batch_metrics": str(bool(per_batch_metrics)),
+        "ml_comm.keras.init's average_statistics": str(bool(average_statistics)),
+    }
+    if backend.name() != "tensorflow":  # TensorFlow's ops overlap on their own: unused there
+        agreed["ml_comm.keras.init's overlap_backprop"] = str(bool(overlap_backprop))
+    return agreed
+
+
 def init(
     nthread_per_team: int = 2,
     nteams: int = 1,
@@ -99,6 +113,7 @@ def init(
         DEFAULT_MSGLEN if msglen is None else msglen,
         backend.current().FRAMEWORK,  # the backend KERAS_BACKEND names (TensorFlow, JAX, torch)
         chunk_bytes=chunk_bytes,
+        agreed=_agreed(per_batch_metrics, overlap_backprop, average_statistics),
     )
     apply.install(_patches)
     backend.current().install(_patches, overlap_backprop)

@@ -45,8 +45,22 @@ CASES = [
         "allreduce of a None",
         lambda: hvd.allreduce(tf.ones([4])),
         lambda: hvd.allreduce(None),
-        (mc.BadArgumentTypeError, "tensors[0] is None"),
-        "tensor 0 of its list is None, not an array",
+        (mc.BadArgumentTypeError, "allreduce's tensor is None"),
+        "an argument is None, not an array",
+    ),
+    Case(
+        "grouped_allreduce with a None",
+        lambda: hvd.grouped_allreduce([tf.ones([4]), tf.ones([2])]),
+        lambda: hvd.grouped_allreduce([tf.ones([4]), None]),
+        (mc.BadArgumentTypeError, "grouped_allreduce's tensors[1] is None"),
+        "tensor 1 of its list is None, not an array",
+    ),
+    Case(
+        "broadcast of a None",
+        lambda: hvd.broadcast(tf.ones([4]), 0),
+        lambda: hvd.broadcast(None, 0),
+        (mc.BadArgumentTypeError, "broadcast's tensor is None"),
+        "an argument is None, not an array",
     ),
     Case(
         "allreduce with Adasum",
@@ -95,7 +109,7 @@ CASES = [
         lambda: hvd.broadcast(tf.ones([3]), 0),
         lambda: hvd.broadcast(tf.constant(["a", "b", "c"]), 0),
         (mc.BadArgumentTypeError, "cannot broadcast a tensor of dtype string"),
-        "tensor 0 of its list has a dtype the call does not take",
+        "an argument has a dtype the call does not take",
     ),
     Case(
         "broadcast on another process set",

@@ -17,6 +17,7 @@ import pytest
 from keras_helpers import keras_ml_comm_session
 from mpi_helpers import Checks, comm_world
 
+import ml_comm as mc
 import ml_comm.keras as mk
 
 pytestmark = pytest.mark.mpi
@@ -276,3 +277,38 @@ def test_each_rank_keeps_its_own_when_asked():
         means = comm_world().allgather(statistics(model)[0].tobytes())
         checks.true(len(set(means)) == nranks, "each rank's moving mean is its own")
         checks.finish()
+
+
+def test_init_options_that_differ_fail_on_every_rank():
+    """The options decide collective calls (a statistics share per epoch, a metrics
+    allreduce per batch): ranks given other values fail init alike, naming each option
+    and who holds which value, and a later init with equal values works."""
+    comm_world().barrier()
+    rank, nranks = comm_world().Get_rank(), comm_world().Get_size()
+    if nranks == 1:
+        pytest.skip("one rank agrees with itself")
+    checks = Checks()
+    try:
+        mk.init(
+            nthread_per_team=2,
+            nteams=1,
+            msglen=64,
+            average_statistics=rank == 0,
+            per_batch_metrics=rank == nranks - 1,
+        )
+    except mc.MismatchError as e:
+        text = str(e)
+        others = "rank 1:" if nranks == 2 else f"ranks 1-{nranks - 1}:"
+        checks.true(
+            f"average_statistics: rank 0: True; {others} False" in text,
+            f"names average_statistics and its ranks: {text}",
+        )
+        checks.true("per_batch_metrics" in text, f"names per_batch_metrics: {text}")
+    else:
+        mk.finalize()
+        checks.true(False, "init with other options on other ranks raised nothing")
+    with keras_ml_comm_session(nthread_per_team=2, nteams=1, msglen=64) as (_, _):
+        model = bn_model(0)
+        x, y = rank_data(0)
+        model.fit(x, y, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    checks.finish()
