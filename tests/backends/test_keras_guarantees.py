@@ -49,6 +49,29 @@ def calls(team: int = 0) -> int:
     return mc.team_stats(team)["calls"]
 
 
+def test_options_that_differ_fail_init_on_every_rank():
+    """Before the module's session (its own init): an option that decides collective calls
+    (overlap_backprop submits each gradient during backprop on JAX and torch; TensorFlow's
+    ops overlap on their own and the option is not compared there) given otherwise on the
+    last rank fails init on every rank, naming the option."""
+    comm_world().barrier()
+    rank, nranks = comm_world().Get_rank(), comm_world().Get_size()
+    if nranks == 1:
+        pytest.skip("one rank agrees with itself")
+    option = "average_statistics" if BACKEND == "tensorflow" else "overlap_backprop"
+    checks = Checks()
+    try:
+        mk.init(nthread_per_team=2, nteams=1, msglen=64, **{option: rank != nranks - 1})
+    except mc.MismatchError as e:
+        told = f"ml_comm.keras.init's {option}: "
+        checks.true(told in str(e), f"names {option}: {e}")
+        checks.true(f"rank {nranks - 1}: False" in str(e), f"names the last rank: {e}")
+    else:
+        mk.finalize()
+        checks.true(False, f"init with {option} otherwise on the last rank raised nothing")
+    checks.finish()
+
+
 def test_first_update_takes_rank0_weights(session):
     rank, nranks = session
     checks = Checks()
