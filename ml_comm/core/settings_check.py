@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 from . import compression, settings
 from .arrival import report_arrivals
-from .errors import MismatchError, SettingsError
+from .errors import BadArgumentError, MismatchError, SettingsError
 from .job_errors import raised_by_all
 from .output import say
 from .spans import spans
@@ -75,12 +75,14 @@ def local_settings(
 
 
 def disagreements(per_rank: list[dict[str, str]]) -> list[str]:
-    """One line per setting whose value differs: 'NAME: rank 0 has A, ranks 1-2 have B'."""
+    """One line per setting whose value differs: 'NAME: rank 0: A; ranks 1-2: B'. A
+    setting some ranks do not have at all (a layer above that only they run) is
+    'not given' on those."""
     lines = []
-    for name in per_rank[0]:
+    for name in dict.fromkeys(name for theirs in per_rank for name in theirs):
         values: dict[str, list[int]] = {}
         for rank, theirs in enumerate(per_rank):
-            values.setdefault(theirs.get(name, "missing"), []).append(rank)
+            values.setdefault(theirs.get(name, "not given"), []).append(rank)
         if len(values) > 1:
             held = "; ".join(f"{_ranks(ranks)} {value}" for value, ranks in values.items())
             lines.append(f"{name}: {held}")
@@ -109,6 +111,9 @@ def verify(
     mine = local_settings(
         nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
     )
+    taken = sorted(set(agreed or {}) & set(mine))
+    if taken:  # a layer's name would hide ml_comm's own setting of that name
+        raise BadArgumentError(f"init's agreed names ml_comm's own settings: {taken}")
     mine.update(agreed or {})
     ours = (mine, settings.unknown())
     report_arrivals(comm)  # rank 0 says that it waits, if the others are late
@@ -122,7 +127,8 @@ def verify(
                 "they communicate, and would hang or reduce the wrong data together: "
                 + " | ".join(lines)
                 + ". Give every rank the same init arguments and ML_COMM_* environment "
-                "(mpiexec and srun pass the launching shell's environment on)"
+                "(mpiexec and srun pass the launching shell's environment on), and under "
+                "ml_comm.keras the same Keras backend and ml_comm.keras.init options"
             ),
             comm,
         )

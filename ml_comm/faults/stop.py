@@ -163,15 +163,27 @@ def note_call(team: int) -> None:
         _local.seen = False
 
 
+def catching() -> bool:
+    """Whether catch_stop_signals holds any signal now."""
+    return bool(_previous_handlers)
+
+
+def release_stop_signals() -> None:
+    """The signals get their handlers from before catch_stop_signals back: a signal ends
+    the process again (a stop already asked stays asked). Main thread only, as Python's
+    signal.signal is."""
+    if threading.current_thread() is threading.main_thread():
+        for sig, previous in _previous_handlers.items():
+            signal.signal(sig, previous)
+        _previous_handlers.clear()
+
+
 def forget() -> None:
     """finalize: the signals get their handlers from before catch_stop_signals back (a
     signal after finalize ends the process again), and the session's stop state goes."""
     global _asked, _signalled
     _signalled = None
-    if threading.current_thread() is threading.main_thread():
-        for sig, previous in _previous_handlers.items():
-            signal.signal(sig, previous)
-        _previous_handlers.clear()
+    release_stop_signals()
     _asked = False
     _received.clear()
     _agreed_teams.clear()

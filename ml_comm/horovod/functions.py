@@ -49,7 +49,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     if not variables:
         check_process_set(process_set)
         return None
-    values = _broadcast_list(variables, root_rank, process_set)
+    values = _broadcast_list(variables, root_rank, process_set, "broadcast_variables' variables")
     assigns = [v.assign(value) for v, value in zip(variables, values)]
     if tf.executing_eagerly():
         return None

@@ -275,7 +275,7 @@ def _allreduce_list(
                 compression.compress(tensor_of(t, *_argument(what, i, one)))
                 for i, t in enumerate(tensors)
             ]
-    if sparse:  # gathered one by one, each call checking its own arguments
+    if sparse:  # one call per tensor, each checking its own argument (named as the caller's)
         return [
             allreduce(
                 t,
@@ -286,7 +286,19 @@ def _allreduce_list(
                 postscale_factor=postscale_factor,
                 process_set=process_set,
             )
-            for t in tensors
+            if isinstance(t, tf.IndexedSlices)
+            else _allreduce_list(
+                [t],
+                average,
+                compression,
+                op,
+                prescale_factor,
+                postscale_factor,
+                process_set,
+                _argument(what, i, one)[0],
+                one=True,
+            )[0]
+            for i, t in enumerate(tensors)
         ]
     wire = [c[0] for c in compressed]
     if op in (Sum, Average):
@@ -493,8 +505,10 @@ def _broadcast_once(dense: list, root: int) -> list:
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Assign root_rank's values to the variables in place; returns their values after
     the assignment (in a graph: tensors that run it when evaluated), as Horovod does."""
-    variables = list(variables) if isinstance(variables, (list, tuple)) else [variables]
-    values = _broadcast_list(variables, root_rank, process_set)
+    one = not isinstance(variables, (list, tuple))
+    variables = [variables] if one else list(variables)
+    what = "broadcast_'s variable" if one else "broadcast_'s variables"
+    values = _broadcast_list(variables, root_rank, process_set, what, one)
     assigned = [v.assign(value, read_value=False) for v, value in zip(variables, values)]
     if tf.executing_eagerly():
         return [v.read_value() for v in variables]

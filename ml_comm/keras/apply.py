@@ -238,9 +238,11 @@ def steps_note() -> str:
     if not parts:
         return ""
     return (
-        f"Rank {mc.get_rank()} ran {', '.join(parts)}; a rank still waiting for it is at a "
-        "later step: the ranks ran different numbers of steps (ml_comm.data.equal_steps "
-        "gives every rank the same number of batches)."
+        f"Rank {mc.get_rank()} ran {', '.join(parts)}; a rank still waiting for it made a "
+        "call this rank did not: a later training step (the ranks ran different numbers of "
+        "steps: ml_comm.data.equal_steps gives every rank the same number of batches), or "
+        "an evaluate, predict or other collective call on some ranks only (every rank "
+        "makes it)."
     )
 
 
@@ -255,6 +257,9 @@ def share_accumulators(optimizer, team: int) -> None:
     ]
     if not accumulators or mc.get_nranks() == 1:
         return
+    steps = getattr(optimizer, "gradient_accumulation_steps", None) or 0
+    if steps >= 2 and int(keras.ops.convert_to_numpy(optimizer._iterations)) % steps == 0:
+        return  # a cycle's start: zeros on every rank (every rank counts the same steps)
     averaged = current().average([keras.ops.convert_to_tensor(a) for a in accumulators], team)
     for a, value in zip(accumulators, averaged):
         a.assign(value)

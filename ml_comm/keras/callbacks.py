@@ -43,9 +43,9 @@ integer `save_freq` a restarted job repeats the cut epoch from its first batch, 
 the weights of the backup (as a serial script would). Exact resumption needs
 `save_freq="epoch"` (the default).
 
-Signals are caught (`ml_comm.catch_stop_signals`) from the first `fit` on, unless
-ML_COMM_CHECK_LAYOUT=0 turned off the exchange that carries them (then they end the
-process as before).
+Signals are caught (`ml_comm.catch_stop_signals`) while `fit` runs (fit.py gives them
+back when it returns), unless ML_COMM_CHECK_LAYOUT=0 turned off the exchange that
+carries them (then they end the process as before).
 """
 
 from __future__ import annotations
@@ -213,7 +213,6 @@ class ShareState(keras.callbacks.Callback):
         self.statistics = statistics
         savers = [_unwrapped(c) for c in callbacks]
         savers = [c for c in savers if isinstance(c, _SAVERS)]
-        self.epoch_saves = any(c.save_freq == "epoch" for c in savers)
         self.backups = sum(isinstance(c, keras.callbacks.BackupAndRestore) for c in savers)
         self.counters = [_SaveBatches.of(c) for c in savers if c.save_freq != "epoch"]
         self._trained = True
@@ -222,9 +221,8 @@ class ShareState(keras.callbacks.Callback):
         """This rank's counters, for fit.py's table (savers that count alike, once)."""
         return [list(r) for r in dict.fromkeys(tuple(c.row()) for c in self.counters)]
 
-    def agree(self, epoch_saves: bool, rows) -> None:
+    def agree(self, rows) -> None:
         """Rank 0's savers (its rows()), from fit.py's allreduce before training."""
-        self.epoch_saves = epoch_saves
         self.counters = [_SaveBatches.from_row(r) for r in rows]
 
     def on_train_begin(self, logs=None):
@@ -242,8 +240,9 @@ class ShareState(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         for c in self.counters:
             c.epoch_ended()
-        if self.epoch_saves:
-            _share_accumulators(self.model, self.team)
+        # Whatever saves after it (a backup, a checkpoint, the program after fit): the
+        # partial sums of a cycle that goes on are one state on every rank.
+        _share_accumulators(self.model, self.team)
         self._share_statistics()
 
     def on_train_end(self, logs=None):

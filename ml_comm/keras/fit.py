@@ -18,7 +18,8 @@ front of the user's (global metrics, metrics.py); `evaluate` first averages the 
 statistics over the ranks (statistics.py; `fit` does at each epoch's end, callbacks.py)
 and returns the global metrics; `predict` returns this rank's predictions. Before `fit`
 runs, the ranks agree on the number of training steps per epoch and on rank 0's
-saves (_agree_on_steps).
+saves, and check that they passed the arguments that decide fit's collective calls
+alike (_agree_on_steps).
 Models opted out with `set_team(model, None)` are left alone.
 """
 
@@ -29,6 +30,7 @@ import hashlib
 import inspect
 import math
 import weakref
+import zlib
 
 import keras
 import numpy as np
@@ -37,6 +39,8 @@ from .. import api as mc
 from ..core.errors import MismatchError, NonFiniteError
 from ..core.output import say
 from ..core.patches import Patches
+from ..core.settings_check import disagreements
+from ..faults import stop
 from . import apply
 from .apply import broadcast_model_weights
 from .backend import current
@@ -159,31 +163,43 @@ def _fit(original):
         team, bound, cb = _begin(self, bind, args, kwargs)
         if bound is None:
             return original(self, *args, **kwargs)
-        arguments = bound.arguments
-        # Backups and checkpoints on rank 0, every rank stopping together on a signal.
-        arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team, _average_statistics)
-        if not current().BROADCAST_IN_TRACE:
-            arguments["callbacks"].insert(0, _WeightsAtStart())
-        stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
-        sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
-        _agree_on_steps(arguments, team, stopper, sharer)
+        # The stop signals are caught while fit runs (fit_callbacks): outside it nothing
+        # reads the request, and a signal must end the process as it would without
+        # ml_comm. Not where the program caught them itself (mc.catch_stop_signals).
+        caught_before = stop.catching()
         try:
-            return original(*bound.args, **bound.kwargs)
-        except Exception as exc:
-            # A failed step's error, as ml_comm's class of its kind: TensorFlow's ops raise
-            # TensorFlow's error of their kind carrying ml_comm's status, a compiled JAX
-            # step a runtime error with it in its text (backend/<name>/, failed_step_error).
-            error = current().failed_step_error(exc) or exc
-            _explain_finite_check_with_loss_scaling(self, error)
-            if cb is not None and cb.in_epoch and isinstance(error, MismatchError):
-                raise MismatchError(
-                    f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
-                    "another rank has ended the epoch: the ranks ran different numbers of "
-                    f"steps ({str(exc).strip().splitlines()[0]})"
-                ) from exc
-            _raise_typed(error, exc)
+            return _fit_bound(original, self, bound, team, cb)
+        finally:
+            if not caught_before:
+                stop.release_stop_signals()
 
     return fit
+
+
+def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
+    arguments = bound.arguments
+    # Backups and checkpoints on rank 0, every rank stopping together on a signal.
+    arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team, _average_statistics)
+    if not current().BROADCAST_IN_TRACE:
+        arguments["callbacks"].insert(0, _WeightsAtStart())
+    stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
+    sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
+    _agree_on_steps(arguments, team, stopper, sharer, cb)
+    try:
+        return original(*bound.args, **bound.kwargs)
+    except Exception as exc:
+        # A failed step's error, as ml_comm's class of its kind: TensorFlow's ops raise
+        # TensorFlow's error of their kind carrying ml_comm's status, a compiled JAX
+        # step a runtime error with it in its text (backend/<name>/, failed_step_error).
+        error = current().failed_step_error(exc) or exc
+        _explain_finite_check_with_loss_scaling(model, error)
+        if cb is not None and cb.in_epoch and isinstance(error, MismatchError):
+            raise MismatchError(
+                f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
+                "another rank has ended the epoch: the ranks ran different numbers of "
+                f"steps ({str(exc).strip().splitlines()[0]})"
+            ) from exc
+        _raise_typed(error, exc)
 
 
 def _raise_typed(error: BaseException, exc: BaseException):
@@ -329,7 +345,58 @@ def _is_array(value) -> bool:
     return isinstance(value, np.ndarray) or keras.ops.is_tensor(value)
 
 
-def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareState) -> None:
+# fit's arguments that decide its collective calls, each rank's as a number in the table of
+# _agree_on_steps: how many epochs run (and from which), whether and when validation runs
+# (each is an evaluate, whose metrics are reduced), and whether the logs are reduced after
+# every batch. Ranks that differ would pair one call with another.
+_CALL_SHAPE = ("epochs", "initial_epoch", "validation", "validation_freq", "per-batch metrics")
+
+
+def _call_shape(arguments, metrics: GlobalMetrics | None) -> list[float]:
+    validates = arguments.get("validation_data") is not None or _validation_split(arguments) > 0
+    freq = arguments.get("validation_freq", 1)
+    return [
+        float(arguments.get("epochs", 1)),
+        float(arguments.get("initial_epoch", 0)),
+        float(validates),
+        float(freq) if isinstance(freq, int) else -1.0 - zlib.crc32(repr(list(freq)).encode()),
+        float(metrics is not None and metrics.per_batch),
+    ]
+
+
+def _shape_text(column: int, value: float) -> str:
+    if column == 2:
+        return "given" if value else "none"
+    if column == 3 and value < 0:
+        return "a list of epochs (one list or another)"
+    if column == 4:
+        return "on" if value else "off"
+    return str(int(value))
+
+
+def _check_call_shapes(shapes: np.ndarray) -> None:
+    """MismatchError on every rank (all read the same table) naming each of fit's
+    arguments that differs between the ranks, with who passed what."""
+    per_rank = [
+        {name: _shape_text(c, row[c]) for c, name in enumerate(_CALL_SHAPE)} for row in shapes
+    ]
+    lines = disagreements(per_rank)
+    if lines:
+        raise MismatchError(
+            "ml_comm.keras: the ranks called fit with different arguments, which decide its "
+            "collective calls (epochs, validation, GlobalMetrics(per_batch=...)): "
+            + " | ".join(lines)
+            + ". Pass every rank's fit the same ones"
+        )
+
+
+def _agree_on_steps(
+    arguments,
+    team: int,
+    stopper: StopTogether,
+    sharer: ShareState,
+    metrics: GlobalMetrics | None = None,
+) -> None:
     """Make every rank run the same number of training steps per epoch, the smallest
     rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
     The same allreduce tells every rank whether any rank's callbacks may stop training
@@ -347,8 +414,11 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareSt
     # Per rank: steps, samples, the data's fingerprint and its BackupAndRestore count;
     # then the batch counters of rank 0's savers with an integer save_freq (they write on
     # rank 0 alone: wrapped on the other ranks, they neither save nor count there), the
-    # stop flags and whether rank 0 saves at an epoch's end.
-    table = np.zeros(4 * nranks + 4 * _MOST_COUNTERS + 3, np.float64)
+    # two stop flags; last, each rank's call shape.
+    shaped = len(_CALL_SHAPE) * nranks
+    table = np.zeros(4 * nranks + 4 * _MOST_COUNTERS + 2 + shaped, np.float64)
+    shape_row = len(table) - shaped + rank * len(_CALL_SHAPE)
+    table[shape_row : shape_row + len(_CALL_SHAPE)] = _call_shape(arguments, metrics)
     table[rank], table[nranks + rank] = steps, samples
     first_rows = min(samples, _batch_size(arguments))  # the batch the digest reads
     table[2 * nranks + rank] = _fingerprint(arguments, samples, first_rows)
@@ -361,9 +431,9 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareSt
         elif mine:
             counters[: len(mine)] = mine
     flags = 4 * nranks + 4 * _MOST_COUNTERS
-    table[flags:] = stopper.agree_per_batch, stopper.agree_per_epoch, 0
-    table[flags + 2] = sharer.epoch_saves if rank == 0 else 0
+    table[flags : flags + 2] = stopper.agree_per_batch, stopper.agree_per_epoch
     mc.allreduce_sum(table, team)
+    _check_call_shapes(table[len(table) - shaped :].reshape(nranks, len(_CALL_SHAPE)))
     stopper.agree_per_batch = bool(table[flags] > 0)
     stopper.agree_per_epoch = bool(table[flags + 1] > 0)
     backups = table[3 * nranks : 4 * nranks]
@@ -379,7 +449,7 @@ def _agree_on_steps(arguments, team: int, stopper: StopTogether, sharer: ShareSt
             f"ml_comm.keras: more than {_MOST_COUNTERS} ModelCheckpoint or BackupAndRestore "
             "callbacks with an integer save_freq passed to fit"
         )
-    sharer.agree(bool(table[flags + 2] > 0), [row for row in counters if row[0] > 0])
+    sharer.agree([row for row in counters if row[0] > 0])
     _warn_if_one_data(table[2 * nranks : 3 * nranks], first_rows)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]

@@ -137,6 +137,31 @@ def test_fit_with_accumulation_equals_one_process(session):
     checks.finish()
 
 
+def test_a_cycle_cut_by_the_epochs_end_is_one_state(session):
+    """3 micro-steps per update, 4 batches: fit ends a micro-step into a cycle, and the
+    partial sums (what a save after fit holds) are one state on every rank: the global
+    batch's, as one process accumulates them."""
+    rank, nranks = session
+    checks = Checks()
+    x, y = int_data(4 * nranks * B)
+    model = dense_model(rank, accumulate=3)
+    mk.broadcast_weights(model)
+    reference = dense_model(0, accumulate=3)
+    reference.set_weights(weights(model))
+    mk.set_team(reference, None)
+    model.fit(
+        shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
+    )
+    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
+    sums = [np.asarray(a) for a in model.optimizer._accumulated_gradients]
+    want = [np.asarray(a) for a in reference.optimizer._accumulated_gradients]
+    checks.true(any(np.any(a != 0) for a in want), "the cycle is cut: partial sums left")
+    checks.same_on_all_ranks(sums, "partial sums after fit")
+    for i, (a, ref) in enumerate(zip(sums, want)):
+        checks.true(np.allclose(a, ref, rtol=1e-5, atol=1e-6), f"partial sum {i}: {a} vs {ref}")
+    checks.finish()
+
+
 def test_overflow_on_one_rank_skips_the_step_everywhere(session):
     """A LossScaleOptimizer averages the still-scaled gradients before its finite check
     (Keras's compiled steps call its stateless_apply, which checks first), so an overflow

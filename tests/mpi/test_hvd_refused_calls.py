@@ -40,6 +40,7 @@ def _slices() -> tf.IndexedSlices:
 
 
 FAILED_CHECK = "its call raised before it reached the other ranks"
+VARIABLES = [tf.Variable(1.0), tf.Variable(2.0)]  # made once: a tf.function makes none
 CASES = [
     Case(
         "allreduce of a None",
@@ -53,6 +54,21 @@ CASES = [
         lambda: hvd.grouped_allreduce([tf.ones([4]), tf.ones([2])]),
         lambda: hvd.grouped_allreduce([tf.ones([4]), None]),
         (mc.BadArgumentTypeError, "grouped_allreduce's tensors[1] is None"),
+        "tensor 1 of its list is None, not an array",
+    ),
+    Case(
+        "grouped_allreduce of IndexedSlices and a None",
+        lambda: hvd.grouped_allreduce([_slices(), tf.ones([2])]),
+        lambda: hvd.grouped_allreduce([_slices(), None]),
+        (mc.BadArgumentTypeError, "grouped_allreduce's tensors[1] is None"),
+        "an argument is None, not an array",  # a call of its own, after the slices'
+    ),
+    Case(
+        "broadcast_variables with a None",
+        # In a tf.function it returns an op, which a tf.function may not return.
+        lambda: hvd.broadcast_variables(VARIABLES, 0) and None,
+        lambda: hvd.broadcast_variables([VARIABLES[0], None], 0) and None,
+        (mc.BadArgumentTypeError, "broadcast_variables' variables[1] is None"),
         "tensor 1 of its list is None, not an array",
     ),
     Case(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 
 import keras
 import numpy as np
@@ -103,4 +104,32 @@ def test_fit_stops_at_the_same_batch(keras_session, tmp_path, pipelined, per_bat
     c.true(os.path.exists(os.path.join(shared, "backup", "training_metadata.json")), "backup")
     iterations = gathered(int(model.optimizer.iterations.numpy()), rank, nranks)
     c.true(len(set(iterations)) == 1, f"optimizer iterations differ: {iterations}")
+    c.finish()
+
+
+class HandlerDuringFit(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.handler = signal.getsignal(signal.SIGTERM)
+
+
+@pytest.mark.parametrize("caught_by_program", [False, True], ids=["by-fit", "by-the-program"])
+def test_signals_are_caught_while_fit_runs(keras_session, caught_by_program):
+    """fit catches the stop signals while it runs and gives them back when it returns, so
+    that a signal after it ends the process as without ml_comm (nothing would read the
+    request there); signals the program caught itself stay caught."""
+    c = Checks()
+    before = signal.getsignal(signal.SIGTERM)
+    if caught_by_program:
+        mc.catch_stop_signals()
+    caught = signal.getsignal(signal.SIGTERM)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    during = HandlerDuringFit()
+    x = np.ones((8, 2), np.float32)
+    model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0, callbacks=[during])
+    c.true(during.handler not in (before, None), f"SIGTERM caught during fit: {during.handler}")
+    after = signal.getsignal(signal.SIGTERM)
+    want = caught if caught_by_program else before
+    c.true(after is want, f"SIGTERM's handler after fit: {after}, want {want}")
     c.finish()

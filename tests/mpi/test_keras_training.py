@@ -351,3 +351,44 @@ def test_pipelined_team(keras_session):
     c.same_on_all_ranks(model.get_weights(), "pipelined: weights after training")
     check_close(c, model.get_weights(), w3, "pipelined")
     c.finish()
+
+
+FIT_ON_LAST_RANK = {
+    "epochs": ({"epochs": 2}, "epochs: "),
+    "validation": ({"validation_split": 0.5}, "validation: "),
+    "validation_freq": ({"validation_freq": [1, 2]}, "validation_freq: "),
+    "per-batch metrics": (
+        {"callbacks": [mk.GlobalMetrics(per_batch=True)]},
+        "per-batch metrics: ",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FIT_ON_LAST_RANK))
+def test_fit_arguments_that_differ_fail_on_every_rank(keras_session, case):
+    """fit's arguments that decide its collective calls, given otherwise on the last
+    rank: every rank's fit raises MismatchError naming the argument before any step (the
+    weights stay those of the start), and a fit with equal arguments runs after it."""
+    rank, nranks = keras_session
+    if nranks == 1:
+        pytest.skip("one rank agrees with itself")
+    c = Checks()
+    model = make_model(0)
+    x, y = global_data(1)
+    at_start = [w.copy() for w in model.get_weights()]
+    extra, named = FIT_ON_LAST_RANK[case]
+    mine = {"epochs": 1, "validation_split": 0.0, "validation_freq": 1}
+    if rank == nranks - 1:
+        mine.update(extra)
+    try:
+        model.fit(x, y, batch_size=2, shuffle=False, verbose=0, **mine)
+    except mc.MismatchError as e:
+        c.true(named in str(e), f"{case}: names it: {e}")
+        c.true(f"rank {nranks - 1}: " in str(e), f"{case}: names the last rank: {e}")
+    else:
+        c.true(False, f"{case} given otherwise on the last rank: fit raised nothing")
+    for i, (w, w0) in enumerate(zip(model.get_weights(), at_start)):
+        c.true(np.array_equal(w, w0), f"{case}: weight {i} changed in the refused fit")
+    model.fit(x, y, batch_size=2, shuffle=False, verbose=0, epochs=1)
+    c.same_on_all_ranks(model.get_weights(), f"{case}: weights after a fit with equal arguments")
+    c.finish()
