@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 from . import compression, settings
 from .arrival import report_arrivals
-from .errors import BadArgumentError, MismatchError, SettingsError
+from .errors import MismatchError, SettingsError
 from .job_errors import raised_by_all
 from .output import say
 from .spans import spans
@@ -111,10 +111,7 @@ def verify(
     mine = local_settings(
         nthreads, nteams, msglen, chunk_bytes, guard, thresholds, compression_code
     )
-    taken = sorted(set(agreed or {}) & set(mine))
-    if taken:  # a layer's name would hide ml_comm's own setting of that name
-        raise BadArgumentError(f"init's agreed names ml_comm's own settings: {taken}")
-    mine.update(agreed or {})
+    mine = {**(agreed or {}), **mine}  # a layer's name never hides ml_comm's own setting
     ours = (mine, settings.unknown())
     report_arrivals(comm)  # rank 0 says that it waits, if the others are late
     everyone = comm.allgather(ours) if comm.Get_size() > 1 else [ours]

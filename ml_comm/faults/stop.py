@@ -163,19 +163,29 @@ def note_call(team: int) -> None:
         _local.seen = False
 
 
-def catching() -> bool:
-    """Whether catch_stop_signals holds any signal now."""
-    return bool(_previous_handlers)
+def caught_signals() -> frozenset[int]:
+    """The signals catch_stop_signals holds now."""
+    return frozenset(_previous_handlers)
 
 
-def release_stop_signals() -> None:
-    """The signals get their handlers from before catch_stop_signals back: a signal ends
-    the process again (a stop already asked stays asked). Main thread only, as Python's
-    signal.signal is."""
+def release_stop_signals(keep: frozenset[int] = frozenset()) -> None:
+    """The signals, but those in `keep`, get their handlers from before
+    catch_stop_signals back: such a signal ends the process again (a stop already asked
+    stays asked). Main thread only, as Python's signal.signal is."""
     if threading.current_thread() is threading.main_thread():
-        for sig, previous in _previous_handlers.items():
-            signal.signal(sig, previous)
-        _previous_handlers.clear()
+        for sig in [s for s in _previous_handlers if s not in keep]:
+            signal.signal(sig, _previous_handlers.pop(sig))
+
+
+def deliver_again(names: list[str], keep: frozenset[int]) -> None:
+    """Signals caught while nothing acted on them any more (after a fit's last check):
+    the first not in `keep` is raised again, to the handler it has now (released: what
+    it would have done without ml_comm; Ctrl-C's KeyboardInterrupt)."""
+    for name in names:
+        sig = signal.Signals[name]
+        if sig not in keep:
+            signal.raise_signal(sig)
+            return
 
 
 def forget() -> None:

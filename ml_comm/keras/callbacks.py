@@ -14,13 +14,14 @@ which changes what follows, so that a serial script's callbacks work unchanged a
   metrics).
 * With gradient accumulation, each rank's accumulators hold its own partial sums
   between updates; BatchNormalization's moving statistics follow each rank's batches.
-  `ShareState` goes first and makes them one state where rank 0 saves: before every
-  save of rank 0's ModelCheckpoint or BackupAndRestore (at the epoch's end, or at
-  the batches of an integer `save_freq`, counted as Keras counts them) every rank
+  `ShareState` goes first and makes them one state where rank 0 saves: at the end of
+  every epoch and before every save of rank 0's ModelCheckpoint or BackupAndRestore at
+  the batches of an integer `save_freq` (counted as Keras counts them) every rank
   replaces its accumulators by their average (apply.share_accumulators, a collective
-  that leaves the next update as it was) and its statistics by theirs
-  (statistics.py); the statistics also before validation and at the end of every
-  epoch and of training, where a batch trained since they were last shared.
+  that leaves the next update as it was; none at a cycle's start, where they are
+  zeros) and its statistics by theirs (statistics.py); the statistics also before
+  validation and at the end of training, where a batch trained since they were last
+  shared.
   Rank 0's savers are agreed before training (fit.py), every rank counting batches
   with a copy of each one's count, so that a checkpoint on rank 0 alone
   (mk.ModelCheckpoint) has every rank share with it, at the batches where it saves.
@@ -44,8 +45,9 @@ the weights of the backup (as a serial script would). Exact resumption needs
 `save_freq="epoch"` (the default).
 
 Signals are caught (`ml_comm.catch_stop_signals`) while `fit` runs (fit.py gives them
-back when it returns), unless ML_COMM_CHECK_LAYOUT=0 turned off the exchange that
-carries them (then they end the process as before).
+back when it returns, and raises again one that came after its last check), unless
+ML_COMM_CHECK_LAYOUT=0 turned off the exchange that carries them (then they end the
+process as before).
 """
 
 from __future__ import annotations
@@ -199,13 +201,14 @@ class _Wrapper(keras.callbacks.Callback):
 
 class ShareState(keras.callbacks.Callback):
     """What every rank makes one state, so that rank 0 saves what every rank holds (see
-    the module's docstring): before the saves of rank 0's ModelCheckpoint and
-    BackupAndRestore, the gradient accumulators (and the statistics); at the end of every
-    epoch and of training, the statistics. The savers write on rank 0 alone, and a
-    ModelCheckpoint may be there alone (mk.ModelCheckpoint, or a script that adds one
-    there), so rank 0's are agreed before training (`agree`, from fit.py's one
-    allreduce): every rank then counts batches with a copy of each of their counters,
-    started from its state on rank 0, and makes the same collective calls."""
+    the module's docstring): at the end of every epoch and before the batch-frequency
+    saves of rank 0's ModelCheckpoint and BackupAndRestore, the gradient accumulators
+    and the statistics; before validation and at the end of training, the statistics.
+    The savers write on rank 0 alone, and a ModelCheckpoint may be there alone
+    (mk.ModelCheckpoint, or a script that adds one there), so rank 0's are agreed
+    before training (`agree`, from fit.py's one allreduce): every rank then counts
+    batches with a copy of each of their counters, started from its state on rank 0,
+    and makes the same collective calls."""
 
     def __init__(self, team: int, statistics: bool, callbacks: list):
         super().__init__()

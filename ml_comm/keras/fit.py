@@ -29,6 +29,7 @@ import functools
 import hashlib
 import inspect
 import math
+import numbers
 import weakref
 import zlib
 
@@ -164,19 +165,22 @@ def _fit(original):
         if bound is None:
             return original(self, *args, **kwargs)
         # The stop signals are caught while fit runs (fit_callbacks): outside it nothing
-        # reads the request, and a signal must end the process as it would without
-        # ml_comm. Not where the program caught them itself (mc.catch_stop_signals).
-        caught_before = stop.catching()
+        # reads the request, and a signal must do what it would without ml_comm. Those
+        # the program caught itself (mc.catch_stop_signals) stay caught.
+        held, heard = stop.caught_signals(), len(stop.received_signals())
         try:
-            return _fit_bound(original, self, bound, team, cb)
+            history, stopped = _fit_bound(original, self, bound, team, cb)
         finally:
-            if not caught_before:
-                stop.release_stop_signals()
+            stop.release_stop_signals(keep=held)
+        if not stopped:  # one after fit's last check (its last validation, its saves)
+            stop.deliver_again(stop.received_signals()[heard:], keep=held)
+        return history
 
     return fit
 
 
 def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
+    """(fit's history, whether a stop request ended it)."""
     arguments = bound.arguments
     # Backups and checkpoints on rank 0, every rank stopping together on a signal.
     arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team, _average_statistics)
@@ -186,7 +190,7 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
     sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
     _agree_on_steps(arguments, team, stopper, sharer, cb)
     try:
-        return original(*bound.args, **bound.kwargs)
+        return original(*bound.args, **bound.kwargs), stopper.stopped
     except Exception as exc:
         # A failed step's error, as ml_comm's class of its kind: TensorFlow's ops raise
         # TensorFlow's error of their kind carrying ml_comm's status, a compiled JAX
@@ -353,25 +357,43 @@ _CALL_SHAPE = ("epochs", "initial_epoch", "validation", "validation_freq", "per-
 
 
 def _call_shape(arguments, metrics: GlobalMetrics | None) -> list[float]:
+    """This rank's _CALL_SHAPE, as numbers: validation_freq only where the rank
+    validates (Keras reads it only then), a list of epochs as a digest of its numbers,
+    anything else as -1 (Keras judges it)."""
     validates = arguments.get("validation_data") is not None or _validation_split(arguments) > 0
-    freq = arguments.get("validation_freq", 1)
+    freq = arguments.get("validation_freq", 1) if validates else 0
+    if isinstance(freq, numbers.Integral):
+        code = float(freq)
+    elif isinstance(freq, (list, tuple, set, range)) and all(
+        isinstance(e, numbers.Integral) for e in freq
+    ):
+        code = -2.0 - zlib.crc32(repr(sorted(int(e) for e in freq)).encode())
+    else:
+        code = -1.0
     return [
-        float(arguments.get("epochs", 1)),
-        float(arguments.get("initial_epoch", 0)),
+        _number(arguments.get("epochs", 1)),
+        _number(arguments.get("initial_epoch", 0)),
         float(validates),
-        float(freq) if isinstance(freq, int) else -1.0 - zlib.crc32(repr(list(freq)).encode()),
+        code,
         float(metrics is not None and metrics.per_batch),
     ]
 
 
+def _number(value) -> float:
+    return float(value) if isinstance(value, numbers.Real) else -1.0
+
+
 def _shape_text(column: int, value: float) -> str:
+    """What a column's value says; values that differ read differently."""
     if column == 2:
         return "given" if value else "none"
-    if column == 3 and value < 0:
-        return "a list of epochs (one list or another)"
+    if column == 3 and value <= -2:
+        return f"a list of epochs (digest {int(-2 - value):08x})"
     if column == 4:
         return "on" if value else "off"
-    return str(int(value))
+    if value == -1:
+        return "not a number"
+    return str(int(value)) if value.is_integer() else str(value)
 
 
 def _check_call_shapes(shapes: np.ndarray) -> None:

@@ -133,3 +133,30 @@ def test_signals_are_caught_while_fit_runs(keras_session, caught_by_program):
     want = caught if caught_by_program else before
     c.true(after is want, f"SIGTERM's handler after fit: {after}, want {want}")
     c.finish()
+
+
+class InterruptAtTheEnd(keras.callbacks.Callback):
+    """Ctrl-C after fit's last check for a stop (its on_train_end)."""
+
+    def on_train_end(self, logs=None):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_signal_after_the_last_check_does_what_it_would_without_ml_comm(keras_session):
+    """A signal that comes when fit no longer reads the request (here Ctrl-C in its last
+    callback) is raised again when fit returns, to the handler it had before: Python's
+    KeyboardInterrupt, on every rank (each got one), not a stop that nothing acts on."""
+    c = Checks()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.ones((8, 2), np.float32)
+    try:
+        model.fit(x, x[:, :1], batch_size=4, epochs=1, verbose=0, callbacks=[InterruptAtTheEnd()])
+    except KeyboardInterrupt:
+        interrupted = True
+    else:
+        interrupted = False
+    c.true(interrupted, "fit returned and the Ctrl-C in its last callback did nothing")
+    c.true(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "SIGINT given back")
+    c.finish()
