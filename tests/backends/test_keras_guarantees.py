@@ -118,19 +118,27 @@ def test_gradients_averaged_once_per_apply(session):
     checks.finish()
 
 
-def test_fit_with_accumulation_equals_one_process(session):
-    rank, nranks = session
-    checks = Checks()
+def fit_accumulating(rank: int, nranks: int, steps: int) -> tuple:
+    """(model, reference) after one epoch of 4 batches with `steps` micro-steps per
+    update: the model at every rank on its shares, the reference in one process on the
+    global batches, both from rank 0's weights."""
     x, y = int_data(4 * nranks * B)
-    model = dense_model(rank, accumulate=2)
+    model = dense_model(rank, accumulate=steps)
     mk.broadcast_weights(model)
-    reference = dense_model(0, accumulate=2)
+    reference = dense_model(0, accumulate=steps)
     reference.set_weights(weights(model))
     mk.set_team(reference, None)  # one process on the global batches
     model.fit(
         shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
     )
     reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
+    return model, reference
+
+
+def test_fit_with_accumulation_equals_one_process(session):
+    rank, nranks = session
+    checks = Checks()
+    model, reference = fit_accumulating(rank, nranks, steps=2)
     for i, (w, ref) in enumerate(zip(weights(model), weights(reference))):
         checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"weight {i}: {w} vs {ref}")
     checks.same_on_all_ranks(weights(model), "weights after fit with accumulation")
@@ -143,16 +151,7 @@ def test_a_cycle_cut_by_the_epochs_end_is_one_state(session):
     batch's, as one process accumulates them."""
     rank, nranks = session
     checks = Checks()
-    x, y = int_data(4 * nranks * B)
-    model = dense_model(rank, accumulate=3)
-    mk.broadcast_weights(model)
-    reference = dense_model(0, accumulate=3)
-    reference.set_weights(weights(model))
-    mk.set_team(reference, None)
-    model.fit(
-        shares(x, nranks, rank), shares(y, nranks, rank), batch_size=B, shuffle=False, verbose=0
-    )
-    reference.fit(x, y, batch_size=nranks * B, shuffle=False, verbose=0)
+    model, reference = fit_accumulating(rank, nranks, steps=3)
     sums = [np.asarray(a) for a in model.optimizer._accumulated_gradients]
     want = [np.asarray(a) for a in reference.optimizer._accumulated_gradients]
     checks.true(any(np.any(a != 0) for a in want), "the cycle is cut: partial sums left")

@@ -47,7 +47,8 @@ def test_ranks_started_with_other_thread_counts_get_the_message_once(nranks):
     held = f"rank 0: 2; {held}" if nranks == 2 else "rank 0: 2; ranks 1-2: 3"
     assert re.search(
         rf"^ml_comm\S*MismatchError: {THREADS_MESSAGE}.*nthread_per_team: {held}\. "
-        r"Give every rank .*\(mpiexec and srun pass the launching shell's environment on\)$",
+        r"Give every rank .*\(mpiexec and srun pass the launching shell's environment on\), "
+        r"and under ml_comm\.keras the same Keras backend and ml_comm\.keras\.init options$",
         job.stderr,
         re.M,
     ), job.detail()
