@@ -196,10 +196,19 @@ def share_statistics(model: keras.Model) -> int:
     """Replace the statistics the model's layers keep while training (BatchNormalization's
     moving mean and variance: the non-trainable floating-point weights that differ between
     ranks) by their average over the ranks, on the model's team (team 0 for a model
-    opted out with `set_team(model, None)`). Collective; eager.
+    opted out with `set_team(model, None)`). Mid-way through a gradient-accumulation
+    cycle (the optimizer's `gradient_accumulation_steps`) of a model whose gradients
+    ml_comm averages, the optimizer's partial sums too, so that what rank 0 saves is
+    every rank's state. Collective; eager.
     `fit` and `evaluate` do it themselves (init's `average_statistics`); a custom loop
-    calls it before rank 0 saves the model. Returns how many weights were averaged."""
-    return statistics.share_statistics(model, teams.team_of(model, default=0) or 0)
+    calls it before rank 0 saves the model. Returns how many layer weights were
+    averaged."""
+    team = teams.team_of(model, default=0)
+    averaged = statistics.share_statistics(model, team or 0)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and team is not None:  # opted out: each rank's own updates
+        apply.share_accumulators(optimizer, team)
+    return averaged
 
 
 def gather(values, root: int = 0):

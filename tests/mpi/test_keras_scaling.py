@@ -604,3 +604,33 @@ def test_mid_epoch_saves_hold_one_accumulator_state(keras_session, tmp_path, sav
 def shared_dir(tmp_path, rank: int):
     """Rank 0's temporary directory on every rank (rank 0 writes, the ranks share a disk)."""
     return type(tmp_path)(comm_world().bcast(str(tmp_path) if rank == 0 else None, root=0))
+
+
+def test_share_statistics_averages_a_custom_loops_partial_sums(keras_session):
+    """A custom loop mid-way through a gradient-accumulation cycle: each rank holds its own
+    partial sum; mk.share_statistics, which the docs have a custom loop call before rank 0
+    saves, leaves every rank their average, and at a cycle's start changes nothing."""
+    c = Checks()
+    r, n = keras_session
+    model = make_model(90, ("sgd", 0.05), accumulate=2)
+    x, y = data(2 * B, seed=91 + r)
+    model.train_on_batch(x[:B], y[:B])  # one micro-step of two: each rank's own sum
+
+    def accumulators():
+        return [np.array(a.numpy()) for a in model.optimizer._accumulated_gradients]
+
+    before = comm_world().allgather(accumulators())
+    c.true(n == 1 or any(np.any(a != b) for a, b in zip(*before[:2])), "the sums differ")
+    mk.share_statistics(model)
+    after = accumulators()
+    for i, mine in enumerate(after):
+        want = np.mean([rank[i].astype(np.float64) for rank in before], axis=0)
+        c.true(np.allclose(mine, want, rtol=1e-6, atol=0), f"accumulator {i}, averaged")
+    c.same_on_all_ranks(after, "the accumulators")
+    model.train_on_batch(x[B:], y[B:])  # the cycle's end: zeros, which stay zeros
+    zeros = accumulators()
+    mk.share_statistics(model)
+    c.same_on_all_ranks(model.get_weights(), "the weights")
+    for i, (a, b) in enumerate(zip(zeros, accumulators())):
+        c.equal(b, a, f"accumulator {i} at a cycle's start")
+    c.finish()
