@@ -110,7 +110,7 @@ class Session:
             self.guard,
             thresholds,
             self.compression,
-            agreed,
+            {"framework": framework, **agreed},  # tensors on one rank, arrays on another
         )
         # Collective, and before any team: a rank whose list is wrong fails every rank.
         self.thread_cores = thread_cores.choose(comm, mpi)

@@ -10,7 +10,7 @@ allgather, once) and, where they differ, raises MismatchError on every rank nami
 each setting, each distinct value and the ranks that hold it.
 
 Compared: the init arguments that size and cut the work (threads per team, teams,
-msglen, chunk bytes: the argument or ML_COMM_CHUNK_BYTES), the environment
+msglen, chunk bytes: the argument or ML_COMM_CHUNK_BYTES) and its framework, the environment
 variables that the core's choices depend on, and what a layer above hands init as
 `agreed` (the Keras hook's backend and options, which decide its collective calls).
 Not compared: settings that only act locally (stall warnings and abort, the timeline,

@@ -17,7 +17,7 @@ from jobs import MPIEXEC, PY, SCRIPTS, clean_env, run_job
 from ml_comm.core import settings_check
 
 TIMEOUT_S = 90
-BASE_ARGS = {"nthreads": "2", "nteams": "1", "msglen": "4096", "chunk": "0"}
+BASE_ARGS = {"nthreads": "2", "nteams": "1", "msglen": "4096", "chunk": "0", "framework": "numpy"}
 
 
 def launch(per_rank: list[tuple[dict[str, str], dict[str, str]]]):
@@ -87,6 +87,7 @@ def test_chunk_from_environment_and_argument():
         ("nthreads", "nthread_per_team", "2", "1"),
         ("nteams", "nteams", "1", "2"),
         ("msglen", "msglen", "4096", "8192"),
+        ("framework", "framework", "numpy", "tensorflow"),
     ],
 )
 def test_init_argument_mismatch_fails_on_both_ranks(arg, name, value0, value1):

@@ -1,6 +1,7 @@
 """A rank of a job whose ranks may have been started with different settings.
 
-    mpiexec -n 1 [-env NAME VALUE] python settings_job.py NTHREADS NTEAMS MSGLEN CHUNK TOKEN : ...
+    mpiexec -n 1 [-env NAME VALUE] python settings_job.py \
+        NTHREADS NTEAMS MSGLEN CHUNK FRAMEWORK TOKEN : ...
 
 Each rank calls init with its own arguments (CHUNK 0: the default, or
 ML_COMM_CHUNK_BYTES) under its own environment (mpiexec's per-program -env), and
@@ -20,10 +21,11 @@ import ml_comm as mc
 
 def main() -> int:
     nthreads, nteams, msglen, chunk = (int(a) for a in sys.argv[1:5])
+    framework = sys.argv[5]
     rank = mc.get_rank()
     start = time.monotonic()
     try:
-        mc.init(nthreads, nteams, msglen, chunk_bytes=chunk or None)
+        mc.init(nthreads, nteams, msglen, framework, chunk_bytes=chunk or None)
     except mc.MLCommError as e:
         print(f"rank {rank} raised after {time.monotonic() - start:.3f} s: {e}", flush=True)
         print(f"rank {rank} raised {type(e).__name__}", flush=True)
