@@ -52,6 +52,9 @@ class OptimizerState:
 
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _nesting = threading.local()  # > 0 inside a hooked apply of this thread
+# The variables this session gave one root's values (keyed by id: a Keras variable's
+# `==` is elementwise); an entry goes with its variable.
+_broadcast: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def state_of(optimizer) -> OptimizerState:
@@ -81,6 +84,7 @@ def install(patches: Patches) -> None:
 def forget() -> None:
     """finalize: the optimizers' registrations go (with the session)."""
     _states.clear()
+    _broadcast.clear()
 
 
 def _hooked(original):
@@ -205,9 +209,24 @@ def _sync_before_first_update(optimizer, state, grads, trainable_variables):
         broadcast_eagerly(variables, 0, state.team)
         state.pending_broadcast = False
         return grads
+    if _weights_broadcast(optimizer, model):
+        state.pending_broadcast = False  # a compiled step of the user's, after broadcast_weights
+        return grads
     return backend.sync_before_first_update(
         optimizer, state, grads, _supported(variables), broadcast_eagerly
     )
+
+
+def _weights_broadcast(optimizer, model) -> bool:
+    """Whether every weight the optimizer updates got one root's values in this session
+    (`broadcast_weights` before a compiled step of the user's). The weights: the model's
+    trainable ones, else those a standalone optimizer was built for (Keras's private
+    `_trainable_variables`, which tests/unit/test_keras_private.py checks)."""
+    if model is not None:
+        weights = list(model.trainable_weights)
+    else:
+        weights = list(getattr(optimizer, "_trainable_variables", None) or [])
+    return bool(weights) and all(_broadcast.get(id(w)) is w for w in weights)
 
 
 def _supported(variables):
@@ -222,6 +241,7 @@ def broadcast_eagerly(variables, root: int, team: int = 0) -> None:
         return
     for v, value in zip(variables, current().broadcast_values(variables, root, team)):
         v.assign(value)
+        _broadcast[id(v)] = v
 
 
 def steps_note() -> str:

@@ -161,6 +161,54 @@ def test_a_cycle_cut_by_the_epochs_end_is_one_state(session):
     checks.finish()
 
 
+@pytest.mark.skipif(BACKEND != "jax", reason="a compiled step of the user's: jax.jit")
+def test_a_users_compiled_step_after_broadcast_weights(session):
+    """Keras's own JAX loop (jax.jit over stateless_call and a standalone optimizer's
+    stateless_apply): traced before broadcast_weights, the first update raises, as it
+    would read each rank's own weights; after it, the steps train as one process on the
+    global batches, the same on every rank."""
+    import jax
+
+    rank, nranks = session
+    checks = Checks()
+    lr, steps = 0.125, 2
+    x, y = int_data(steps * nranks * B)
+    keras.utils.set_random_seed(rank)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    opt = keras.optimizers.SGD(lr)
+    opt.build(model.trainable_variables)
+
+    def loss_of(trainable, xb, yb):
+        out, _ = model.stateless_call(trainable, [], xb)
+        return keras.ops.mean(keras.ops.square(out - yb))
+
+    @jax.jit
+    def step(trainable, optimizer_state, xb, yb):
+        grads = jax.grad(loss_of)(trainable, xb, yb)
+        return opt.stateless_apply(optimizer_state, grads, trainable)
+
+    def values(variables):
+        return [v.value for v in variables]
+
+    xs, ys = shares(x, nranks, rank), shares(y, nranks, rank)
+    state = values(model.trainable_variables), values(opt.variables)
+    checks.raises(mc.StateError, step, *state, xs[:B], ys[:B], words=("broadcast_weights",))
+    mk.broadcast_weights(model)
+    trainable, optimizer_state = values(model.trainable_variables), values(opt.variables)
+    want = [np.asarray(w, np.float64) for w in trainable]
+    for i in range(steps):
+        rows = slice(i * B, (i + 1) * B)
+        trainable, optimizer_state = step(trainable, optimizer_state, xs[rows], ys[rows])
+        everyone = slice(i * nranks * B, (i + 1) * nranks * B)  # one process: the global batch
+        grads = jax.grad(loss_of)([w.astype(np.float32) for w in want], x[everyone], y[everyone])
+        want = [w - lr * np.asarray(g, np.float64) for w, g in zip(want, grads)]
+    got = [np.asarray(w) for w in trainable]
+    checks.same_on_all_ranks(got, "weights after the user's compiled steps")
+    for i, (w, ref) in enumerate(zip(got, want)):
+        checks.true(np.allclose(w, ref, rtol=1e-5, atol=1e-6), f"weight {i}: {w} vs {ref}")
+    checks.finish()
+
+
 def test_overflow_on_one_rank_skips_the_step_everywhere(session):
     """A LossScaleOptimizer averages the still-scaled gradients before its finite check
     (Keras's compiled steps call its stateless_apply, which checks first), so an overflow

@@ -2,7 +2,8 @@
 
 ml_comm/keras/apply.py's gradient accumulation hands its gradients to Keras's own
 accumulators: it reads `optimizer._iterations` (micro-steps, checkpointed),
-`optimizer._accumulated_gradients` and `optimizer._get_variable_index(variable)`; fit.py
+`optimizer._accumulated_gradients` and `optimizer._get_variable_index(variable)`, and a
+standalone optimizer's `_trainable_variables`; fit.py
 builds a model with `Model._symbolic_build` on JAX and torch. A
 Keras release that renames or changes them fails here, in one process, before any
 multi-rank test trains wrong.
@@ -72,3 +73,13 @@ def test_symbolic_build_builds_model_and_optimizer():
     model._symbolic_build(data_batch=(x, y, None))
     assert model.built and model.optimizer.built
     assert [tuple(w.shape) for w in model.weights] == [(4, 2), (2,)]
+
+
+def test_a_built_optimizer_holds_its_weights():
+    """broadcast_weights before a compiled step of the user's clears the first update's
+    broadcast where a standalone optimizer's weights, read here, were broadcast."""
+    v = keras.Variable(np.array([1.0], np.float32))
+    w = keras.Variable(np.array([[3.0]], np.float32))
+    opt = keras.optimizers.SGD(1.0)
+    opt.build([v, w])
+    assert [id(x) for x in opt._trainable_variables] == [id(v), id(w)]
