@@ -104,7 +104,11 @@ def prepare(model) -> int | None:
         if getattr(model, "compiled", False):
             model.make_train_function(force=True)
     if model.built:
-        check_same_model(model, team)  # before the broadcast: the ranks hold one model
+        try:
+            check_same_model(model, team)  # before the broadcast: the ranks hold one model
+        except MismatchError:
+            _seen[model] = None  # every rank checks again at its next use
+            raise
         broadcast_model_weights(model)
     return team
 
@@ -352,8 +356,17 @@ def _is_array(value) -> bool:
 # fit's arguments that decide its collective calls, each rank's as a number in the table of
 # _agree_on_steps: how many epochs run (and from which), whether and when validation runs
 # (each is an evaluate, whose metrics are reduced), and whether the logs are reduced after
-# every batch. Ranks that differ would pair one call with another.
-_CALL_SHAPE = ("epochs", "initial_epoch", "validation", "validation_freq", "per-batch metrics")
+# every batch. Ranks that differ would pair one call with another. Last, the batch size
+# of arrays: ranks whose batches differ in size would run other numbers of steps, or
+# average a large batch's gradient with a small one's as equals.
+_CALL_SHAPE = (
+    "epochs",
+    "initial_epoch",
+    "validation",
+    "validation_freq",
+    "per-batch metrics",
+    "batch_size",
+)
 
 
 def _call_shape(arguments, metrics: GlobalMetrics | None) -> list[float]:
@@ -376,6 +389,7 @@ def _call_shape(arguments, metrics: GlobalMetrics | None) -> list[float]:
         float(validates),
         code,
         float(metrics is not None and metrics.per_batch),
+        float(_batch_size(arguments)) if _sample_count(arguments.get("x")) >= 0 else 0.0,
     ]
 
 
@@ -391,6 +405,8 @@ def _shape_text(column: int, value: float) -> str:
         return f"a list of epochs (digest {int(-2 - value):08x})"
     if column == 4:
         return "on" if value else "off"
+    if column == 5 and value == 0:
+        return "not used (the data is no arrays)"
     if value == -1:
         return "not a number"
     return str(int(value)) if value.is_integer() else str(value)
@@ -406,9 +422,8 @@ def _check_call_shapes(shapes: np.ndarray) -> None:
     if lines:
         raise MismatchError(
             "ml_comm.keras: the ranks called fit with different arguments, which decide its "
-            "collective calls (epochs, validation, GlobalMetrics(per_batch=...)): "
-            + " | ".join(lines)
-            + ". Pass every rank's fit the same ones"
+            "collective calls (epochs, validation, GlobalMetrics(per_batch=...), the batch "
+            "size): " + " | ".join(lines) + ". Pass every rank's fit the same ones"
         )
 
 

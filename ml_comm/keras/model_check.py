@@ -4,8 +4,11 @@ Rank 0's weights go to every rank as one broadcast of all of them; ranks whose m
 differ (another layer, another width) would get an agreement error that counts tensors
 and elements. This check says it in the model's terms first: each rank's layers,
 weights, shapes and parameter count, grouped by rank, with the first weight that
-differs. It costs one small allgather per model and session; a second one carries the
-descriptions only when the models differ. Every rank raises the same error.
+differs. Ranks that hold one model but compiled it differently (compile_config.py:
+another optimizer, learning rate, loss or metrics) would train apart without an error:
+the check names each setting that differs. It costs one small allgather per model,
+optimizer and session; a second one carries the descriptions only when the models
+differ. Every rank raises the same error.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import numpy as np
 from .. import api as mc
 from ..core.errors import MismatchError
 from ..core.job_errors import raised_by_all
+from ..core.settings_check import disagreements
 from ..core.spans import spans
+from .compile_config import describe, shown
 
 # Layers named in a description; a bigger model is summed up by its count.
 NAMED_LAYERS = 8
@@ -38,12 +43,14 @@ def summary(model) -> dict:
         "weights": len(shapes),
         "parameters": int(sum(np.prod(shape, dtype=np.int64) for _, shape, _ in shapes)),
         "shapes": [[path, list(shape), dtype] for path, shape, dtype in shapes],
+        "compiled": describe(model),
     }
 
 
 def _signature(info: dict) -> int:
     kept = [(shape, dtype) for _, shape, dtype in info["shapes"]]
-    return zlib.crc32(repr((info["layers"].split(" (")[0], kept)).encode())
+    compiled = sorted(info["compiled"].items())
+    return zlib.crc32(repr((info["layers"].split(" (")[0], kept, compiled)).encode())
 
 
 def check_same_model(model, team: int) -> None:
@@ -67,7 +74,18 @@ def check_same_model(model, team: int) -> None:
 
 
 def difference(infos: list[dict]) -> str:
-    """'the ranks' models differ: rank 0: ...; rank 1: ...; first difference: ...'."""
+    """'the ranks' models differ: rank 0: ...; rank 1: ...; first difference: ...', or
+    where they agree but were compiled differently, each setting that differs."""
+    if len({_signature({**info, "compiled": {}}) for info in infos}) == 1:
+        compiled = [info["compiled"] for info in infos]
+        lines = disagreements([{k: shown(v) for k, v in c.items()} for c in compiled])
+        return (
+            "the ranks compiled the model differently, and would apply the same averaged "
+            "gradients differently and train apart: "
+            + " | ".join(lines or disagreements(compiled))
+            + ". Compile the model alike on every rank (the same optimizer and learning "
+            "rate or schedule, loss, metrics and jit_compile)"
+        )
     groups: dict[str, list[int]] = {}
     for rank, info in enumerate(infos):
         said = f"{info['layers']}, {info['weights']} weights, {info['parameters']} parameters"

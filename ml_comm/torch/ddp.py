@@ -9,6 +9,14 @@ one waiting thread per averager waits for the requests in submission order and
 completes each Future with its bucket, or with the request's MLCommError (ranks whose
 buckets differ fail on every rank, naming what each submitted). The buffer's memory is
 handed over without a copy for CPU tensors; others go through a host copy.
+
+DDP's reducer reads a Future's value in C++, where an exception set on it from Python
+is a value that is no tensor ("Unable to cast ... to Tensor"). The hook hands DDP a
+Future chained to it whose callback raises the error: torch fails that Future in C++,
+and `backward()` raises a RuntimeError that names the error's class and says what it
+says (torch keeps the text of a callback's error, not its class). An averager belongs
+to the session it was made in: after `finalize` its team is gone, and its buckets fail
+with StateError (a new session needs a new hook: DDP takes one per model).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import torch
 
 from .. import api as mc
 from ..arrays.requests import submit_average, wait_all
-from ..core.errors import BadArgumentError, MLCommError
+from ..core.errors import BadArgumentError, MLCommError, StateError
 from ..core.session import is_pipelined
 from ..core.status import error
 
@@ -48,6 +56,7 @@ class BucketAverager:
                 "step's own average: use a synchronous team for the DDP hook"
             )
         self.team = team
+        self._session = session
         self._pending: queue.Queue = queue.Queue()
         self._waiter = threading.Thread(target=self._wait_in_order, daemon=True)
         self._waiter.start()
@@ -55,15 +64,26 @@ class BucketAverager:
     def submit(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Start averaging `tensor` (1-D, contiguous) in place; the Future's value is it."""
         future: torch.futures.Future = torch.futures.Future()
-        on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
-        array = _host(on_host.detach())
         try:
+            self._check_session()
+            on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
+            array = _host(on_host.detach())
             request, keep = submit_average(self.handle, [array], [array], in_place=True)
         except MLCommError as exc:
             future.set_exception(exc)
             return future
         self._pending.put((request, keep, tensor, on_host, future))
         return future
+
+    def _check_session(self) -> None:
+        """StateError once the session this averager was made in has ended."""
+        if not mc.is_initialized() or mc.session() is not self._session:
+            raise StateError(
+                f"this DDP hook's ml_comm session has ended (finalize), and team {self.team} "
+                "with it: the model's buckets cannot be averaged. Train before finalize, "
+                "or wrap the model in a new DistributedDataParallel and register a new hook "
+                "after init"
+            )
 
     def _wait_in_order(self) -> None:
         while True:
@@ -90,7 +110,12 @@ def _hook(averager: BucketAverager, bucket):
     """DDP's comm hook: returns a torch.futures.Future of the averaged bucket. (No return
     annotation: DDP compares it with the type itself, and this module's annotations are
     strings.)"""
-    return averager.submit(bucket.buffer())
+    return averager.submit(bucket.buffer()).then(_value)
+
+
+def _value(future: torch.futures.Future) -> torch.Tensor:
+    """The bucket, or the averager's error raised (see the module's docstring)."""
+    return future.value()
 
 
 def register_ddp_hook(model: torch.nn.parallel.DistributedDataParallel, team: int = 0):

@@ -33,11 +33,13 @@ def session():
     mk.finalize()
 
 
-def dense_model(seed: int, units: int = 2, lr: float = 0.125, accumulate=None, **compile_kwargs):
+def dense_model(
+    seed: int, units: int = 2, lr: float = 0.125, accumulate=None, loss="mse", **compile_kwargs
+):
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(units)])
     optimizer = keras.optimizers.SGD(lr, gradient_accumulation_steps=accumulate)
-    model.compile(optimizer=optimizer, loss="mse", **compile_kwargs)
+    model.compile(optimizer=optimizer, loss=loss, **compile_kwargs)
     return model
 
 
@@ -428,6 +430,41 @@ def test_models_that_differ_fail_on_every_rank_naming_them(session):
         verbose=0,
         words=("rank 1",),
     )
+    checks.finish()
+
+
+# case: the last rank's dense_model arguments, and the setting the error names
+COMPILED_ON_LAST_RANK = {
+    "learning rate": ({"lr": 0.25}, "optimizer's learning_rate: "),
+    "metrics": ({"metrics": ["mae"]}, "metrics: "),
+    "loss": ({"loss": "mae"}, "loss: "),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COMPILED_ON_LAST_RANK))
+def test_a_model_compiled_otherwise_fails_on_every_rank_naming_it(session, case):
+    """One model on every rank, compiled otherwise on the last: the ranks would apply the
+    same averaged gradients differently and drift apart. fit fails on every rank before
+    its first step, naming the setting and the last rank; the weights stay as they were;
+    once the last rank compiles alike, fit trains."""
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank to differ from")
+    checks = Checks()
+    last, named = COMPILED_ON_LAST_RANK[case]
+    model = dense_model(0, **(last if rank == nranks - 1 else {}))
+    x, y = int_data(2 * B, seed=rank)
+    at_start = weights(model)
+    error = checks.raises(
+        mc.MismatchError, model.fit, x, y, batch_size=B, verbose=0, words=(named,)
+    )
+    checks.true(f"rank {nranks - 1}: " in str(error), f"names the last rank: {error}")
+    for i, (w, w0) in enumerate(zip(weights(model), at_start)):
+        checks.equal(w, w0, f"weight {i} after the refused fit")
+    # Alike everywhere (Keras keeps a compile's metrics where the next one names none).
+    model.compile(optimizer=keras.optimizers.SGD(0.125), loss="mse", metrics=["mae"])
+    model.fit(x, y, batch_size=B, verbose=0)
+    checks.same_on_all_ranks(weights(model), "weights after a fit compiled alike")
     checks.finish()
 
 

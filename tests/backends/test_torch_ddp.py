@@ -96,3 +96,36 @@ def test_buckets_that_differ_fail_on_every_rank(session):
     checks.raises(mc.MismatchError, future.wait, words=("rank 1 submitted 1 tensor, 4 float32",))
     averager.close()
     checks.finish()
+
+
+def test_a_bucket_that_fails_fails_backward_on_every_rank(session):
+    """The last rank's model in float64: its buckets differ from the others' in dtype,
+    and every rank's backward() raises, naming ml_comm's error class and what each rank
+    submitted (torch carries the text of a hook's error, not its class)."""
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank to differ from")
+    checks = Checks()
+    model = ddp_model(rank).module
+    if rank == nranks - 1:
+        model = model.double()
+    hooked = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    mt.register_ddp_hook(hooked)
+    dtype = next(model.parameters()).dtype
+    loss = hooked(torch.ones(8, 6, dtype=dtype)).sum()
+    error = checks.raises(RuntimeError, loss.backward, words=("MismatchError: DDP bucket",))
+    checks.true(f"rank {nranks - 1} submitted 1 tensor" in str(error), f"names it: {error}")
+    checks.finish()
+
+
+def test_a_hook_fails_clearly_after_its_session_ends(session):
+    """finalize frees the teams: an averager made before it, used after a new init, fails
+    its buckets with StateError instead of using the freed team."""
+    checks = Checks()
+    averager = mt.BucketAverager(0)
+    mc.finalize()
+    mc.init(2, 1, 4096)
+    future = averager.submit(torch.ones(4))
+    checks.raises(mc.StateError, future.wait, words=("session has ended",))
+    averager.close()
+    checks.finish()

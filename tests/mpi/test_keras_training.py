@@ -368,6 +368,7 @@ FIT_ON_LAST_RANK = {
         "per-batch metrics: ",
     ),
     "validation_freq without validation": ({}, {"validation_freq": 2}, None),
+    "batch_size": ({}, {"batch_size": 4}, "batch_size: "),
 }
 
 
@@ -385,11 +386,12 @@ def test_fit_arguments_that_differ_fail_on_every_rank(keras_session, case):
     x, y = global_data(1)
     at_start = [w.copy() for w in model.get_weights()]
     common, last, named = FIT_ON_LAST_RANK[case]
-    mine = {"epochs": 1, "validation_split": 0.0, "validation_freq": 1, **common}
+    mine = {"epochs": 1, "validation_split": 0.0, "validation_freq": 1, "batch_size": 2}
+    mine.update(common)
     if rank == nranks - 1:
         mine.update(last)
     try:
-        model.fit(x, y, batch_size=2, shuffle=False, verbose=0, **mine)
+        model.fit(x, y, shuffle=False, verbose=0, **mine)
     except mc.MismatchError as e:
         c.true(named is not None and named in str(e), f"{case}: names it: {e}")
         c.true(f"rank {nranks - 1}: " in str(e), f"{case}: names the last rank: {e}")

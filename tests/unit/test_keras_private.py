@@ -3,7 +3,7 @@
 ml_comm/keras/apply.py's gradient accumulation hands its gradients to Keras's own
 accumulators: it reads `optimizer._iterations` (micro-steps, checkpointed),
 `optimizer._accumulated_gradients` and `optimizer._get_variable_index(variable)`, and a
-standalone optimizer's `_trainable_variables`; fit.py
+standalone optimizer's `_trainable_variables`; model_check.py reads `Model._compile_config`; fit.py
 builds a model with `Model._symbolic_build` on JAX and torch. A
 Keras release that renames or changes them fails here, in one process, before any
 multi-rank test trains wrong.
@@ -83,3 +83,12 @@ def test_a_built_optimizer_holds_its_weights():
     opt = keras.optimizers.SGD(1.0)
     opt.build([v, w])
     assert [id(x) for x in opt._trainable_variables] == [id(v), id(w)]
+
+
+def test_compile_arguments_are_where_the_model_check_reads_them():
+    """model_check.py compares what each rank compiled (compile_config.py) from the
+    arguments Keras keeps, as given, in Model._compile_config.config."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    config = model._compile_config.config
+    assert config["loss"] == "mse" and config["metrics"] == ["mae"]

@@ -1,0 +1,91 @@
+"""What a model was compiled with, as text the ranks compare before its first broadcast.
+
+Ranks whose optimizers differ (another class, learning rate or schedule), or that
+compiled other losses or metrics, or on JAX and torch another `jit_compile`, build
+the same weights and average the same gradients, but apply them differently: their
+weights drift apart without an error (the metrics' states then differ in size at the
+epoch's end, which reads as different step counts). `describe` gives each setting as
+text, so that model_check.py names the ones that differ, with who has what.
+
+Not compared: names (Keras numbers them per process), seeds and the layers' own
+configuration (initializers and dropout seeds may differ by rank on purpose).
+Read: the compile arguments Keras keeps in the private `Model._compile_config`
+(its public `get_compile_config` serializes them and fails on a lambda), checked
+against the installed Keras by tests/unit/test_keras_private.py.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from typing import Any
+
+# Longest text of one setting in a message; the comparison uses all of it.
+SHOWN = 120
+# Keys of a configuration that may differ between ranks that train alike.
+_NOT_COMPARED = frozenset({"name", "seed"})
+
+
+def describe(model) -> dict[str, str]:
+    """{setting: text} of what the model was compiled with ({} before compile)."""
+    config = getattr(getattr(model, "_compile_config", None), "config", None)
+    if not getattr(model, "compiled", False) or not isinstance(config, dict):
+        return {}
+    described: dict[str, str] = {}
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        described["optimizer"] = type(optimizer).__name__
+        _flatten("optimizer's ", _config_of(optimizer), described)
+    for key in ("loss", "loss_weights", "metrics", "weighted_metrics"):
+        if config.get(key) is not None:
+            described[key] = _text(_plain(config[key]))
+    described["jit_compile"] = str(bool(model.jit_compile))
+    return described
+
+
+def _flatten(prefix: str, config: dict, out: dict[str, str]) -> None:
+    """Nested configurations (a LossScaleOptimizer's inner optimizer, a schedule) as one
+    entry per leaf, so that a message names the one that differs."""
+    for key, value in config.items():
+        if isinstance(value, dict):
+            _flatten(f"{prefix}{key}.", value, out)
+        else:
+            out[f"{prefix}{key}"] = _text(value)
+
+
+def _config_of(obj) -> dict[str, Any]:
+    """A Keras object's configuration without its name; {} where it has none."""
+    try:
+        config = obj.get_config()
+    except Exception:  # noqa: BLE001  (NotImplementedError, or a user's class failing)
+        return {}
+    return _plain(config) if isinstance(config, dict) else {}
+
+
+def _plain(value) -> Any:
+    """JSON-ready: containers as they are, functions by name, Keras objects (losses,
+    metrics, schedules) by class and configuration, anything else by its type."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):  # names and seeds left out, also of nested objects
+        return {str(k): _plain(v) for k, v in value.items() if k not in _NOT_COMPARED}
+    if callable(value) and hasattr(value, "__qualname__"):  # a function, or a class
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    if hasattr(value, "get_config"):
+        return {"class": type(value).__name__, **_config_of(value)}
+    return f"a {type(value).__name__}"
+
+
+def _text(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def shown(text: str) -> str:
+    """A setting's text as a message shows it."""
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
