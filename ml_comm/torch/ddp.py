@@ -56,7 +56,7 @@ class BucketAverager:
                 "step's own average: use a synchronous team for the DDP hook"
             )
         self.team = team
-        self._session = session
+        self._made_in = session
         self._pending: queue.Queue = queue.Queue()
         self._waiter = threading.Thread(target=self._wait_in_order, daemon=True)
         self._waiter.start()
@@ -77,7 +77,7 @@ class BucketAverager:
 
     def _check_session(self) -> None:
         """StateError once the session this averager was made in has ended."""
-        if not mc.is_initialized() or mc.session() is not self._session:
+        if not mc.is_initialized() or mc.session() is not self._made_in:
             raise StateError(
                 f"this DDP hook's ml_comm session has ended (finalize), and team {self.team} "
                 "with it: the model's buckets cannot be averaged. Train before finalize, "
