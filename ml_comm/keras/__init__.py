@@ -183,13 +183,17 @@ def distributed_optimizer(optimizer, team: int | None = 0, model: keras.Model | 
     return optimizer
 
 
-def broadcast_weights(model, root: int = 0) -> None:
+def broadcast_weights(model, root: int = 0, *, optimizer=None) -> None:
     """Overwrite the model's weights (and its optimizer's variables, if built) with
-    root's. Collective; eager. Also takes a list of variables."""
+    root's. Collective; eager. Also takes a list of variables. `optimizer`: a standalone
+    optimizer (a custom loop's, not compiled into the model) whose variables, if built,
+    are broadcast too."""
     if isinstance(model, keras.Model):
         apply.broadcast_model_weights(model, root)
     else:
         apply.broadcast_eagerly(list(model), root)
+    if optimizer is not None and optimizer.built:
+        apply.broadcast_eagerly(apply.shared_optimizer_variables(optimizer), root)
 
 
 def share_statistics(model: keras.Model) -> int:
@@ -197,9 +201,9 @@ def share_statistics(model: keras.Model) -> int:
     moving mean and variance: the non-trainable floating-point weights that differ between
     ranks) by their average over the ranks, on the model's team (team 0 for a model
     opted out with `set_team(model, None)`). Mid-way through a gradient-accumulation
-    cycle (the optimizer's `gradient_accumulation_steps`) of a model whose gradients
-    ml_comm averages, the optimizer's partial sums too, so that what rank 0 saves is
-    every rank's state. Collective; eager.
+    cycle (`gradient_accumulation_steps`) of the optimizer the model was compiled with,
+    where ml_comm averages its gradients, the optimizer's partial sums too, so that what
+    rank 0 saves is every rank's state. Collective; eager.
     `fit` and `evaluate` do it themselves (init's `average_statistics`); a custom loop
     calls it before rank 0 saves the model. Returns how many layer weights were
     averaged."""

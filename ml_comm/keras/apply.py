@@ -218,15 +218,20 @@ def _sync_before_first_update(optimizer, state, grads, trainable_variables):
 
 
 def _weights_broadcast(optimizer, model) -> bool:
-    """Whether every weight the optimizer updates got one root's values in this session
-    (`broadcast_weights` before a compiled step of the user's). The weights: the model's
-    trainable ones, else those a standalone optimizer was built for (Keras's private
-    `_trainable_variables`, which tests/unit/test_keras_private.py checks)."""
+    """Whether every weight the optimizer updates, and its own state where it is built,
+    got one root's values in this session (`broadcast_weights` before a compiled step of
+    the user's). The weights: the model's trainable ones, else those a standalone
+    optimizer was built for (Keras's private `_trainable_variables`, which
+    tests/unit/test_keras_private.py checks)."""
     if model is not None:
         weights = list(model.trainable_weights)
     else:
         weights = list(getattr(optimizer, "_trainable_variables", None) or [])
-    return bool(weights) and all(_broadcast.get(id(w)) is w for w in weights)
+    if not weights:
+        return False
+    if optimizer.built:  # trained before init, or restored on rank 0 alone: its own state
+        weights += _supported(shared_optimizer_variables(optimizer))
+    return all(_broadcast.get(id(w)) is w for w in weights)
 
 
 def _supported(variables):

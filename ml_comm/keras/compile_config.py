@@ -20,6 +20,10 @@ import json
 import numbers
 from typing import Any
 
+import numpy as np
+
+from ..core.spans import spans
+
 # Longest text of one setting in a message; the comparison uses all of it.
 SHOWN = 120
 # Keys of a configuration that may differ between ranks that train alike.
@@ -35,21 +39,35 @@ def describe(model) -> dict[str, str]:
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
         described["optimizer"] = type(optimizer).__name__
-        _flatten("optimizer's ", _config_of(optimizer), described)
+        # A built optimizer's learning rate is a variable, which the first broadcast
+        # gives rank 0's value (a checkpoint restored on rank 0 alone); an unbuilt one's
+        # stays each rank's own.
+        skip = {"learning_rate"} if getattr(optimizer, "built", False) else set()
+        _flatten("optimizer's ", _config_of(optimizer), described, skip)
+    outputs = list(getattr(model, "output_names", None) or [])
     for key in ("loss", "loss_weights", "metrics", "weighted_metrics"):
         if config.get(key) is not None:
-            described[key] = _text(_plain(config[key]))
+            described[key] = _text(_plain(_by_position(config[key], outputs)))
     described["jit_compile"] = str(bool(model.jit_compile))
     return described
 
 
-def _flatten(prefix: str, config: dict, out: dict[str, str]) -> None:
+def _by_position(value, outputs: list[str]):
+    """A dict keyed by the model's output names (numbered per process) keyed by their
+    positions instead."""
+    if isinstance(value, dict) and value and all(k in outputs for k in value):
+        return {f"output {outputs.index(k)}": v for k, v in value.items()}
+    return value
+
+
+def _flatten(prefix: str, config: dict, out: dict[str, str], skip: set[str]) -> None:
     """Nested configurations (a LossScaleOptimizer's inner optimizer, a schedule) as one
-    entry per leaf, so that a message names the one that differs."""
+    entry per leaf, so that a message names the one that differs; a number under a key
+    in `skip` is left out."""
     for key, value in config.items():
         if isinstance(value, dict):
-            _flatten(f"{prefix}{key}.", value, out)
-        else:
+            _flatten(f"{prefix}{key}.", value, out, skip)
+        elif not (key in skip and isinstance(value, (int, float))):
             out[f"{prefix}{key}"] = _text(value)
 
 
@@ -73,7 +91,10 @@ def _plain(value) -> Any:
         return float(value)
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, dict):  # names and seeds left out, also of nested objects
+    if isinstance(value, dict):
+        if value.get("class_name") == "__lambda__":  # Keras's: the code, its file and line
+            return "a lambda"
+        # Names and seeds left out, also of nested objects.
         return {str(k): _plain(v) for k, v in value.items() if k not in _NOT_COMPARED}
     if callable(value) and hasattr(value, "__qualname__"):  # a function, or a class
         return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
@@ -83,9 +104,38 @@ def _plain(value) -> Any:
 
 
 def _text(value) -> str:
+    """A leaf as it reads: text bare, a float32's value by its shortest digits (0.1, not
+    0.10000000149011612), anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and float(np.float32(value)) == value:
+        return str(np.float32(value))
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def shown(text: str) -> str:
-    """A setting's text as a message shows it."""
+def differences(described: list[dict[str, str]]) -> list[str]:
+    """One line per setting whose text differs between the ranks (a rank's `describe`
+    each), e.g. "optimizer's learning_rate: rank 0: 0.1; rank 1: 0.2"; where the optimizer's
+    class differs, that line alone speaks for the optimizer."""
+    names = list(dict.fromkeys(k for d in described for k in d))
+    classes = {d.get("optimizer") for d in described}
+    lines = []
+    for name in names:
+        if len(classes) > 1 and name.startswith("optimizer's "):
+            continue
+        held: dict[str, list[int]] = {}
+        for rank, d in enumerate(described):
+            held.setdefault(d.get(name, "not given"), []).append(rank)
+        if len(held) > 1:
+            lines.append(
+                f"{name}: "
+                + "; ".join(
+                    f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}: {_shown(text)}"
+                    for text, ranks in held.items()
+                )
+            )
+    return lines
+
+
+def _shown(text: str) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."

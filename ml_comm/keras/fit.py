@@ -106,10 +106,10 @@ def prepare(model) -> int | None:
     if model.built:
         try:
             check_same_model(model, team)  # before the broadcast: the ranks hold one model
-        except MismatchError:
-            _seen[model] = None  # every rank checks again at its next use
+            broadcast_model_weights(model)
+        except Exception:
+            _seen[model] = None  # refused or failed: checked and broadcast at its next use
             raise
-        broadcast_model_weights(model)
     return team
 
 
@@ -406,7 +406,7 @@ def _shape_text(column: int, value: float) -> str:
     if column == 4:
         return "on" if value else "off"
     if column == 5 and value == 0:
-        return "not used (the data is no arrays)"
+        return "not used (the data are not arrays)"
     if value == -1:
         return "not a number"
     return str(int(value)) if value.is_integer() else str(value)

@@ -21,9 +21,8 @@ import numpy as np
 from .. import api as mc
 from ..core.errors import MismatchError
 from ..core.job_errors import raised_by_all
-from ..core.settings_check import disagreements
 from ..core.spans import spans
-from .compile_config import describe, shown
+from .compile_config import describe, differences
 
 # Layers named in a description; a bigger model is summed up by its count.
 NAMED_LAYERS = 8
@@ -77,12 +76,10 @@ def difference(infos: list[dict]) -> str:
     """'the ranks' models differ: rank 0: ...; rank 1: ...; first difference: ...', or
     where they agree but were compiled differently, each setting that differs."""
     if len({_signature({**info, "compiled": {}}) for info in infos}) == 1:
-        compiled = [info["compiled"] for info in infos]
-        lines = disagreements([{k: shown(v) for k, v in c.items()} for c in compiled])
         return (
             "the ranks compiled the model differently, and would apply the same averaged "
             "gradients differently and train apart: "
-            + " | ".join(lines or disagreements(compiled))
+            + " | ".join(differences([info["compiled"] for info in infos]))
             + ". Compile the model alike on every rank (the same optimizer and learning "
             "rate or schedule, loss, metrics and jit_compile)"
         )

@@ -166,9 +166,10 @@ def test_a_cycle_cut_by_the_epochs_end_is_one_state(session):
 @pytest.mark.skipif(BACKEND != "jax", reason="a compiled step of the user's: jax.jit")
 def test_a_users_compiled_step_after_broadcast_weights(session):
     """Keras's own JAX loop (jax.jit over stateless_call and a standalone optimizer's
-    stateless_apply): traced before broadcast_weights, the first update raises, as it
-    would read each rank's own weights; after it, the steps train as one process on the
-    global batches, the same on every rank."""
+    stateless_apply): traced before broadcast_weights (of the model and of the built
+    optimizer's own state), the first update raises, as it would read each rank's own
+    values; after it, the steps train as one process on the global batches, the same
+    on every rank."""
     import jax
 
     rank, nranks = session
@@ -195,7 +196,9 @@ def test_a_users_compiled_step_after_broadcast_weights(session):
     xs, ys = shares(x, nranks, rank), shares(y, nranks, rank)
     state = values(model.trainable_variables), values(opt.variables)
     checks.raises(mc.StateError, step, *state, xs[:B], ys[:B], words=("broadcast_weights",))
-    mk.broadcast_weights(model)
+    mk.broadcast_weights(model)  # not the built optimizer's own state: still refused
+    checks.raises(mc.StateError, step, *state, xs[:B], ys[:B], words=("optimizer=",))
+    mk.broadcast_weights(model, optimizer=opt)
     trainable, optimizer_state = values(model.trainable_variables), values(opt.variables)
     want = [np.asarray(w, np.float64) for w in trainable]
     for i in range(steps):

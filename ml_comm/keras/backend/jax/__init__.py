@@ -54,8 +54,9 @@ def sync_before_first_update(optimizer, state, grads, variables, broadcast_eager
     raise StateError(
         "ml_comm.keras: the first update of this optimizer is being traced (jax.jit) before "
         "rank 0's weights were broadcast; the compiled step reads the weights before it "
-        "runs. Call ml_comm.keras.broadcast_weights(model) (the weights the optimizer "
-        "updates) before the first compiled step; fit and train_on_batch do it themselves"
+        "runs. Call ml_comm.keras.broadcast_weights(model) before the first compiled step "
+        "(with optimizer=... for a standalone optimizer built before it); fit and "
+        "train_on_batch do it themselves"
     )
 
 
