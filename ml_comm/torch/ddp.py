@@ -29,8 +29,11 @@ import numpy as np
 import torch
 
 from .. import api as mc
+from .._core import lib
 from ..arrays.requests import submit_average, wait_all
-from ..core.errors import BadArgumentError, MLCommError, StateError
+from ..core.calls import refusing
+from ..core.dtypes import code_of
+from ..core.errors import BadArgumentError, BadArgumentTypeError, MLCommError, StateError
 from ..core.session import is_pipelined
 from ..core.status import error
 
@@ -40,6 +43,27 @@ def _host(tensor: torch.Tensor) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return tensor.numpy()
+
+
+def _checked(tensor) -> tuple[torch.Tensor, np.ndarray]:
+    """(the tensor on the host, its memory as an array), or BadArgumentError naming what
+    the core cannot average in place."""
+    if not isinstance(tensor, torch.Tensor):
+        raise BadArgumentTypeError(
+            f"BucketAverager.submit takes a torch.Tensor, got {type(tensor).__name__}"
+        )
+    if not tensor.is_contiguous():
+        raise BadArgumentError(
+            "BucketAverager.submit's tensor is not contiguous (it is averaged in place, in "
+            "its own memory): pass a contiguous one"
+        )
+    on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
+    try:
+        array = _host(on_host.detach())
+    except TypeError as exc:  # a dtype NumPy lacks
+        raise BadArgumentTypeError(f"ml_comm cannot reduce dtype {tensor.dtype}") from exc
+    code_of(array.dtype, reduces=True)  # names the dtypes it takes
+    return on_host, array
 
 
 class BucketAverager:
@@ -66,8 +90,10 @@ class BucketAverager:
         future: torch.futures.Future = torch.futures.Future()
         try:
             self._check_session()
-            on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
-            array = _host(on_host.detach())
+            # A tensor this rank alone finds wrong is told to the others' matching request,
+            # which fails naming it, instead of pairing with this rank's next one.
+            with refusing(self.handle, lib.MLC_KIND_ALLREDUCE):
+                on_host, array = _checked(tensor)
             request, keep = submit_average(self.handle, [array], [array], in_place=True)
         except MLCommError as exc:
             future.set_exception(exc)

@@ -11,15 +11,60 @@ MPI's.
 
 from __future__ import annotations
 
+import math
+import numbers
 import socket
 from datetime import timedelta
 
 import torch.distributed as dist
 
-from ..core.errors import MLCommError
+from ..core.errors import BadArgumentError, MLCommError
+from ..core.spans import spans
 from ..mpi.init import init_mpi
 
 LOOPBACK = "127.0.0.1"
+# The backends this PyTorch may have, and how it says whether it has each.
+_AVAILABLE = {
+    "gloo": dist.is_gloo_available,
+    "nccl": dist.is_nccl_available,
+    "mpi": dist.is_mpi_available,
+    "ucc": dist.is_ucc_available,
+}
+
+
+def _argument_problem(backend, timeout_s) -> str:
+    """What is wrong with this rank's arguments ("" if nothing): checked on every rank
+    before the rendezvous, where a rank that fails alone would leave the others waiting
+    for it until their timeout."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
+        return f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}"
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        return f"timeout_s must be a positive number of seconds, got {timeout_s}"
+    name = str(backend).lower()
+    if name not in _AVAILABLE:
+        return f"backend {backend!r} is none of {sorted(_AVAILABLE)}"
+    if not _AVAILABLE[name]():
+        have = sorted(b for b, available in _AVAILABLE.items() if available())
+        return f"backend {backend!r} is not built into this PyTorch (it has {have})"
+    return ""
+
+
+def _check_arguments(comm, backend, timeout_s) -> None:
+    """BadArgumentError on every rank where any rank's arguments are wrong, naming the
+    ranks (collective)."""
+    problems = comm.allgather(_argument_problem(backend, timeout_s))
+    if not any(problems):
+        return
+    held: dict[str, list[int]] = {}
+    for rank, problem in enumerate(problems):
+        if problem:
+            held.setdefault(problem, []).append(rank)
+    raise BadArgumentError(
+        "init_process_group: "
+        + "; ".join(
+            f"rank{'s' if len(r) > 1 else ''} {spans(r)}: {problem}" for problem, r in held.items()
+        )
+    )
 
 
 def _rendezvous_host(comm) -> tuple[str, str]:
@@ -50,6 +95,7 @@ def init_process_group(backend: str = "gloo", timeout_s: float = 300.0, comm=Non
         raise MLCommError("init_process_group: torch.distributed is initialised already")
     comm = comm if comm is not None else init_mpi().COMM_WORLD
     rank, size = comm.rank, comm.size
+    _check_arguments(comm, backend, timeout_s)
     host, failure = _rendezvous_host(comm)
     timeout = timedelta(seconds=timeout_s)
     store = None

@@ -45,6 +45,25 @@ def test_a_rendezvous_rank_0_cannot_offer_fails_on_every_rank(monkeypatch):
     assert not torch.distributed.is_initialized()
 
 
+@pytest.mark.parametrize(
+    "argument,value,named",
+    [("backend", "nccl", "backend 'nccl' is not built"), ("timeout_s", 0, "timeout_s must")],
+)
+def test_an_argument_one_rank_gets_wrong_fails_on_every_rank(argument, value, named):
+    """The last rank's backend (the CPU wheels lack NCCL) or timeout is wrong: every rank
+    raises before the rendezvous, naming that rank, instead of the others waiting for it
+    until their timeout. Runs before the module's session (no process group)."""
+    comm = comm_world()
+    if comm.size == 1:
+        pytest.skip("one rank has no other rank to tell")
+    if argument == "backend" and torch.distributed.is_nccl_available():
+        pytest.skip("this PyTorch has NCCL")
+    wrong = {argument: value} if comm.rank == comm.size - 1 else {}
+    with pytest.raises(mc.BadArgumentError, match=f"rank {comm.size - 1}: {named}"):
+        mt.init_process_group(comm=comm, **wrong)
+    assert not torch.distributed.is_initialized()
+
+
 def ddp_model(seed: int):
     """Rank `seed`'s own initial weights: DDP broadcasts rank 0's. Buckets of a few KiB,
     so that the model's gradients travel in several."""
@@ -127,5 +146,32 @@ def test_a_hook_fails_clearly_after_its_session_ends(session):
     mc.init(2, 1, 4096)
     future = averager.submit(torch.ones(4))
     checks.raises(mc.StateError, future.wait, words=("session has ended",))
+    averager.close()
+    checks.finish()
+
+
+@pytest.mark.parametrize(
+    "bad,named",
+    [
+        (lambda: torch.arange(8.0)[::2], "not contiguous"),
+        (lambda: torch.ones(4, dtype=torch.complex64), "cannot reduce dtype"),
+    ],
+    ids=["not contiguous", "complex"],
+)
+def test_a_bucket_one_rank_cannot_submit_fails_on_every_rank(session, bad, named):
+    """The last rank's tensor cannot be averaged in place: its Future raises saying why,
+    the others' matching request fails naming that rank (instead of pairing with its next
+    one), and the next submits pair as written."""
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank to tell")
+    checks = Checks()
+    averager = mt.BucketAverager(0)
+    last = rank == nranks - 1
+    future = averager.submit(bad() if last else torch.ones(4))
+    told = (named,) if last else (f"rank {nranks - 1}",)
+    checks.raises(mc.BadArgumentError, future.wait, words=told)
+    after = averager.submit(torch.full((4,), float(rank))).wait()
+    checks.equal(after.numpy(), np.full(4, (nranks - 1) / 2, np.float32), "the next average")
     averager.close()
     checks.finish()
