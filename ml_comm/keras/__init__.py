@@ -43,6 +43,7 @@ use `ml_comm.data.equal_steps`.
 from __future__ import annotations
 
 import atexit
+import threading
 import weakref
 
 from . import compile_notice  # noqa: F401  # isort: skip  (before Keras: it says at once)
@@ -52,7 +53,9 @@ import numpy as np
 
 from .. import api as mc
 from ..core.errors import MLCommError, StateError
+from ..core.output import say
 from ..core.patches import Patches
+from ..mpi import launch
 from . import apply, backend, fit, statistics, teams
 from .metrics import GlobalMetrics, MetricAverage, average_logs
 
@@ -60,6 +63,7 @@ DEFAULT_MSGLEN = 1 << 22
 
 # The Keras attributes the hook replaces (apply.py, fit.py): restored by finalize.
 _patches = Patches()
+_started = threading.Event()  # init ran in this process (finalize without it warns)
 
 
 # ---------------------------------------------------------------- life cycle
@@ -119,6 +123,7 @@ def init(
     backend.current().install(_patches, overlap_backprop)
     fit.install(_patches, per_batch_metrics, average_statistics)
     mc.session().steps_note = apply.steps_note
+    _started.set()
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
 
@@ -126,6 +131,8 @@ def finalize() -> None:
     """Restore Keras (models train serially again; their train steps are traced anew)
     and stop ml_comm's teams. Safe to call twice."""
     if not _patches:  # init did not run, or finalize did already
+        if not _started.is_set() and not mc.is_initialized():
+            _say_never_started()
         return
     note = apply.steps_note() if mc.get_nranks() > 1 else ""
     if mc.is_initialized():  # for finalize's check that nobody waits for us
@@ -135,6 +142,19 @@ def finalize() -> None:
     backend.current().forget()
     _patches.restore()
     mc.finalize()
+
+
+def _say_never_started() -> None:
+    """finalize without init in a job of several tasks: each trained alone, which nothing
+    else tells (rank 0, as the launcher numbers it, says it once)."""
+    tasks = max((count for _, count, _ in launch.launcher_tasks()), default=1)
+    if tasks > 1 and launch.launcher_rank() == 0:
+        say(
+            f"ml_comm: warning: ml_comm.keras.finalize() without init(), in a job of {tasks} "
+            "tasks: this task averaged nothing with the others and trained alone on its "
+            "data (so did every task that ran this script). Call ml_comm.keras.init() "
+            "before the model trains"
+        )
 
 
 def set_team(model: keras.Model, team: int | None = 0) -> keras.Model:
