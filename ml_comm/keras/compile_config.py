@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,19 @@ from ..core.spans import spans
 SHOWN = 120
 # Keys of a configuration that may differ between ranks that train alike.
 _NOT_COMPARED = frozenset({"name", "seed"})
+BUILT = "optimizer's variables"
 
 
 def describe(model) -> dict[str, str]:
-    """{setting: text} of what the model was compiled with ({} before compile)."""
+    """{setting: text} of what the model was compiled with ({} before compile). Never
+    raises: a configuration it cannot read reads "unreadable" on every rank alike."""
+    try:
+        return _described(model)
+    except Exception as exc:  # noqa: BLE001  (a user's get_config; every rank the same)
+        return {"compile configuration": f"unreadable ({type(exc).__name__})"}
+
+
+def _described(model) -> dict[str, str]:
     config = getattr(getattr(model, "_compile_config", None), "config", None)
     if not getattr(model, "compiled", False) or not isinstance(config, dict):
         return {}
@@ -39,11 +49,14 @@ def describe(model) -> dict[str, str]:
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
         described["optimizer"] = type(optimizer).__name__
+        built = bool(getattr(optimizer, "built", False))
+        described[BUILT] = "built" if built else "not built yet"
         # A built optimizer's learning rate is a variable, which the first broadcast
         # gives rank 0's value (a checkpoint restored on rank 0 alone); an unbuilt one's
         # stays each rank's own.
-        skip = {"learning_rate"} if getattr(optimizer, "built", False) else set()
-        _flatten("optimizer's ", _config_of(optimizer), described, skip)
+        _flatten(
+            "optimizer's ", _config_of(optimizer), described, {"learning_rate"} if built else set()
+        )
     outputs = list(getattr(model, "output_names", None) or [])
     for key in ("loss", "loss_weights", "metrics", "weighted_metrics"):
         if config.get(key) is not None:
@@ -119,6 +132,7 @@ def differences(described: list[dict[str, str]]) -> list[str]:
     class differs, that line alone speaks for the optimizer."""
     names = list(dict.fromkeys(k for d in described for k in d))
     classes = {d.get("optimizer") for d in described}
+    built = {d.get(BUILT) for d in described}
     lines = []
     for name in names:
         if len(classes) > 1 and name.startswith("optimizer's "):
@@ -126,16 +140,25 @@ def differences(described: list[dict[str, str]]) -> list[str]:
         held: dict[str, list[int]] = {}
         for rank, d in enumerate(described):
             held.setdefault(d.get(name, "not given"), []).append(rank)
+        if len(built) > 1 and name.startswith("optimizer's ") and "not given" in held:
+            continue  # left out where built: the line of its variables speaks
         if len(held) > 1:
+            same = len(os.path.commonprefix(list(held)))
             lines.append(
                 f"{name}: "
                 + "; ".join(
-                    f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}: {_shown(text)}"
+                    f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}: {_shown(text, same)}"
                     for text, ranks in held.items()
                 )
             )
     return lines
 
 
-def _shown(text: str) -> str:
-    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+def _shown(text: str, same: int) -> str:
+    """The text, or where it is long, its part from a little before the end of the first
+    `same` characters, which every rank's text shares."""
+    if len(text) <= SHOWN:
+        return text
+    start = max(0, min(same - SHOWN // 3, len(text) - SHOWN))
+    end = start + SHOWN
+    return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")

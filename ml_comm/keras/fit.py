@@ -249,8 +249,11 @@ def _evaluate(original):
         arguments = bound.arguments
         want_dict = bool(arguments.get("return_dict", False))
         arguments["return_dict"] = True
-        original(*bound.args, **bound.kwargs)
-        results = cb.test_results if cb is not None else sum_metric_states(self, team)
+        if not validation and _sample_count(arguments.get("x")) == 0:
+            results = _evaluate_nothing(self, arguments, team)
+        else:
+            original(*bound.args, **bound.kwargs)
+            results = cb.test_results if cb is not None else sum_metric_states(self, team)
         if want_dict:
             return dict(results)
         # Keras's own list order (its private Model._flatten_metrics_in_order, checked
@@ -258,6 +261,19 @@ def _evaluate(original):
         return self._flatten_metrics_in_order(dict(results))
 
     return evaluate
+
+
+def _evaluate_nothing(model, arguments, team: int) -> dict:
+    """This rank's shard is empty (arrays of no rows, as a small validation set split
+    over many ranks leaves): Keras's evaluate would raise on it (StopIteration on JAX)
+    while the others wait for its metrics. Its metrics hold nothing instead: reset, and
+    built where they were not (compiled metrics are built by their first update) by
+    an update with the shard's zero rows, which adds nothing; then the ranks' sum."""
+    model.reset_metrics()
+    x, y = arguments.get("x"), arguments.get("y")
+    y_pred = model(x, training=False)
+    model.compute_metrics(x, y, y_pred, sample_weight=arguments.get("sample_weight"))
+    return sum_metric_states(model, team)
 
 
 def _predict(original):

@@ -67,3 +67,33 @@ def test_differences_name_each_setting_and_rank():
         "optimizer: rank 0: SGD; rank 1: Adam",
         'metrics: rank 0: not given; rank 1: ["mae"]',
     ]
+
+
+def test_an_optimizer_built_on_some_ranks_only_says_so():
+    built, fresh = (two_outputs(keras.optimizers.Adam(0.01), 0, loss="mse") for _ in range(2))
+    built.optimizer.build(built.trainable_variables)
+    assert differences([describe(built), describe(fresh)]) == [
+        "optimizer's variables: rank 0: built; rank 1: not built yet"
+    ]
+
+
+def test_a_long_setting_shows_where_it_differs():
+    many = ["mae", "mse", "mape", "msle", "cosine_similarity", "logcosh", "poisson"] * 3
+    models = [
+        two_outputs(keras.optimizers.SGD(), 0, loss="mse", metrics=many + [last])
+        for last in ("mae", "mse")
+    ]
+    (line,) = differences([describe(m) for m in models])
+    assert line.startswith("metrics: rank 0: ...") and '"mae"]' in line and '"mse"]' in line
+
+
+def test_a_configuration_it_cannot_read_reads_alike():
+    class Loops(keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            return keras.ops.mean(y_pred)
+
+        def get_config(self):
+            return {"me": self}  # refers to itself: no plain text exists
+
+    model = two_outputs(keras.optimizers.SGD(), 0, loss=Loops())
+    assert describe(model) == {"compile configuration": "unreadable (RecursionError)"}

@@ -53,10 +53,11 @@ def broadcast_values(values: list, root: int, team: int) -> list:
 def sync_before_first_update(optimizer, state, grads, variables, broadcast_eagerly):
     raise StateError(
         "ml_comm.keras: the first update of this optimizer is being traced (jax.jit) before "
-        "rank 0's weights were broadcast; the compiled step reads the weights before it "
-        "runs. Call ml_comm.keras.broadcast_weights(model) before the first compiled step "
-        "(with optimizer=... for a standalone optimizer built before it); fit and "
-        "train_on_batch do it themselves"
+        "rank 0's weights and the optimizer's state were broadcast; the compiled step "
+        "reads them before it runs. Once the optimizer is built, call "
+        "ml_comm.keras.broadcast_weights(model) (with optimizer=... for one the model was "
+        "not compiled with) before the first compiled step; fit and train_on_batch do it "
+        "themselves"
     )
 
 
