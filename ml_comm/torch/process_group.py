@@ -40,12 +40,13 @@ def _argument_problem(backend, timeout_s) -> str:
         return f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}"
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         return f"timeout_s must be a positive number of seconds, got {timeout_s}"
-    name = str(backend).lower()
-    if name not in _AVAILABLE:
-        return f"backend {backend!r} is none of {sorted(_AVAILABLE)}"
-    if not _AVAILABLE[name]():
-        have = sorted(b for b, available in _AVAILABLE.items() if available())
-        return f"backend {backend!r} is not built into this PyTorch (it has {have})"
+    # One backend, or one per device ("cpu:gloo,cuda:nccl"); a plugin's is torch's to judge.
+    for name in (part.split(":")[-1].strip() for part in str(backend).lower().split(",")):
+        if name not in dist.Backend.backend_list:
+            return f"backend {backend!r}: PyTorch knows no backend {name!r}"
+        if name in _AVAILABLE and not _AVAILABLE[name]():
+            have = sorted(b for b, available in _AVAILABLE.items() if available())
+            return f"backend {backend!r} is not built into this PyTorch (it has {have})"
     return ""
 
 
