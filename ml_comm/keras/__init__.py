@@ -63,7 +63,7 @@ DEFAULT_MSGLEN = 1 << 22
 
 # The Keras attributes the hook replaces (apply.py, fit.py): restored by finalize.
 _patches = Patches()
-_started = threading.Event()  # init ran in this process (finalize without it warns)
+_started = threading.Event()  # init was called in this process (finalize without it warns)
 
 
 # ---------------------------------------------------------------- life cycle
@@ -109,6 +109,7 @@ def init(
     callbacks and at the start of every `evaluate`, so that every rank evaluates and
     saves one model; False leaves each rank its own, as Horovod does.
     """
+    _started.set()  # also where it fails: finalize then says nothing of a missing init
     if int(keras.__version__.split(".")[0]) < 3:
         raise MLCommError(f"ml_comm.keras needs Keras 3, found {keras.__version__}")
     mc.init(
@@ -123,7 +124,6 @@ def init(
     backend.current().install(_patches, overlap_backprop)
     fit.install(_patches, per_batch_metrics, average_statistics)
     mc.session().steps_note = apply.steps_note
-    _started.set()
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
 
@@ -132,6 +132,7 @@ def finalize() -> None:
     and stop ml_comm's teams. Safe to call twice."""
     if not _patches:  # init did not run, or finalize did already
         if not _started.is_set() and not mc.is_initialized():
+            _started.set()  # said once
             _say_never_started()
         return
     note = apply.steps_note() if mc.get_nranks() > 1 else ""
@@ -206,14 +207,19 @@ def distributed_optimizer(optimizer, team: int | None = 0, model: keras.Model | 
 def broadcast_weights(model, root: int = 0, *, optimizer=None) -> None:
     """Overwrite the model's weights (and its optimizer's variables, if built) with
     root's. Collective; eager. Also takes a list of variables. `optimizer`: a standalone
-    optimizer (a custom loop's, not compiled into the model) whose variables, if built,
-    are broadcast too."""
+    optimizer (a custom loop's, not compiled into the model) whose variables are
+    broadcast too, on the model's team; one not built yet is built first for the
+    model's trainable weights (or the list), so that every rank broadcasts alike."""
     if isinstance(model, keras.Model):
         apply.broadcast_model_weights(model, root)
+        weights, team = model.trainable_weights, teams.team_of(model, default=0) or 0
     else:
-        apply.broadcast_eagerly(list(model), root)
-    if optimizer is not None and optimizer.built:
-        apply.broadcast_eagerly(apply.shared_optimizer_variables(optimizer), root)
+        weights, team = list(model), 0
+        apply.broadcast_eagerly(weights, root)
+    if optimizer is not None:
+        if not optimizer.built:  # built on some ranks only (restored there): now on all
+            optimizer.build([w for w in weights if w.trainable])
+        apply.broadcast_eagerly(apply.shared_optimizer_variables(optimizer), root, team)
 
 
 def share_statistics(model: keras.Model) -> int:

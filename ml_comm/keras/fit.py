@@ -266,13 +266,30 @@ def _evaluate(original):
 def _evaluate_nothing(model, arguments, team: int) -> dict:
     """This rank's shard is empty (arrays of no rows, as a small validation set split
     over many ranks leaves): Keras's evaluate would raise on it (StopIteration on JAX)
-    while the others wait for its metrics. Its metrics hold nothing instead: reset, and
-    built where they were not (compiled metrics are built by their first update) by
-    an update with the shard's zero rows, which adds nothing; then the ranks' sum."""
+    while the others wait for its metrics. Its metrics hold nothing instead: built where
+    they were not (Keras builds the compiled metrics and the per-output loss trackers at
+    their first update) by the loss and metrics of one row of zeros of the shard's
+    shapes (zero rows would make a mean of nothing, NaN, and some metrics raise on
+    them), then reset; then the ranks' sum. A failure to build still joins the sum,
+    where the ranks' states then fail alike instead of leaving them waiting."""
+
+    def one_row(value):
+        if value is None:
+            return None
+        value = np.asarray(keras.ops.convert_to_numpy(value))
+        return np.zeros((1, *value.shape[1:]), value.dtype)
+
+    x, y, weight = (
+        keras.tree.map_structure(one_row, arguments.get(name))
+        for name in ("x", "y", "sample_weight")
+    )
+    try:
+        y_pred = model(x, training=False)
+        model.compute_loss(x, y, y_pred, weight, training=False)
+        model.compute_metrics(x, y, y_pred, sample_weight=weight)
+    except Exception:  # noqa: BLE001  (its states' sizes then tell every rank)
+        pass
     model.reset_metrics()
-    x, y = arguments.get("x"), arguments.get("y")
-    y_pred = model(x, training=False)
-    model.compute_metrics(x, y, y_pred, sample_weight=arguments.get("sample_weight"))
     return sum_metric_states(model, team)
 
 

@@ -57,11 +57,13 @@ def _checked(tensor) -> tuple[torch.Tensor, np.ndarray]:
             "BucketAverager.submit's tensor is not contiguous (it is averaged in place, in "
             "its own memory): pass a contiguous one"
         )
-    on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
     try:
+        on_host = tensor if tensor.device.type == "cpu" else tensor.cpu()
         array = _host(on_host.detach())
-    except TypeError as exc:  # a dtype NumPy lacks
-        raise BadArgumentTypeError(f"ml_comm cannot reduce dtype {tensor.dtype}") from exc
+    except (TypeError, RuntimeError) as exc:  # a dtype NumPy lacks, a conjugated view
+        raise BadArgumentTypeError(
+            f"BucketAverager.submit cannot hand a {tensor.dtype} tensor to the core: {exc}"
+        ) from exc
     code_of(array.dtype, reduces=True)  # names the dtypes it takes
     return on_host, array
 

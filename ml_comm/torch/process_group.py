@@ -40,6 +40,12 @@ def _argument_problem(backend, timeout_s) -> str:
         return f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}"
     if not (math.isfinite(timeout_s) and timeout_s > 0):
         return f"timeout_s must be a positive number of seconds, got {timeout_s}"
+    try:
+        timedelta(seconds=float(timeout_s))
+    except OverflowError:
+        return f"timeout_s {timeout_s} is beyond what a timedelta holds"
+    if backend is None:  # PyTorch's default for each device
+        return ""
     # One backend, or one per device ("cpu:gloo,cuda:nccl"); a plugin's is torch's to judge.
     for name in (part.split(":")[-1].strip() for part in str(backend).lower().split(",")):
         if name not in dist.Backend.backend_list:
@@ -89,7 +95,7 @@ def _rendezvous_host(comm) -> tuple[str, str]:
     return address, ""
 
 
-def init_process_group(backend: str = "gloo", timeout_s: float = 300.0, comm=None) -> None:
+def init_process_group(backend: str | None = "gloo", timeout_s: float = 300.0, comm=None) -> None:
     """Start torch.distributed's default process group over the MPI launch's ranks
     (collective over comm, default MPI's COMM_WORLD)."""
     if dist.is_initialized():
@@ -98,7 +104,7 @@ def init_process_group(backend: str = "gloo", timeout_s: float = 300.0, comm=Non
     rank, size = comm.rank, comm.size
     _check_arguments(comm, backend, timeout_s)
     host, failure = _rendezvous_host(comm)
-    timeout = timedelta(seconds=timeout_s)
+    timeout = timedelta(seconds=float(timeout_s))
     store = None
     port = 0
     if rank == 0 and not failure:
