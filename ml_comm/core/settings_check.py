@@ -23,6 +23,7 @@ closest to, or with ML_COMM_STRICT_SETTINGS=1 every rank raises SettingsError.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from . import compression, settings
@@ -74,19 +75,33 @@ def local_settings(
     return values
 
 
-def disagreements(per_rank: list[dict[str, str]]) -> list[str]:
+def disagreements(per_rank: list[dict[str, str]], longest: int | None = None) -> list[str]:
     """One line per setting whose value differs: 'NAME: rank 0: A; ranks 1-2: B'. A
     setting some ranks do not have at all (a layer above that only they run) is
-    'not given' on those."""
+    'not given' on those. `longest`: values longer than that are shown in part, from a
+    little before where they start to differ."""
     lines = []
     for name in dict.fromkeys(name for theirs in per_rank for name in theirs):
         values: dict[str, list[int]] = {}
         for rank, theirs in enumerate(per_rank):
             values.setdefault(theirs.get(name, "not given"), []).append(rank)
         if len(values) > 1:
-            held = "; ".join(f"{_ranks(ranks)} {value}" for value, ranks in values.items())
+            same = len(os.path.commonprefix(list(values)))
+            held = "; ".join(
+                f"{_ranks(ranks)} {_part(value, same, longest)}" for value, ranks in values.items()
+            )
             lines.append(f"{name}: {held}")
     return lines
+
+
+def _part(value: str, same: int, longest: int | None) -> str:
+    """`value`, or where longer than `longest`, its part from a little before the end of
+    its first `same` characters, which every rank's value shares."""
+    if longest is None or len(value) <= longest:
+        return value
+    start = max(0, min(same - longest // 3, len(value) - longest))
+    end = start + longest
+    return ("..." if start else "") + value[start:end] + ("..." if end < len(value) else "")
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
 from typing import Any
 
 import numpy as np
 
-from ..core.spans import spans
+from ..core.settings_check import disagreements
 
 # Longest text of one setting in a message; the comparison uses all of it.
 SHOWN = 120
@@ -129,36 +128,18 @@ def _text(value) -> str:
 def differences(described: list[dict[str, str]]) -> list[str]:
     """One line per setting whose text differs between the ranks (a rank's `describe`
     each), e.g. "optimizer's learning_rate: rank 0: 0.1; rank 1: 0.2"; where the optimizer's
-    class differs, that line alone speaks for the optimizer."""
-    names = list(dict.fromkeys(k for d in described for k in d))
+    class differs, that line alone speaks for the optimizer, and where it is built on
+    some ranks only, so does the line of its variables for the settings left out there."""
     classes = {d.get("optimizer") for d in described}
     built = {d.get(BUILT) for d in described}
-    lines = []
-    for name in names:
-        if len(classes) > 1 and name.startswith("optimizer's "):
-            continue
-        held: dict[str, list[int]] = {}
-        for rank, d in enumerate(described):
-            held.setdefault(d.get(name, "not given"), []).append(rank)
-        if len(built) > 1 and name.startswith("optimizer's ") and "not given" in held:
-            continue  # left out where built: the line of its variables speaks
-        if len(held) > 1:
-            same = len(os.path.commonprefix(list(held)))
-            lines.append(
-                f"{name}: "
-                + "; ".join(
-                    f"rank{'s' if len(ranks) > 1 else ''} {spans(ranks)}: {_shown(text, same)}"
-                    for text, ranks in held.items()
-                )
-            )
-    return lines
 
+    def speaks(name: str) -> bool:
+        if not name.startswith("optimizer's ") or name == BUILT:
+            return True
+        if len(classes) > 1:
+            return False
+        return len(built) == 1 or all(name in d for d in described)
 
-def _shown(text: str, same: int) -> str:
-    """The text, or where it is long, its part from a little before the end of the first
-    `same` characters, which every rank's text shares."""
-    if len(text) <= SHOWN:
-        return text
-    start = max(0, min(same - SHOWN // 3, len(text) - SHOWN))
-    end = start + SHOWN
-    return ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+    return disagreements(
+        [{k: v for k, v in d.items() if speaks(k)} for d in described], longest=SHOWN
+    )

@@ -19,7 +19,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from ..core.errors import BadArgumentError, MLCommError
-from ..core.spans import spans
+from ..core.settings_check import disagreements
 from ..mpi.init import init_mpi
 
 LOOPBACK = "127.0.0.1"
@@ -59,19 +59,10 @@ def _argument_problem(backend, timeout_s) -> str:
 def _check_arguments(comm, backend, timeout_s) -> None:
     """BadArgumentError on every rank where any rank's arguments are wrong, naming the
     ranks (collective)."""
-    problems = comm.allgather(_argument_problem(backend, timeout_s))
-    if not any(problems):
-        return
-    held: dict[str, list[int]] = {}
-    for rank, problem in enumerate(problems):
-        if problem:
-            held.setdefault(problem, []).append(rank)
-    raise BadArgumentError(
-        "init_process_group: "
-        + "; ".join(
-            f"rank{'s' if len(r) > 1 else ''} {spans(r)}: {problem}" for problem, r in held.items()
-        )
-    )
+    problems = comm.allgather(_argument_problem(backend, timeout_s) or "right")
+    if set(problems) != {"right"}:
+        lines = disagreements([{"arguments": p} for p in problems])
+        raise BadArgumentError(f"init_process_group: {lines[0]}")
 
 
 def _rendezvous_host(comm) -> tuple[str, str]:
