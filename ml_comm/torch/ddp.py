@@ -7,8 +7,11 @@ submits the bucket's flat buffer to the team as one asynchronous in-place averag
 (arrays/requests.py: mlc_team_allreduce_async_part) and returns a torch Future at once;
 one waiting thread per averager waits for the requests in submission order and
 completes each Future with its bucket, or with the request's MLCommError (ranks whose
-buckets differ fail on every rank, naming what each submitted). The buffer's memory is
-handed over without a copy for CPU tensors; others go through a host copy.
+buckets differ fail on every rank, naming what each submitted). Each submit is a call
+of the team (core/calls.py), signed with the thread's step mark and the bucket's place
+in the step, so a rank that left a marked step early fails the others' buckets of that
+step instead of pairing with them. The buffer's memory is handed over without a copy
+for CPU tensors; others go through a host copy.
 
 DDP's reducer reads a Future's value in C++, where an exception set on it from Python
 is a value that is no tensor ("Unable to cast ... to Tensor"). The hook hands DDP a
@@ -31,7 +34,6 @@ import torch
 from .. import api as mc
 from .._core import lib
 from ..arrays.requests import submit_average, wait_all
-from ..core.calls import refusing
 from ..core.dtypes import code_of
 from ..core.errors import BadArgumentError, BadArgumentTypeError, MLCommError, StateError
 from ..core.session import is_pipelined
@@ -92,11 +94,15 @@ class BucketAverager:
         future: torch.futures.Future = torch.futures.Future()
         try:
             self._check_session()
-            # A tensor this rank alone finds wrong is told to the others' matching request,
-            # which fails naming it, instead of pairing with this rank's next one.
-            with refusing(self.handle, lib.MLC_KIND_ALLREDUCE):
+            # A call of the team, as the NumPy API's: signed with the thread's step mark
+            # (ml_comm.step) and the bucket's place in it, so that a rank that left a step
+            # early fails the others' buckets of that step instead of pairing its next
+            # step's with them; and a tensor this rank alone finds wrong is told to the
+            # others' matching request, which fails naming it.
+            calls = self._made_in.calls
+            with calls.calling(self.team, self.handle, lib.MLC_KIND_ALLREDUCE):
                 on_host, array = _checked(tensor)
-            request, keep = submit_average(self.handle, [array], [array], in_place=True)
+                request, keep = submit_average(self.handle, [array], [array], in_place=True)
         except MLCommError as exc:
             future.set_exception(exc)
             return future

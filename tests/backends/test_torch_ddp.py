@@ -137,6 +137,43 @@ def test_a_bucket_that_fails_fails_backward_on_every_rank(session):
     checks.finish()
 
 
+def test_a_rank_that_left_a_marked_step_early_fails_the_others_step(session):
+    """Steps marked with ml_comm.step: the last rank's step 2 raises before its backward
+    (caught, as a loop that skips a bad batch does). The others' backward of step 2 raises,
+    naming where the last rank is, instead of pairing their buckets with its step 3's; the
+    ranks realign at step 3 and train to the same weights."""
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank to leave behind")
+    checks = Checks()
+    model = ddp_model(rank)
+    mt.register_ddp_hook(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    last = rank == nranks - 1
+    failed = {}
+    for step in range(1, 5):
+        with mc.step(step):
+            optimizer.zero_grad()
+            loss = model(torch.full((4, 6), float(rank + step))).sum()
+            if step == 2 and last:
+                continue  # this rank's step ends early
+            try:
+                loss.backward()
+            except RuntimeError as exc:
+                failed[step] = str(exc)
+                continue
+            optimizer.step()
+    if last:
+        checks.true(not failed, f"no backward failed on the rank that left: {failed}")
+    else:
+        checks.true(sorted(failed) == [2], f"steps whose backward failed: {sorted(failed)}")
+        words = f"rank {nranks - 1} is at step 3, call 0 on this team, this rank at step 2"
+        checks.true(words in failed.get(2, ""), f"step 2's error names it: {failed.get(2)}")
+    weights = [p.detach().numpy().copy() for p in model.parameters()]
+    checks.same_on_all_ranks(weights, "weights after the ranks realigned")
+    checks.finish()
+
+
 def test_a_hook_fails_clearly_after_its_session_ends(session):
     """finalize frees the teams: an averager made before it, used after a new init, fails
     its buckets with StateError instead of using the freed team."""
