@@ -22,7 +22,7 @@ which changes what follows, so that a serial script's callbacks work unchanged a
   zeros) and its statistics by theirs (statistics.py); the statistics also before
   validation and at the end of training, where a batch trained since they were last
   shared.
-  Rank 0's savers are agreed before training (fit.py), every rank counting batches
+  Rank 0's savers are agreed before training (steps.py), every rank counting batches
   with a copy of each one's count, so that a checkpoint on rank 0 alone
   (mk.ModelCheckpoint) has every rank share with it, at the batches where it saves.
   `init(average_statistics=False)` leaves each rank its own statistics, as Horovod does.
@@ -206,7 +206,7 @@ class ShareState(keras.callbacks.Callback):
     and the statistics; before validation and at the end of training, the statistics.
     The savers write on rank 0 alone, and a ModelCheckpoint may be there alone
     (mk.ModelCheckpoint, or a script that adds one there), so rank 0's are agreed
-    before training (`agree`, from fit.py's one allreduce): every rank then counts
+    before training (`agree`, from steps.py's one allreduce): every rank then counts
     batches with a copy of each of their counters, started from its state on rank 0,
     and makes the same collective calls."""
 
@@ -221,11 +221,11 @@ class ShareState(keras.callbacks.Callback):
         self._trained = True
 
     def rows(self) -> list[list[float]]:
-        """This rank's counters, for fit.py's table (savers that count alike, once)."""
+        """This rank's counters, for steps.py's table (savers that count alike, once)."""
         return [list(r) for r in dict.fromkeys(tuple(c.row()) for c in self.counters)]
 
     def agree(self, rows) -> None:
-        """Rank 0's savers (its rows()), from fit.py's allreduce before training."""
+        """Rank 0's savers (its rows()), from steps.py's allreduce before training."""
         self.counters = [_SaveBatches.from_row(r) for r in rows]
 
     def on_train_begin(self, logs=None):
