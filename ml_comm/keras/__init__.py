@@ -123,7 +123,7 @@ def init(
     apply.install(_patches)
     backend.current().install(_patches, overlap_backprop)
     fit.install(_patches, per_batch_metrics, average_statistics)
-    mc.session().steps_note = apply.steps_note
+    mc.session().steps_note = fit.steps_note
     atexit.register(finalize)  # before ml_comm's own (atexit runs the last first)
 
 
@@ -135,7 +135,7 @@ def finalize() -> None:
             _started.set()  # said once
             _say_never_started()
         return
-    note = apply.steps_note() if mc.get_nranks() > 1 else ""
+    note = fit.steps_note() if mc.get_nranks() > 1 else ""
     if mc.is_initialized():  # for finalize's check that nobody waits for us
         mc.session().steps_note = lambda: note
     fit.forget()

@@ -33,10 +33,10 @@ import keras
 import numpy as np
 
 from .. import api as mc
-from ..core.errors import MismatchError, NonFiniteError
+from ..core.errors import MismatchError, MLCommError, NonFiniteError
 from ..core.patches import Patches
 from ..faults import stop
-from . import apply, steps
+from . import apply, metrics, steps
 from .apply import broadcast_model_weights
 from .backend import current
 from .callbacks import ShareState, StopTogether, fit_callbacks
@@ -46,6 +46,11 @@ from .statistics import share_statistics
 from .teams import forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
+# This rank's fit that raised an exception of its own in an epoch (a callback's, the
+# data's) while its program went on: the other ranks are still in that epoch, and this
+# rank's next collective call pairs with theirs. Said in its later errors; a fit that ends
+# clears it.
+_left_early: list[str] = []
 _per_batch_default = False
 _average_statistics = True
 
@@ -71,6 +76,7 @@ def forget() -> None:
         if getattr(model, "compiled", False):
             model.make_train_function(force=True)  # its traced steps hold ml_comm's ops
     _seen.clear()
+    _left_early.clear()
     steps.forget()
     forget_all()
 
@@ -183,9 +189,14 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
         arguments["callbacks"].insert(0, _WeightsAtStart())
     stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
     sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
-    steps.agree_on_steps(arguments, team, stopper, sharer, cb)
     try:
-        return original(*bound.args, **bound.kwargs), stopper.stopped
+        steps.agree_on_steps(arguments, team, stopper, sharer, cb)
+    except MismatchError as exc:
+        if _left_early:
+            raise MismatchError(f"{exc}. {_left_early[0]}") from exc
+        raise
+    try:
+        result = original(*bound.args, **bound.kwargs), stopper.stopped
     except Exception as exc:
         # A failed step's error, as ml_comm's class of its kind: TensorFlow's ops raise
         # TensorFlow's error of their kind carrying ml_comm's status, a compiled JAX
@@ -195,10 +206,30 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
         if cb is not None and cb.in_epoch and isinstance(error, MismatchError):
             raise MismatchError(
                 f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
-                "another rank has ended the epoch: the ranks ran different numbers of "
-                f"steps ({str(exc).strip().splitlines()[0]})"
+                f"another rank has ended the epoch: {metrics.APART} "
+                f"({first_line(exc)})"
             ) from exc
+        if cb is not None and cb.in_epoch and not isinstance(error, MLCommError):
+            _left_early[:] = [
+                f"Rank {mc.get_rank()}'s fit raised {type(error).__name__} ({first_line(error)}) "
+                f"after {cb.step} steps of epoch {cb.epoch + 1}, and its program went on while "
+                "the other ranks were still in that epoch: where fit raises on one rank, end "
+                "the job (or catch it on every rank alike)."
+            ]
         _raise_typed(error, exc)
+    _left_early.clear()
+    return result
+
+
+def first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else "no message"
+
+
+def steps_note() -> str:
+    """How far this rank's training got, for the messages of a rank that leaves or waits
+    while another waits for it (the session's steps_note)."""
+    return " ".join(part for part in (*_left_early, apply.steps_note()) if part)
 
 
 def _raise_typed(error: BaseException, exc: BaseException):

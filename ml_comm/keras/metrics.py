@@ -27,6 +27,12 @@ from .. import api as mc
 from ..core.errors import MismatchError
 from .teams import team_of
 
+# Why ranks meet in different places of an epoch.
+APART = (
+    "the ranks ran different numbers of steps, or one left the epoch early (an exception "
+    "there that its program caught: its own messages say which)"
+)
+
 
 def sum_metric_states(model, team: int) -> dict:
     """Replace the model's metric states by their sum (or mean) over all ranks, in one
@@ -141,8 +147,8 @@ class GlobalMetrics(keras.callbacks.Callback):
         except MismatchError as exc:
             raise MismatchError(
                 f"rank {mc.get_rank()} ran {self.step} steps of epoch {self.epoch + 1} and "
-                "ended the epoch, but another rank was still in a training step: the ranks "
-                f"ran different numbers of steps ({exc})"
+                f"ended the epoch, but another rank was still in a training step: {APART} "
+                f"({exc})"
             ) from exc
 
 

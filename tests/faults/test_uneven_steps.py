@@ -68,6 +68,38 @@ def test_fit_with_different_step_counts_names_the_steps():
     assert "different numbers of steps" in job.output, job.detail()
 
 
+LEFT = r"Rank 1's fit raised ValueError \(a callback of rank 1 failed\) after 3 steps of epoch 1"
+
+
+def test_fit_that_raised_on_one_rank_and_went_on_is_named():
+    """Rank 1's callback raises in fit's third step, and its program catches it and
+    finalizes while rank 0 is still in the epoch: the message that ends the job says so,
+    not only that the ranks ran different numbers of steps."""
+    job = mpiexec_job(2, SCRIPT, "fit_callback_raises", timeout=TIMEOUT_S)
+    ended_with(
+        job,
+        60,
+        [
+            r"rank 1 fit 1 raised ValueError: a callback of rank 1 failed",
+            r"rank 1 of 2 is leaving .*" + LEFT,
+        ],
+    )
+
+
+def test_fit_again_after_one_rank_raised_names_it():
+    """The same, but rank 1 calls fit again: its new fit's agreement meets rank 0's
+    fourth step, and both fail there (realigned, the job can end well); rank 1's error
+    says its earlier fit left the epoch, rank 0's that a rank may have left it early."""
+    job = mpiexec_job(2, SCRIPT, "fit_again_after_raise", timeout=TIMEOUT_S)
+    assert job.returncode is not None, f"the job hung\n{job.detail()}"
+    for pattern in (
+        r"rank 0 fit 1 raised MismatchError: .*or one left the epoch early",
+        r"rank 1 fit 2 raised MismatchError: .*" + LEFT,
+    ):
+        assert re.search(pattern, job.output), f"output lacks {pattern!r}\n{job.detail()}"
+    assert not wait_gone(job.token), f"processes left behind\n{job.detail()}"
+
+
 def test_barrier_that_raised_leaves_no_message_behind():
     """Rank 1's barrier raises (rank 0 waits in a reduction rank 1 has not made). Its
     send was delivered already (MPI cannot take it back), so its next barrier() resumes

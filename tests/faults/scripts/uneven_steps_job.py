@@ -10,6 +10,9 @@ MODE:
   equal_steps         the same loop through ml_comm.data.equal_steps (ends well)
   fit_generator       model.fit on a generator of 23 batches on rank 0, 22 on rank 1
                       (the length is unknown before the data is read)
+  fit_callback_raises rank 1's callback raises in fit's third step; every rank catches
+                      what its fit raised and prints it, then finalizes
+  fit_again_after_raise  the same, and rank 1 calls fit again before finalize
   barrier_after_raise rank 1 enters mc.barrier() while rank 0 waits in gradients: it
                       raises, then makes the reduction; then 4 barriers, each with
                       another rank arriving last, print whether a rank left one early
@@ -94,6 +97,23 @@ if mode == "fit_generator":
             yield x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]
 
     model.fit(batches(23 if rank == 0 else 22), epochs=1, verbose=0)
+    mk.finalize()
+    print(f"done rank {rank}", flush=True)
+    sys.exit(0)
+
+if mode in ("fit_callback_raises", "fit_again_after_raise"):
+
+    class FailsOnRank1(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if rank == 1 and batch == 2:
+                raise ValueError("a callback of rank 1 failed")
+
+    fits = 2 if rank == 1 and mode == "fit_again_after_raise" else 1
+    for attempt in range(1, fits + 1):
+        try:
+            model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[FailsOnRank1()])
+        except Exception as exc:  # noqa: BLE001 - what the program caught
+            print(f"rank {rank} fit {attempt} raised {type(exc).__name__}: {exc}", flush=True)
     mk.finalize()
     print(f"done rank {rank}", flush=True)
     sys.exit(0)
