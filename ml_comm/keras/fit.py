@@ -207,11 +207,11 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
             raise MismatchError(
                 f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
                 f"another rank has ended the epoch: {metrics.APART} "
-                f"({first_line(exc)})"
+                f"({_first_line(exc)})"
             ) from exc
         if cb is not None and cb.in_epoch and not isinstance(error, MLCommError):
             _left_early[:] = [
-                f"Rank {mc.get_rank()}'s fit raised {type(error).__name__} ({first_line(error)}) "
+                f"Rank {mc.get_rank()}'s fit raised {type(error).__name__} ({_first_line(error)}) "
                 f"after {cb.step} steps of epoch {cb.epoch + 1}, and its program went on while "
                 "the other ranks were still in that epoch: where fit raises on one rank, end "
                 "the job (or catch it on every rank alike)."
@@ -221,7 +221,7 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
     return result
 
 
-def first_line(error: BaseException) -> str:
+def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0][:300] if lines else "no message"
 
