@@ -120,14 +120,16 @@ class Calls:
             return self._thread.signed
         return signed
 
-    def calling(self, team: int, handle, kind: int | None = None) -> _Call:
+    def calling(self, team: int, handle, kind: int | None = None, named: bool = True) -> _Call:
         """One call on `team` (its handle), as a `with` block: counted, refused while another
         thread is inside a call on it, and signed with where this thread stands. kind: the
         core's MLC_KIND_* of a call whose exception, raised before any request of it, is
-        told to the other ranks' matching call (mlc_team_refuse_call); None: not told."""
+        told to the other ranks' matching call (mlc_team_refuse_call); None: not told.
+        named=False: signed without the thread's name, for a framework's hook that runs on
+        whichever thread the framework runs it (DDP's)."""
         if self.before_call is not None:
             self.before_call(team)
-        return _Call(self._thread, team, handle, kind)
+        return _Call(self._thread, team, handle, kind, named)
 
     @contextmanager
     def failing(self, team: int, handle, kind: int) -> Iterator[None]:
@@ -152,14 +154,15 @@ class _Call:
     """Calls.calling's block: a class with two calls into the core, not a generator, for a
     call of 8 bytes takes a few microseconds in all."""
 
-    __slots__ = ("mine", "team", "handle", "kind")
+    __slots__ = ("mine", "team", "handle", "kind", "named")
 
-    def __init__(self, mine: _Thread, team: int, handle, kind: int | None) -> None:
+    def __init__(self, mine: _Thread, team: int, handle, kind: int | None, named: bool) -> None:
         self.mine, self.team, self.handle, self.kind = mine, team, handle, kind
+        self.named = named
 
     def __enter__(self) -> None:
         mine = self.mine
-        origin, name = mine.identity()
+        origin, name = mine.identity() if self.named else (0, ffi.NULL)
         rc = lib.mlc_team_begin_call(self.handle, mine.step, origin, name, mine.err, ERR_LEN)
         if rc:
             raise error(rc, text(mine.err))

@@ -24,6 +24,7 @@ with StateError (a new session needs a new hook: DDP takes one per model).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 
@@ -85,12 +86,16 @@ class BucketAverager:
             )
         self.team = team
         self._made_in = session
+        self._step = 0  # the step of the last bucket (0: unmarked)
         self._pending: queue.Queue = queue.Queue()
         self._waiter = threading.Thread(target=self._wait_in_order, daemon=True)
         self._waiter.start()
 
     def submit(self, tensor: torch.Tensor) -> torch.futures.Future:
         """Start averaging `tensor` (1-D, contiguous) in place; the Future's value is it."""
+        return self._submit(tensor, None)
+
+    def _submit(self, tensor, bucket_index: int | None) -> torch.futures.Future:
         future: torch.futures.Future = torch.futures.Future()
         try:
             self._check_session()
@@ -98,9 +103,13 @@ class BucketAverager:
             # (ml_comm.step) and the bucket's place in it, so that a rank that left a step
             # early fails the others' buckets of that step instead of pairing its next
             # step's with them; and a tensor this rank alone finds wrong is told to the
-            # others' matching request, which fails naming it.
+            # others' matching request, which fails naming it. Not with the thread's name:
+            # DDP runs the hook on whichever thread runs backward.
             calls = self._made_in.calls
-            with calls.calling(self.team, self.handle, lib.MLC_KIND_ALLREDUCE):
+            with (
+                self._unmarked_step(calls, bucket_index),
+                calls.calling(self.team, self.handle, lib.MLC_KIND_ALLREDUCE, named=False),
+            ):
                 on_host, array = _checked(tensor)
                 request, keep = submit_average(self.handle, [array], [array], in_place=True)
         except MLCommError as exc:
@@ -108,6 +117,18 @@ class BucketAverager:
             return future
         self._pending.put((request, keep, tensor, on_host, future))
         return future
+
+    def _unmarked_step(self, calls, bucket_index: int | None):
+        """The step a bucket outside any mark stands for, where this hook's buckets before
+        it were marked: under DDP's Join, a rank whose data ran out calls the hook after
+        its loop for each of the others' remaining backward passes, their marked steps
+        after its last (a pass's first bucket is bucket 0). Elsewhere none."""
+        mark = calls.thread_state.step
+        if mark or bucket_index is None or not self._step:
+            self._step = mark
+            return contextlib.nullcontext()
+        self._step += 1 if bucket_index == 0 else 0
+        return calls.step(self._step)
 
     def _check_session(self) -> None:
         """StateError once the session this averager was made in has ended."""
@@ -144,7 +165,7 @@ def _hook(averager: BucketAverager, bucket):
     """DDP's comm hook: returns a torch.futures.Future of the averaged bucket. (No return
     annotation: DDP compares it with the type itself, and this module's annotations are
     strings.)"""
-    return averager.submit(bucket.buffer()).then(_value)
+    return averager._submit(bucket.buffer(), bucket.index()).then(_value)
 
 
 def _value(future: torch.futures.Future) -> torch.Tensor:

@@ -4,6 +4,9 @@ fail on every rank naming what each submitted. Runs where PyTorch is installed."
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 import pytest
 from mpi_helpers import Checks, comm_world
@@ -171,6 +174,57 @@ def test_a_rank_that_left_a_marked_step_early_fails_the_others_step(session):
         checks.true(words in failed.get(2, ""), f"step 2's error names it: {failed.get(2)}")
     weights = [p.detach().numpy().copy() for p in model.parameters()]
     checks.same_on_all_ranks(weights, "weights after the ranks realigned")
+    checks.finish()
+
+
+def joined_training(model, rank: int, mark: bool) -> list[np.ndarray]:
+    """Uneven data under DDP's Join: rank r runs 3 - r steps (at least 1); a rank whose
+    data ran out stands in for the others' remaining backward passes, calling the hook
+    after its loop, outside any mark of its own."""
+    from torch.distributed.algorithms.join import Join
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Join([model]):
+        for step in range(1, max(1, 3 - rank) + 1):
+            with mc.step(step) if mark else contextlib.nullcontext():
+                optimizer.zero_grad()
+                model(torch.full((4, 6), float(rank + step))).sum().backward()
+                optimizer.step()
+    return [p.detach().numpy().copy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("mark", [True, False], ids=["steps marked", "no marks"])
+def test_uneven_data_under_join_trains_as_ddp_over_gloo(session, mark):
+    rank, nranks = session
+    checks = Checks()
+    hooked = ddp_model(rank)
+    mt.register_ddp_hook(hooked)
+    ours = joined_training(hooked, rank, mark)
+    gloo = joined_training(ddp_model(rank), rank, mark)
+    checks.same_on_all_ranks(ours, "weights trained under Join with the ml_comm hook")
+    for i, (a, b) in enumerate(zip(ours, gloo)):
+        gap = float(np.max(np.abs(a - b)))
+        checks.true(gap <= 1e-6, f"parameter {i}: {gap} from DDP over gloo")
+    checks.finish()
+
+
+def test_training_threads_named_apart_train_alike(session):
+    """DDP runs the hook on the thread that runs backward: threads whose names differ
+    between the ranks (numbered by how many threads each rank started) train as one."""
+    rank, nranks = session
+    checks = Checks()
+    hooked = ddp_model(rank)
+    mt.register_ddp_hook(hooked)
+    out: dict = {}
+
+    def run() -> None:
+        out["weights"] = train(hooked, rank)
+
+    thread = threading.Thread(target=run, name=f"training on rank {rank}")
+    thread.start()
+    thread.join()
+    checks.true("weights" in out, "training in the thread ended")
+    checks.same_on_all_ranks(out.get("weights", []), "weights trained in threads named apart")
     checks.finish()
 
 
