@@ -103,3 +103,11 @@ void mlc_arrivals_describe(mlc_arrivals *ar, mlc_tp *tp, int64_t seq, char *buf,
     if (missing) snprintf(buf, len, "%s %s to reach it", missing == 1 ? "rank" : "ranks", ranks);
     else snprintf(buf, len, "the other ranks' messages (every rank reached it)");
 }
+
+int mlc_arrivals_waiting_in(mlc_arrivals *ar, mlc_tp *tp, int64_t round) {
+    if (!ar->posted) return -1;
+    collect(ar, tp);
+    for (int r = 0; r < tp->size; r++)
+        if (r != tp->rank && ar->heard[r] >= round) return r;
+    return -1;
+}

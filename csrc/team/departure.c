@@ -11,7 +11,14 @@
  * MPI_Iprobe only looks; the message stays queued. Collectives that MPI runs
  * internally (MPI_Barrier) are invisible here, and so is a peer that only
  * receives from this rank (a broadcast rooted here); the stall watchdog covers
- * those. */
+ * those.
+ *
+ * One exchange sends this rank nothing before this rank sends: where the job's size
+ * is no power of two, a rank r >= p folds its record into r - p first
+ * (agree/exchange.c), so r - p waits for r in silence. Its wait announces itself
+ * once it passes half the stall warning limit (agree/arrivals.c): a notice of an
+ * exchange this rank never entered (its round at least this rank's count of
+ * exchanges) names a peer that waits for it; an older one is a stall that ended. */
 #include "team.h"
 
 static int probe(MPI_Comm comm, int tag) {
@@ -20,6 +27,29 @@ static int probe(MPI_Comm comm, int tag) {
     if (comm == MPI_COMM_NULL) return -1;
     if (MPI_Iprobe(MPI_ANY_SOURCE, tag, comm, &flag, &status) != MPI_SUCCESS) return -1;
     return flag ? status.MPI_SOURCE : -1;
+}
+
+/* A peer whose arrival notice names an exchange this rank never entered; -1 none,
+ * -2 while this rank's own exchange runs. Notices to a rank that never stalled wait
+ * unreceived: taken here (the rank leaves, nothing else would take them). */
+static int notice_of_later_exchange(mlc_team *team) {
+    mlc_agree *ag = &team->agree;
+    if (pthread_mutex_trylock(&ag->exchange_lock) != 0) return -2;
+    int source = mlc_arrivals_waiting_in(&ag->arrivals, &ag->tp, ag->rounds);
+    while (source < 0 && !ag->arrivals.posted && team->agree_comm != MPI_COMM_NULL) {
+        int flag = 0;
+        MPI_Status status;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, MLC_AGREE_NOTICE_TAG, team->agree_comm, &flag, &status) != MPI_SUCCESS ||
+            !flag)
+            break;
+        int64_t round = -1;
+        if (MPI_Recv(&round, (int)sizeof round, MPI_BYTE, status.MPI_SOURCE, MLC_AGREE_NOTICE_TAG, team->agree_comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            break;
+        if (round >= ag->rounds) source = status.MPI_SOURCE;
+    }
+    pthread_mutex_unlock(&ag->exchange_lock);
+    return source;
 }
 
 int mlc_team_waiting_peer(mlc_team *team) {
@@ -41,5 +71,5 @@ int mlc_team_waiting_peer(mlc_team *team) {
     if (source < 0) source = probe(team->agree_comm, MLC_AGREE_TABLE_TAG);
     if (source < 0) source = probe(team->caller.comm, MPI_ANY_TAG);
     for (int i = 0; source < 0 && i < team->nthreads; i++) source = probe(team->workers[i].comm, MPI_ANY_TAG);
-    return source;
+    return source >= 0 ? source : notice_of_later_exchange(team);
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from jobs import mpiexec_job, wait_gone
 
 SCRIPT = "uneven_steps_job.py"
@@ -28,6 +29,25 @@ def test_departure_during_barrier_ends_the_job():
     ended_with(job, TIMEOUT_S, [r"rank 1 of 2 is leaving .* rank 0 waits for it in barrier\(\)"])
     entered = float(re.search(r"rank 0 enters barrier\(\) at ([0-9.]+)", job.stdout).group(1))
     assert ended - entered < 10, f"the job ended {ended - entered:.1f} s after the barrier"
+
+
+@pytest.mark.parametrize("nranks,leaver", [(3, 2), (3, 0), (5, 4), (5, 1)])
+def test_a_rank_that_skipped_a_call_and_left_ends_the_job(nranks, leaver):
+    """Where the job's size is no power of two, a rank folded into the agreement's
+    exchange (rank r >= p sends first) hears nothing from the ranks that wait for it:
+    their stall notices (at half the stall warning, here 2 s) name them, and it ends the
+    job instead of leaving them waiting. Also the other ranks, at 3 and 5."""
+    job = mpiexec_job(
+        nranks, SCRIPT, "skip_one", str(leaver), timeout=TIMEOUT_S, ML_COMM_STALL_WARN_SECONDS="4"
+    )
+    ended_with(
+        job,
+        40,
+        [
+            rf"rank {leaver} of {nranks} is leaving .* while rank \d+ waits for it in team 0's "
+            rf"request 2 or later, which rank {leaver} never made"
+        ],
+    )
 
 
 def test_custom_loop_with_different_step_counts_names_the_steps():

@@ -4,6 +4,7 @@
 
 MODE:
   barrier_departure   rank 0 waits in mc.barrier(); rank 1 leaves (finalize) at once
+  skip_one LEAVER     rank LEAVER skips the second of two allreduce_sum calls and leaves
   custom_loop         a Keras custom loop over Dataset.shard of 101 samples (batches of
                       10: rank 0 runs 6 steps per epoch, rank 1 5), 2 epochs, then finalize
   custom_loop_barrier the same with mc.barrier() before finalize
@@ -28,6 +29,19 @@ import time
 import ml_comm as mc
 
 mode = sys.argv[1]
+if mode == "skip_one":
+    import numpy as np
+
+    mc.init(1, 1, 16)
+    leaver = int(sys.argv[2])
+    print(f"started rank {mc.get_rank()} pid {os.getpid()}", flush=True)
+    values = np.array([1.0, 2.0])
+    mc.allreduce_sum(values)
+    if mc.get_rank() != leaver:
+        mc.allreduce_sum(values)
+    mc.finalize()
+    print(f"done rank {mc.get_rank()}", flush=True)
+    sys.exit(0)
 if mode == "barrier_departure":
     mc.init(1, 1, 16)
     print(f"started rank {mc.get_rank()} pid {os.getpid()}", flush=True)
