@@ -60,9 +60,12 @@ def _check_arguments(comm, backend, timeout_s) -> None:
     """BadArgumentError on every rank where any rank's arguments are wrong, naming the
     ranks (collective)."""
     problems = comm.allgather(_argument_problem(backend, timeout_s) or "right")
-    if set(problems) != {"right"}:
-        lines = disagreements([{"arguments": p} for p in problems])
-        raise BadArgumentError(f"init_process_group: {lines[0]}")
+    if set(problems) == {"right"}:
+        return
+    if len(set(problems)) == 1:
+        raise BadArgumentError(f"init_process_group: every rank: {problems[0]}")
+    lines = disagreements([{"arguments": p} for p in problems])
+    raise BadArgumentError(f"init_process_group: {lines[0]}")
 
 
 def _rendezvous_host(comm) -> tuple[str, str]:

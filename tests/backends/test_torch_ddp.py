@@ -55,7 +55,8 @@ def test_a_rendezvous_rank_0_cannot_offer_fails_on_every_rank(monkeypatch):
 def test_an_argument_one_rank_gets_wrong_fails_on_every_rank(argument, value, named):
     """The last rank's backend (the CPU wheels lack NCCL) or timeout is wrong: every rank
     raises before the rendezvous, naming that rank, instead of the others waiting for it
-    until their timeout. Runs before the module's session (no process group)."""
+    until their timeout; the same wrong argument on every rank raises on every rank,
+    naming it. Runs before the module's session (no process group)."""
     comm = comm_world()
     if comm.size == 1:
         pytest.skip("one rank has no other rank to tell")
@@ -64,6 +65,10 @@ def test_an_argument_one_rank_gets_wrong_fails_on_every_rank(argument, value, na
     wrong = {argument: value} if comm.rank == comm.size - 1 else {}
     with pytest.raises(mc.BadArgumentError, match=f"rank {comm.size - 1}: {named}"):
         mt.init_process_group(comm=comm, **wrong)
+    assert not torch.distributed.is_initialized()
+    # The same wrong argument on every rank.
+    with pytest.raises(mc.BadArgumentError, match=f"every rank: {named}"):
+        mt.init_process_group(comm=comm, **{argument: value})
     assert not torch.distributed.is_initialized()
 
 
