@@ -271,9 +271,12 @@ def _evaluate(original):
         arguments = bound.arguments
         want_dict = bool(arguments.get("return_dict", False))
         arguments["return_dict"] = True
-        if not validation and steps.sample_count(arguments.get("x")) == 0:
+        no_rows = steps.sample_count(arguments.get("x")) == 0
+        if not validation and no_rows:
             results = _evaluate_nothing(self, arguments, team)
         else:
+            if cb is not None:  # fit's validation: its callbacks' collective calls run
+                cb.no_test_rows = no_rows
             original(*bound.args, **bound.kwargs)
             results = cb.test_results if cb is not None else sum_metric_states(self, team)
         if want_dict:

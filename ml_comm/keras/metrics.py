@@ -107,6 +107,9 @@ class GlobalMetrics(keras.callbacks.Callback):
         self.in_epoch = False
         self._train_results: dict | None = None
         self.test_results: dict | None = None
+        # This rank's evaluate has no rows (its shard of a small validation set): Keras
+        # counts a phantom batch there (no loss, a batch size of samples), left out.
+        self.no_test_rows = False
 
     def _team(self) -> int:
         if self.team is not None:
@@ -128,6 +131,8 @@ class GlobalMetrics(keras.callbacks.Callback):
             self._train_results = self._sync_train()
 
     def on_test_end(self, logs=None):
+        if self.no_test_rows:
+            self.model.reset_metrics()
         self.test_results = sum_metric_states(self.model, self._team())
         if logs is not None:
             logs.update(self.test_results)

@@ -286,6 +286,31 @@ def test_evaluate_with_no_rows_on_one_rank(session):
     checks.finish()
 
 
+def test_fit_validation_with_no_rows_on_one_rank(session):
+    """The same within fit: validation_data whose last rank's shard is empty. Keras's
+    evaluate of no rows counts a phantom batch there (no loss, a batch size of samples);
+    fit's validation metrics are those of all rows."""
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank's rows")
+    checks = Checks()
+    model = dense_model(0, lr=0.0, metrics=["mae"])  # the weights stay as set
+    model.set_weights([np.ones((3, 2), np.float32), np.zeros(2, np.float32)])
+    x, y = int_data(B * nranks, seed=2)
+    counts = [B * (1 + r) for r in range(nranks - 1)] + [0]
+    start = sum(counts[:rank])
+    mine = slice(start, start + counts[rank])
+    used = slice(0, sum(counts))
+    history = model.fit(
+        x[:B], y[:B], batch_size=B, epochs=1, verbose=0, validation_data=(x[mine], y[mine])
+    )
+    error = x[used] @ np.ones((3, 2)) - y[used]
+    for name, want in (("val_loss", np.mean(error**2)), ("val_mae", np.mean(np.abs(error)))):
+        got = history.history.get(name, [None])[0]
+        checks.true(got is not None and abs(got - want) < 1e-6, f"{name} {got} vs {want}")
+    checks.finish()
+
+
 def offset_data(nranks: int, steps: int):
     """Global batches of small integers: each rank's rows are one batch's, shifted by
     2r - (N - 1) on rank r. The ranks' batch means differ and average to the global
