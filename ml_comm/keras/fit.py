@@ -203,22 +203,35 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
         # step a runtime error with it in its text (backend/<name>/, failed_step_error).
         error = current().failed_step_error(exc) or exc
         _explain_finite_check_with_loss_scaling(model, error)
-        if cb is not None and cb.in_epoch and isinstance(error, MismatchError):
+        if cb is not None and (cb.in_epoch or cb.epochs_ended) and isinstance(error, MismatchError):
+            here = (
+                f"has run {cb.step} steps of epoch {cb.epoch + 1} and goes on in the epoch, "
+                "but another rank does not"
+                if cb.in_epoch
+                else f"is at the end of epoch {cb.epoch + 1}, but another rank is not"
+            )
             raise MismatchError(
-                f"rank {mc.get_rank()} is at step {cb.step + 1} of epoch {cb.epoch + 1} while "
-                f"another rank has ended the epoch: {metrics.APART} "
-                f"({_first_line(exc)})"
+                f"rank {mc.get_rank()} {here}: {metrics.APART} ({_first_line(exc)})"
             ) from exc
-        if cb is not None and cb.in_epoch and not isinstance(error, MLCommError):
+        if cb is not None and not isinstance(error, MLCommError):
             _left_early[:] = [
                 f"Rank {mc.get_rank()}'s fit raised {type(error).__name__} ({_first_line(error)}) "
-                f"after {cb.step} steps of epoch {cb.epoch + 1}, and its program went on while "
-                "the other ranks were still in that epoch: where fit raises on one rank, end "
+                f"{_where(cb)}, and its program went on: where the other ranks' fit did not "
+                "raise there too, they went on without it. Where fit raises on one rank, end "
                 "the job (or catch it on every rank alike)."
             ]
         _raise_typed(error, exc)
     _left_early.clear()
     return result
+
+
+def _where(cb: GlobalMetrics) -> str:
+    """Where in fit this rank was, for its messages."""
+    if cb.in_epoch:
+        return f"after {cb.step} steps of epoch {cb.epoch + 1}"
+    if cb.epochs_ended:
+        return f"at the end of epoch {cb.epoch + 1}"
+    return "before its first epoch"
 
 
 def _first_line(error: BaseException) -> str:

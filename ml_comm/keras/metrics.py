@@ -105,6 +105,7 @@ class GlobalMetrics(keras.callbacks.Callback):
         self.epoch = 0
         self.step = 0  # training steps finished in the current epoch
         self.in_epoch = False
+        self.epochs_ended = 0
         self._train_results: dict | None = None
         self.test_results: dict | None = None
         # This rank's evaluate has no rows (its shard of a small validation set): Keras
@@ -141,6 +142,7 @@ class GlobalMetrics(keras.callbacks.Callback):
         if self._train_results is None:
             self._train_results = self._sync_train()
         self.in_epoch = False
+        self.epochs_ended += 1
         if logs is not None:
             for key, value in self._train_results.items():
                 if key in logs:

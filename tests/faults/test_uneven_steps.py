@@ -84,7 +84,7 @@ def test_custom_loop_with_equal_steps_ends_well():
 
 def test_fit_with_different_step_counts_names_the_steps():
     job = mpiexec_job(2, SCRIPT, "fit_generator", timeout=TIMEOUT_S)
-    ended_with(job, 60, [r"rank 1 ran 22 steps of epoch 1 |rank 0 is at step 23 of epoch 1 "])
+    ended_with(job, 60, [r"rank 1 ran 22 steps of epoch 1 |rank 0 has run 22 steps of epoch 1 "])
     assert "different numbers of steps" in job.output, job.detail()
 
 
