@@ -2,6 +2,7 @@
  * name what each rank did where they differ: its call and thread, its arguments where its
  * own check of them failed, the shapes, the team's and the plan's settings, NaN/Inf found
  * by the finite check. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -448,10 +449,24 @@ static void append_call(char *buf, size_t len, size_t *off, const compared *c) {
  * they mark steps at all cannot be ordered, nor a framework's op against a call of the
  * API (a JAX step's custom call that runs after an API call on one rank and before it on
  * another): every rank fails, each request pairing with no other. */
+/* Whether the ranks' requests differ in what they submitted (all but the call). */
+static int requests_differ(const table *t) {
+    for (int r = 1; r < t->n; r++)
+        if (memcmp(&at(t, 0)->c, &at(t, r)->c, offsetof(compared, step))) return 1;
+    return 0;
+}
+
 static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a) {
     char *buf = a->message;
     size_t off = 0, len = MLC_MSG_LEN;
     buf[0] = '\0';
+    /* Calls of different kinds (marked or not, of the API or a framework's op) that also
+     * submitted different requests: what each submitted says more (a rank whose data
+     * ran out, making its next call while the others are in a step). */
+    int kinds_differ = 0;
+    for (int r = 1; r < t->n; r++)
+        kinds_differ |= !calls_alike(t, 0, r, NULL) || !marks_alike(t, 0, r, NULL);
+    if (kinds_differ && requests_differ(t)) return mismatch_message(t, team_id, a);
     for (int r = 1; r < t->n; r++) {
         if (calls_alike(t, 0, r, NULL)) continue;
         mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);
@@ -505,6 +520,20 @@ static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a
     return MLC_ERR_MISMATCH;
 }
 
+/* Whether the ranks' calls came from threads of different names. A call signed with no
+ * thread (origin 0: a framework's thread, or a hook that runs on whichever thread the
+ * framework runs it) is compared with none. */
+static int origins_differ(const table *t) {
+    uint64_t named = 0;
+    for (int r = 0; r < t->n; r++) {
+        const uint64_t origin = at(t, r)->c.origin;
+        if (!origin) continue;
+        if (named && origin != named) return 1;
+        named = origin;
+    }
+    return 0;
+}
+
 /* Ranks on the same call from threads of different names. */
 static int origin_message(const table *t, int team_id, mlc_agreement *a) {
     char *buf = a->message;
@@ -526,12 +555,12 @@ int mlc_judge(const char *slots, size_t slot_bytes, int n, int rank, int team_id
     const table t = {slots, slot_bytes, n};
     for (int r = 1; r < n; r++)
         if (!same_call(&t, 0, r, NULL)) return calls_message(&t, rank, team_id, a);
-    for (int r = 1; r < n; r++)
-        if (!same_origin(&t, 0, r, NULL)) return origin_message(&t, team_id, a);
+    if (origins_differ(&t)) return origin_message(&t, team_id, a);
     for (int r = 0; r < n; r++)
         if (at(&t, r)->c.bad_args) return bad_args_message(&t, team_id, a);
+    /* Up to the origin, the last field, judged above. */
     for (int r = 1; r < n; r++)
-        if (memcmp(&at(&t, 0)->c, &at(&t, r)->c, sizeof(compared))) return mismatch_message(&t, team_id, a);
+        if (memcmp(&at(&t, 0)->c, &at(&t, r)->c, offsetof(compared, origin))) return mismatch_message(&t, team_id, a);
     for (int r = 0; r < n; r++)
         if (at(&t, r)->nonfinite_tensor >= 0) return nonfinite_message(&t, team_id, a);
     return MLC_OK;

@@ -837,10 +837,13 @@ static void calls_rank(job *j, int rank, mlc_tp *tp) {
 }
 
 /* How rank n-1's call differs from the others' in call_kinds_rank. */
-enum { MARKS_NO_STEPS, OTHER_THREAD, NO_CALL };
+enum { MARKS_NO_STEPS, OTHER_THREAD, NO_CALL, UNNAMED_THREAD, MARKS_AND_REQUEST };
 
 /* Rank n-1 marks no steps, calls from another thread, or makes a request of no call (a
- * framework's op) where the others make a call of the API: every rank fails, naming both. */
+ * framework's op) where the others make a call of the API: every rank fails, naming both.
+ * A call signed with no thread (a DDP hook's) pairs with the others' named one. Where
+ * the unmarked rank's request differs too (a rank out of data making its next call),
+ * the message names what each submitted. */
 static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
     const int kind = *(int *)j->arg, last = rank == j->n - 1;
     float data[4] = {0};
@@ -848,13 +851,20 @@ static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     if (kind == OTHER_THREAD) in.call = (mlc_call_id){3, 0, last ? 2 : 1, ""}, strcpy(in.call.origin_name, last ? "B" : "A");
-    else if (kind == MARKS_NO_STEPS) in.call = (mlc_call_id){last ? 0 : 3, last ? 5 : 0, 0, ""};
+    else if (kind == UNNAMED_THREAD) in.call = (mlc_call_id){3, 0, last ? 0 : 1, ""}, strcpy(in.call.origin_name, last ? "" : "A");
+    else if (kind == MARKS_NO_STEPS || kind == MARKS_AND_REQUEST) in.call = (mlc_call_id){last ? 0 : 3, last ? 5 : 0, 0, ""};
     else in.call = (mlc_call_id){0, last ? 0 : 5, 0, ""};
+    if (kind == MARKS_AND_REQUEST) in.op = last ? MLC_OP_MAX : MLC_OP_SUM;
     mlc_agreement a;
     char message[MLC_MSG_LEN], want[96];
     int rc = check_request(tp, &in, &a, message, j);
+    if (kind == UNNAMED_THREAD) {
+        if (rc != MLC_OK) fail(message, j->n, rank, kind, rc, MLC_OK);
+        return;
+    }
     if (kind == OTHER_THREAD) snprintf(want, sizeof want, "rank %d called from thread 'B'", j->n - 1);
     else if (kind == MARKS_NO_STEPS) snprintf(want, sizeof want, "rank %d mark no steps", j->n - 1);
+    else if (kind == MARKS_AND_REQUEST) snprintf(want, sizeof want, "rank %d submitted 1 tensor, 4 float32 elements (max)", j->n - 1);
     else snprintf(want, sizeof want, "rank %d: an op of a traced or compiled step", j->n - 1);
     if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, kind, rc, MLC_ERR_MISMATCH);
 }
@@ -1250,7 +1260,7 @@ static void call_cases(int n) {
         run_job(n, calls_rank, &one);
         if (n > 2) run_job(n, calls_rank, &two);
     }
-    for (int kind = MARKS_NO_STEPS; kind <= NO_CALL; kind++) run_job(n, call_kinds_rank, &kind);
+    for (int kind = MARKS_NO_STEPS; kind <= MARKS_AND_REQUEST; kind++) run_job(n, call_kinds_rank, &kind);
 }
 
 /* Every rank agrees, three requests in a row (a direct one among them): the verdicts, the
