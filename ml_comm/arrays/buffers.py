@@ -50,9 +50,9 @@ def as_array(value, what: str, tensor: int = -1) -> np.ndarray:
     return value
 
 
-def in_place_array(value, what: str, tensor: int = -1) -> np.ndarray:
-    """An array the core may write its result into: supported dtype, writeable, contiguous
-    (tensor: its place in the call's list)."""
+def in_place_array(value, what: str, tensor: int = -1, reduces: bool = False) -> np.ndarray:
+    """An array the core may write its result into: supported dtype (one it reduces, for a
+    reduction), writeable, contiguous (tensor: its place in the call's list)."""
     if isinstance(value, np.generic):
         error = BadArgumentTypeError(
             f"{what} is a NumPy scalar ({type(value).__name__}), which cannot be changed in "
@@ -60,7 +60,7 @@ def in_place_array(value, what: str, tensor: int = -1) -> np.ndarray:
         )
         raise refused(error, "MLC_REFUSED_NOT_ARRAY", tensor)
     arr = as_array(value, what, tensor)
-    dtype_code(arr.dtype, False, tensor)
+    dtype_code(arr.dtype, reduces, tensor)
     if not arr.flags.writeable:
         error = BadArgumentError(
             f"{what} is read-only; ml_comm writes the result into it in place "

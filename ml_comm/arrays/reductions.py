@@ -36,7 +36,7 @@ def reduce_in_place(s: Session, arr: np.ndarray, team: int, op: int, what: str) 
     # that would only name what is wrong: at 8 bytes the whole reduction takes microseconds.
     code = _dtypes.REDUCED_CODES.get(arr.dtype) if flags is not None else None
     if code is None or not (flags.writeable and flags.c_contiguous):
-        arr = in_place_array(arr, what)
+        arr = in_place_array(arr, what, reduces=True)
         code = dtype_code(arr.dtype, True)
     err = s.team_err(team)
     rc = lib.mlc_team_allreduce_into(
@@ -128,7 +128,7 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
             f"gradients: out must be a list of {len(inputs)} arrays, one per gradient"
         )
     for i, (o, g) in enumerate(zip(out, inputs)):
-        in_place_array(o, f"out[{i}]")
+        in_place_array(o, f"out[{i}]", reduces=True)
         if o.shape != g.shape or o.dtype != g.dtype or not o.flags.c_contiguous:
             raise BadArgumentError(
                 f"gradients: out[{i}] must be a C-contiguous {g.dtype} array of shape {g.shape}, "

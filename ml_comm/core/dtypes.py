@@ -78,9 +78,10 @@ def code_of(dtype: np.dtype, reduces: bool = False) -> int:
     try:
         code = _codes()[dtype]
     except KeyError:
-        supported = ", ".join(str(d) for d in _codes())
+        supported = ", ".join(str(d) for d in (_reduced_codes() if reduces else _codes()))
         raise BadArgumentTypeError(
-            f"ml_comm cannot reduce dtype {dtype}; supported: {supported}"
+            f"ml_comm cannot {'reduce' if reduces else 'move'} dtype {dtype}; supported: "
+            f"{supported}"
         ) from None
     reduced = _reduced_codes()
     if reduces and dtype not in reduced:

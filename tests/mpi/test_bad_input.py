@@ -212,7 +212,8 @@ def _cases() -> list[Case]:
             )
     # --- dtypes the core does not reduce, alone, after good tensors, in every call
     for dt in UNSUPPORTED:
-        msg = rf"^ml_comm cannot reduce dtype {re.escape(str(dt))}; supported: {SUPPORTED_LIST}$"
+        msg = rf"^ml_comm cannot reduce dtype {re.escape(str(dt))}; supported: {REDUCED_LIST}$"
+        moved = rf"^ml_comm cannot move dtype {re.escape(str(dt))}; supported: {SUPPORTED_LIST}$"
         cases += [
             Case(f"gradients([{dt}])", lambda s, d=dt: mc.gradients([bad_array(d)]),
                  BAD_TYPE, msg),
@@ -223,7 +224,7 @@ def _cases() -> list[Case]:
             Case(f"allreduce_sum({dt})", lambda s, d=dt: mc.allreduce_sum(bad_array(d)),
                  BAD_TYPE, msg),
             Case(f"broadcast([ok, {dt}])", lambda s, d=dt: mc.broadcast([x(s), bad_array(d)]),
-                 BAD_TYPE, msg),
+                 BAD_TYPE, moved),
         ]
     cases += [
         Case("gradients([0-d complex128])", lambda s: mc.gradients([np.zeros((), np.complex128)]),
