@@ -190,7 +190,7 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
     stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
     sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
     try:
-        steps.agree_on_steps(arguments, team, stopper, sharer, cb)
+        lengths_known = steps.agree_on_steps(arguments, team, stopper, sharer, cb)
     except MismatchError as exc:
         if _left_early:
             raise MismatchError(f"{exc}. {_left_early[0]}") from exc
@@ -210,8 +210,15 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
                 if cb.in_epoch
                 else f"is at the end of epoch {cb.epoch + 1}, but another rank is not"
             )
+            unknown = (
+                ""
+                if lengths_known
+                else ". The data's number of batches is known on some rank only once it is "
+                "read (a generator, a filtered dataset): pass every rank's fit the same "
+                "steps_per_epoch (with data that repeats), or data of a known length"
+            )
             raise MismatchError(
-                f"rank {mc.get_rank()} {here}: {metrics.APART} ({_first_line(exc)})"
+                f"rank {mc.get_rank()} {here}: {metrics.APART} ({_first_line(exc)}){unknown}"
             ) from exc
         if cb is not None and not isinstance(error, MLCommError):
             _left_early[:] = [

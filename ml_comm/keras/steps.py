@@ -156,7 +156,7 @@ def agree_on_steps(
     stopper: StopTogether,
     sharer: ShareState,
     metrics: GlobalMetrics | None = None,
-) -> None:
+) -> bool:
     """Make every rank run the same number of training steps per epoch, the smallest
     rank's (one small allreduce per fit call); warn once, on rank 0, when that drops data.
     The same allreduce tells every rank whether any rank's callbacks may stop training
@@ -166,11 +166,12 @@ def agree_on_steps(
     Arrays of different lengths are all cut to the shortest, so that every step's
     batches are the same size on every rank too (the average of the ranks' gradients is
     then the gradient of the global batch, as one process would compute it, also for the
-    last, partial batch). Datasets are cut to the fewest batches."""
+    last, partial batch). Datasets are cut to the fewest batches. Returns whether every
+    rank's number of steps was known before its data is read."""
     steps, samples = _local_steps(arguments)
     rank, nranks = mc.get_rank(), mc.get_nranks()
     if nranks == 1:
-        return
+        return True
     # Per rank: steps, samples, the data's fingerprint and its BackupAndRestore count;
     # then the batch counters of rank 0's savers with an integer save_freq (they write on
     # rank 0 alone: wrapped on the other ranks, they neither save nor count there), the
@@ -215,11 +216,11 @@ def agree_on_steps(
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
     if min(all_steps) < 0:
-        return  # unknown somewhere: a mismatch is reported at the epoch's end
+        return False  # unknown somewhere: a mismatch is reported at the epoch's end
     fewest = min(all_steps)
     if arguments.get("steps_per_epoch") is None and min(all_samples) >= 0:
         if len(set(all_samples)) == 1:
-            return
+            return True
         batch = _batch_size(arguments)
         keep = min(all_samples)
         _truncate_arrays(arguments, keep)
@@ -230,7 +231,7 @@ def agree_on_steps(
             f"{batch}); every rank trains on {keep} per epoch (dropping {dropped})"
         )
     elif len(set(all_steps)) == 1:
-        return
+        return True
     elif arguments.get("steps_per_epoch") is not None:
         arguments["steps_per_epoch"] = fewest
         what = f"steps_per_epoch {_listing(all_steps)}"
@@ -247,6 +248,7 @@ def agree_on_steps(
             f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what}, so that "
             f"every rank runs {fewest} steps per epoch"
         )
+    return True
 
 
 def _batch_size(arguments) -> int:

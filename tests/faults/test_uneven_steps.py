@@ -86,6 +86,7 @@ def test_fit_with_different_step_counts_names_the_steps():
     job = mpiexec_job(2, SCRIPT, "fit_generator", timeout=TIMEOUT_S)
     ended_with(job, 60, [r"rank 1 ran 22 steps of epoch 1 |rank 0 has run 22 steps of epoch 1 "])
     assert "different numbers of steps" in job.output, job.detail()
+    assert "pass every rank's fit the same steps_per_epoch" in job.output, job.detail()
 
 
 LEFT = r"Rank 1's fit raised ValueError \(a callback of rank 1 failed\) after 3 steps of epoch 1"
