@@ -104,9 +104,13 @@ void mlc_arrivals_describe(mlc_arrivals *ar, mlc_tp *tp, int64_t seq, char *buf,
     else snprintf(buf, len, "the other ranks' messages (every rank reached it)");
 }
 
+void mlc_arrivals_heard(mlc_arrivals *ar, int peer, int64_t round) {
+    if (ar->heard && round > ar->heard[peer]) ar->heard[peer] = round;
+}
+
 int mlc_arrivals_waiting_in(mlc_arrivals *ar, mlc_tp *tp, int64_t round) {
-    if (!ar->posted) return -1;
-    collect(ar, tp);
+    if (!ar->heard) return -1;
+    if (ar->posted) collect(ar, tp);
     for (int r = 0; r < tp->size; r++)
         if (r != tp->rank && ar->heard[r] >= round) return r;
     return -1;

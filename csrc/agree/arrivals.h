@@ -24,9 +24,11 @@ void mlc_arrivals_announce(mlc_arrivals *ar, mlc_tp *tp, int64_t seq);
  * it": the peers from which no notice of seq (or later) came. */
 void mlc_arrivals_describe(mlc_arrivals *ar, mlc_tp *tp, int64_t seq, char *buf, size_t len);
 
-/* For a rank about to leave: a peer whose notice (taken by the receives this rank
- * posted at its own first stall) says it waits in exchange `round` or later, one this
- * rank never entered; -1 none, or no receives posted. */
+/* A notice from `peer` of exchange `round` that the caller received itself (a rank that
+ * never posted the receives: the departure check). */
+void mlc_arrivals_heard(mlc_arrivals *ar, int peer, int64_t round);
+/* For a rank about to leave: a peer whose notice says it waits in exchange `round` or
+ * later, one this rank never entered; -1 none. */
 int mlc_arrivals_waiting_in(mlc_arrivals *ar, mlc_tp *tp, int64_t round);
 
 #endif

@@ -31,6 +31,8 @@
 #ifndef MLC_SIGNATURE_H
 #define MLC_SIGNATURE_H
 
+#include <stddef.h>
+
 #include "agree.h"
 
 #define MLC_SIG_SHOWN_COUNTS 4
@@ -54,6 +56,8 @@ typedef struct compared {
     int64_t step, call_index;
     uint64_t origin;
 } compared;
+/* The verdict compares the request up to the origin, which it judges by its own rule. */
+_Static_assert(offsetof(compared, origin) + sizeof(uint64_t) == sizeof(compared), "origin is compared's last field");
 
 struct mlc_signature {
     compared c;

@@ -449,24 +449,22 @@ static void append_call(char *buf, size_t len, size_t *off, const compared *c) {
  * they mark steps at all cannot be ordered, nor a framework's op against a call of the
  * API (a JAX step's custom call that runs after an API call on one rank and before it on
  * another): every rank fails, each request pairing with no other. */
-/* Whether the ranks' requests differ in what they submitted (all but the call). */
-static int requests_differ(const table *t) {
-    for (int r = 1; r < t->n; r++)
-        if (memcmp(&at(t, 0)->c, &at(t, r)->c, offsetof(compared, step))) return 1;
-    return 0;
+/* After a line on calls of different kinds: what each rank submitted, where the shapes
+ * differ too (a rank whose data ran out, making its next call while the others are in a
+ * step). */
+static void append_shapes_if_they_differ(const table *t, char *buf, size_t len, size_t *off) {
+    for (int r = 1; r < t->n; r++) {
+        if (same_shape(at(t, 0), at(t, r))) continue;
+        mlc_append(buf, len, off, "; and what they submitted differs: ");
+        shape_message(t, buf, len, off);
+        return;
+    }
 }
 
 static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a) {
     char *buf = a->message;
     size_t off = 0, len = MLC_MSG_LEN;
     buf[0] = '\0';
-    /* Calls of different kinds (marked or not, of the API or a framework's op) that also
-     * submitted different requests: what each submitted says more (a rank whose data
-     * ran out, making its next call while the others are in a step). */
-    int kinds_differ = 0;
-    for (int r = 1; r < t->n; r++)
-        kinds_differ |= !calls_alike(t, 0, r, NULL) || !marks_alike(t, 0, r, NULL);
-    if (kinds_differ && requests_differ(t)) return mismatch_message(t, team_id, a);
     for (int r = 1; r < t->n; r++) {
         if (calls_alike(t, 0, r, NULL)) continue;
         mlc_append(buf, len, &off, "ranks disagree on team %d request %lld: ", team_id, (long long)a->seq);
@@ -480,6 +478,7 @@ static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a
         mlc_append(buf, len, &off, ". A step's ops and the API's calls on one team must come in the same order on "
                                    "every rank (a JAX step runs after the call that dispatched it has returned): let "
                                    "the step finish before an API call on its team, or use another team");
+        append_shapes_if_they_differ(t, buf, len, &off);
         return MLC_ERR_MISMATCH;
     }
     for (int r = 1; r < t->n; r++) {
@@ -492,6 +491,7 @@ static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a
             mlc_append(buf, len, &off, at(t, q)->c.step ? " mark their steps (ml_comm.step)" : " mark no steps");
         }
         mlc_append(buf, len, &off, ". Every rank must mark its steps alike");
+        append_shapes_if_they_differ(t, buf, len, &off);
         return MLC_ERR_MISMATCH;
     }
     int furthest = 0;

@@ -31,23 +31,25 @@ static int probe(MPI_Comm comm, int tag) {
 
 /* A peer whose arrival notice names an exchange this rank never entered; -1 none,
  * -2 while this rank's own exchange runs. Notices to a rank that never stalled wait
- * unreceived: taken here (the rank leaves, nothing else would take them). */
+ * unreceived (it posted no receives for them): taken here into what the arrivals keep,
+ * so that the answer holds at the next look (a barrier's check looks for seconds) and
+ * a later stall of this rank's counts them as heard. */
 static int notice_of_later_exchange(mlc_team *team) {
     mlc_agree *ag = &team->agree;
     if (pthread_mutex_trylock(&ag->exchange_lock) != 0) return -2;
-    int source = mlc_arrivals_waiting_in(&ag->arrivals, &ag->tp, ag->rounds);
-    while (source < 0 && !ag->arrivals.posted && team->agree_comm != MPI_COMM_NULL) {
+    while (!ag->arrivals.posted && team->agree_comm != MPI_COMM_NULL) {
         int flag = 0;
+        MPI_Message message;
         MPI_Status status;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, MLC_AGREE_NOTICE_TAG, team->agree_comm, &flag, &status) != MPI_SUCCESS ||
+        if (MPI_Improbe(MPI_ANY_SOURCE, MLC_AGREE_NOTICE_TAG, team->agree_comm, &flag, &message, &status) !=
+                MPI_SUCCESS ||
             !flag)
             break;
         int64_t round = -1;
-        if (MPI_Recv(&round, (int)sizeof round, MPI_BYTE, status.MPI_SOURCE, MLC_AGREE_NOTICE_TAG, team->agree_comm,
-                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            break;
-        if (round >= ag->rounds) source = status.MPI_SOURCE;
+        if (MPI_Mrecv(&round, (int)sizeof round, MPI_BYTE, &message, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        mlc_arrivals_heard(&ag->arrivals, status.MPI_SOURCE, round);
     }
+    const int source = mlc_arrivals_waiting_in(&ag->arrivals, &ag->tp, ag->rounds);
     pthread_mutex_unlock(&ag->exchange_lock);
     return source;
 }

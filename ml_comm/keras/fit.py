@@ -203,7 +203,12 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
         # step a runtime error with it in its text (backend/<name>/, failed_step_error).
         error = current().failed_step_error(exc) or exc
         _explain_finite_check_with_loss_scaling(model, error)
-        if cb is not None and (cb.in_epoch or cb.epochs_ended) and isinstance(error, MismatchError):
+        if (
+            cb is not None
+            and (cb.in_epoch or cb.epochs_ended)
+            and isinstance(error, MismatchError)
+            and not getattr(error, "says_where", False)
+        ):
             here = (
                 f"has run {cb.step} steps of epoch {cb.epoch + 1} and goes on in the epoch, "
                 "but another rank does not"

@@ -117,6 +117,10 @@ class GlobalMetrics(keras.callbacks.Callback):
             return self.team
         return team_of(self.model, default=0)  # the model's team (set_team), else 0
 
+    def on_train_begin(self, logs=None):
+        # An instance passed to several fit calls says where this one is.
+        self.step, self.in_epoch, self.epochs_ended = 0, False, 0
+
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch, self.step, self.in_epoch = epoch, 0, True
         self._train_results = None
@@ -152,11 +156,13 @@ class GlobalMetrics(keras.callbacks.Callback):
         try:
             return sum_metric_states(self.model, self._team())
         except MismatchError as exc:
-            raise MismatchError(
+            error = MismatchError(
                 f"rank {mc.get_rank()} ran {self.step} steps of epoch {self.epoch + 1} and "
                 f"ended the epoch, but another rank was still in a training step: {APART} "
                 f"({exc})"
-            ) from exc
+            )
+            error.says_where = True  # fit's wrapper adds nothing
+            raise error from exc
 
 
 class MetricAverage(GlobalMetrics):

@@ -50,6 +50,24 @@ def test_a_rank_that_skipped_a_call_and_left_ends_the_job(nranks, leaver):
     )
 
 
+def test_a_folded_rank_that_skipped_a_call_and_waits_in_barrier_is_told():
+    """The same folded rank enters barrier() instead: the stall notice, taken at the
+    barrier's first look, still names the waiting rank at the looks that follow, and
+    the barrier raises; its finalize then ends the job."""
+    job = mpiexec_job(
+        3, SCRIPT, "skip_one_barrier", "2", timeout=TIMEOUT_S, ML_COMM_STALL_WARN_SECONDS="4"
+    )
+    ended_with(
+        job,
+        40,
+        [
+            r"rank 2 barrier raised: rank 2 of 3 waits in barrier\(\) while rank \d+ waits for it "
+            r"in team 0's request 2 or later",
+            r"rank 2 of 3 is leaving .* which rank 2 never made",
+        ],
+    )
+
+
 def test_custom_loop_with_different_step_counts_names_the_steps():
     job = mpiexec_job(2, SCRIPT, "custom_loop", timeout=TIMEOUT_S)
     ended_with(
@@ -87,6 +105,7 @@ def test_fit_with_different_step_counts_names_the_steps():
     ended_with(job, 60, [r"rank 1 ran 22 steps of epoch 1 |rank 0 has run 22 steps of epoch 1 "])
     assert "different numbers of steps" in job.output, job.detail()
     assert "pass every rank's fit the same steps_per_epoch" in job.output, job.detail()
+    assert "rank 1 has run" not in job.output, f"the ended epoch said twice\n{job.detail()}"
 
 
 LEFT = r"Rank 1's fit raised ValueError \(a callback of rank 1 failed\) after 3 steps of epoch 1"

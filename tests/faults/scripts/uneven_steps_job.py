@@ -5,6 +5,7 @@
 MODE:
   barrier_departure   rank 0 waits in mc.barrier(); rank 1 leaves (finalize) at once
   skip_one LEAVER     rank LEAVER skips the second of two allreduce_sum calls and leaves
+  skip_one_barrier LEAVER  the same, but it enters barrier() first and prints what it raised
   custom_loop         a Keras custom loop over Dataset.shard of 101 samples (batches of
                       10: rank 0 runs 6 steps per epoch, rank 1 5), 2 epochs, then finalize
   custom_loop_barrier the same with mc.barrier() before finalize
@@ -29,7 +30,7 @@ import time
 import ml_comm as mc
 
 mode = sys.argv[1]
-if mode == "skip_one":
+if mode in ("skip_one", "skip_one_barrier"):
     import numpy as np
 
     mc.init(1, 1, 16)
@@ -39,6 +40,11 @@ if mode == "skip_one":
     mc.allreduce_sum(values)
     if mc.get_rank() != leaver:
         mc.allreduce_sum(values)
+    elif mode == "skip_one_barrier":
+        try:
+            mc.barrier()
+        except mc.MLCommError as exc:
+            print(f"rank {leaver} barrier raised: {exc}", flush=True)
     mc.finalize()
     print(f"done rank {mc.get_rank()}", flush=True)
     sys.exit(0)
