@@ -442,13 +442,6 @@ static void append_call(char *buf, size_t len, size_t *off, const compared *c) {
     else mlc_append(buf, len, off, "call %lld", (long long)c->call_index);
 }
 
-/* Ranks whose calls differ. Every rank's call that is behind the furthest fails: those
- * ranks left the step early or skipped calls, and this rank's call has no partners. The
- * ranks furthest on exchange again (MLC_AGREE_RETRY) against the others' next calls, so
- * that the ranks realign with no call paired to another. Ranks that disagree on whether
- * they mark steps at all cannot be ordered, nor a framework's op against a call of the
- * API (a JAX step's custom call that runs after an API call on one rank and before it on
- * another): every rank fails, each request pairing with no other. */
 /* After a line on calls of different kinds: what each rank submitted, where the shapes
  * differ too (a rank whose data ran out, making its next call while the others are in a
  * step). */
@@ -461,6 +454,13 @@ static void append_shapes_if_they_differ(const table *t, char *buf, size_t len, 
     }
 }
 
+/* Ranks whose calls differ. Every rank's call that is behind the furthest fails: those
+ * ranks left the step early or skipped calls, and this rank's call has no partners. The
+ * ranks furthest on exchange again (MLC_AGREE_RETRY) against the others' next calls, so
+ * that the ranks realign with no call paired to another. Ranks that disagree on whether
+ * they mark steps at all cannot be ordered, nor a framework's op against a call of the
+ * API (a JAX step's custom call that runs after an API call on one rank and before it on
+ * another): every rank fails, each request pairing with no other. */
 static int calls_message(const table *t, int rank, int team_id, mlc_agreement *a) {
     char *buf = a->message;
     size_t off = 0, len = MLC_MSG_LEN;
