@@ -263,6 +263,21 @@ def test_evaluate_reports_all_ranks_data(session):
     checks.finish()
 
 
+def last_rank_without_rows(rank: int, nranks: int, lr: float):
+    """(a model with set weights, this rank's shard of a set whose last rank's shard is
+    empty, the loss and mae of all rows: what the job's metrics must be)."""
+    model = dense_model(0, lr=lr, metrics=["mae"])
+    model.set_weights([np.ones((3, 2), np.float32), np.zeros(2, np.float32)])
+    x, y = int_data(B * nranks, seed=2)
+    counts = [B * (1 + r) for r in range(nranks - 1)] + [0]
+    start = sum(counts[:rank])
+    mine = slice(start, start + counts[rank])
+    used = slice(0, sum(counts))
+    error = x[used] @ np.ones((3, 2)) - y[used]
+    want = {"loss": np.mean(error**2), "mae": np.mean(np.abs(error))}
+    return model, (x[mine], y[mine]), want
+
+
 def test_evaluate_with_no_rows_on_one_rank(session):
     """A validation set smaller than the job: the last rank's shard is empty (Keras alone
     raises on it on JAX). Every rank returns the metrics of all rows, the empty rank
@@ -271,18 +286,11 @@ def test_evaluate_with_no_rows_on_one_rank(session):
     if nranks == 1:
         pytest.skip("one rank has no other rank's rows")
     checks = Checks()
-    model = dense_model(0, metrics=["mae"])
-    model.set_weights([np.ones((3, 2), np.float32), np.zeros(2, np.float32)])
-    x, y = int_data(B * nranks, seed=2)
-    counts = [B * (1 + r) for r in range(nranks - 1)] + [0]
-    start = sum(counts[:rank])
-    mine = slice(start, start + counts[rank])
-    used = slice(0, sum(counts))
-    metrics = model.evaluate(x[mine], y[mine], batch_size=B, verbose=0, return_dict=True)
-    error = x[used] @ np.ones((3, 2)) - y[used]
-    for name, want in (("loss", np.mean(error**2)), ("mae", np.mean(np.abs(error)))):
+    model, (x, y), want = last_rank_without_rows(rank, nranks, lr=0.125)
+    metrics = model.evaluate(x, y, batch_size=B, verbose=0, return_dict=True)
+    for name, value in want.items():
         got = metrics.get(name)
-        checks.true(got is not None and abs(got - want) < 1e-6, f"{name} {got} vs {want}")
+        checks.true(got is not None and abs(got - value) < 1e-6, f"{name} {got} vs {value}")
     checks.finish()
 
 
@@ -294,20 +302,12 @@ def test_fit_validation_with_no_rows_on_one_rank(session):
     if nranks == 1:
         pytest.skip("one rank has no other rank's rows")
     checks = Checks()
-    model = dense_model(0, lr=0.0, metrics=["mae"])  # the weights stay as set
-    model.set_weights([np.ones((3, 2), np.float32), np.zeros(2, np.float32)])
-    x, y = int_data(B * nranks, seed=2)
-    counts = [B * (1 + r) for r in range(nranks - 1)] + [0]
-    start = sum(counts[:rank])
-    mine = slice(start, start + counts[rank])
-    used = slice(0, sum(counts))
-    history = model.fit(
-        x[:B], y[:B], batch_size=B, epochs=1, verbose=0, validation_data=(x[mine], y[mine])
-    )
-    error = x[used] @ np.ones((3, 2)) - y[used]
-    for name, want in (("val_loss", np.mean(error**2)), ("val_mae", np.mean(np.abs(error)))):
-        got = history.history.get(name, [None])[0]
-        checks.true(got is not None and abs(got - want) < 1e-6, f"{name} {got} vs {want}")
+    model, shard, want = last_rank_without_rows(rank, nranks, lr=0.0)  # weights stay as set
+    x, y = int_data(B, seed=3)
+    history = model.fit(x, y, batch_size=B, epochs=1, verbose=0, validation_data=shard)
+    for name, value in want.items():
+        got = history.history.get(f"val_{name}", [None])[0]
+        checks.true(got is not None and abs(got - value) < 1e-6, f"val_{name} {got} vs {value}")
     checks.finish()
 
 

@@ -95,6 +95,14 @@ def train(model, rank: int) -> list[np.ndarray]:
     return [p.detach().numpy().copy() for p in model.parameters()]
 
 
+def same_as_gloo(checks: Checks, ours: list, gloo: list, what: str) -> None:
+    """The hook's weights: the same on every rank, within 1e-6 of DDP over gloo's."""
+    checks.same_on_all_ranks(ours, what)
+    for i, (a, b) in enumerate(zip(ours, gloo)):
+        gap = float(np.max(np.abs(a - b)))
+        checks.true(gap <= 1e-6, f"parameter {i}: {gap} from DDP over gloo")
+
+
 def test_hook_trains_as_ddp_over_gloo(session):
     rank, nranks = session
     checks = Checks()
@@ -106,10 +114,7 @@ def test_hook_trains_as_ddp_over_gloo(session):
     buckets = mc.team_stats(0)["calls"] - before
     checks.true(buckets >= 2 * STEPS - 1, f"{buckets} buckets in {STEPS} steps: want several")
     gloo = train(ddp_model(rank), rank)
-    checks.same_on_all_ranks(ours, "weights trained with the ml_comm hook")
-    for i, (a, b) in enumerate(zip(ours, gloo)):
-        gap = float(np.max(np.abs(a - b)))
-        checks.true(gap <= 1e-6, f"parameter {i}: {gap} from DDP over gloo")
+    same_as_gloo(checks, ours, gloo, "weights trained with the ml_comm hook")
     checks.finish()
 
 
@@ -206,10 +211,7 @@ def test_uneven_data_under_join_trains_as_ddp_over_gloo(session, mark):
     mt.register_ddp_hook(hooked)
     ours = joined_training(hooked, rank, mark)
     gloo = joined_training(ddp_model(rank), rank, mark)
-    checks.same_on_all_ranks(ours, "weights trained under Join with the ml_comm hook")
-    for i, (a, b) in enumerate(zip(ours, gloo)):
-        gap = float(np.max(np.abs(a - b)))
-        checks.true(gap <= 1e-6, f"parameter {i}: {gap} from DDP over gloo")
+    same_as_gloo(checks, ours, gloo, "weights trained under Join with the ml_comm hook")
     checks.finish()
 
 
