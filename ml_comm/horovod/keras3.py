@@ -27,22 +27,26 @@ class CallableList(list):
         return self
 
 
+def _defining(cls: type, name: str) -> type:
+    """The class in cls's method order whose own attribute `name` is."""
+    return next(c for c in cls.__mro__ if name in c.__dict__)
+
+
 def install() -> None:
     if _patches:
         return
-    model_compile = keras.Model.compile
-    base = keras.optimizers.Optimizer.__mro__[1]  # BaseOptimizer, which defines variables
-    for cls in keras.optimizers.Optimizer.__mro__:
-        if "variables" in cls.__dict__:
-            base = cls
-            break
+    # Replaced where Keras defines it (its Trainer): Keras compiles a loaded model only
+    # where the model's compile is that class's own (Trainer.compile_from_config).
+    trainer = _defining(keras.Model, "compile")
+    model_compile = trainer.__dict__["compile"]
+    base = _defining(keras.optimizers.Optimizer, "variables")  # BaseOptimizer
     variables = base.__dict__["variables"]
 
     @functools.wraps(model_compile)
     def compile(self, *args, experimental_run_tf_function=None, **kwargs):
         return model_compile(self, *args, **kwargs)
 
-    _patches.replace(keras.Model, "compile", compile)
+    _patches.replace(trainer, "compile", compile)
     _patches.replace(base, "variables", property(lambda self: CallableList(variables.fget(self))))
     if not hasattr(keras.optimizers.Optimizer, "lr"):
         lr = property(
