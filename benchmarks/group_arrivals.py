@@ -62,8 +62,8 @@ def main() -> int:
         latch = lib.mlc_latch_create()
         opener = ffi.new("int64_t *")
         rc = lib.mlc_team_group_open_part(
-            handle, GROUP_KEY, n, counts, ffi.NULL, FLOAT32, lib.MLC_OP_SUM, 0, 1, 1, step,
-            opener, err, 512,
+            handle, GROUP_KEY, n, counts, ffi.NULL, ffi.NULL, FLOAT32, lib.MLC_OP_SUM, 0, 1, 1,
+            step, opener, err, 512,
         )  # fmt: skip
         assert rc == lib.MLC_OK, ffi.string(err)
         for k in order:
@@ -72,8 +72,8 @@ def main() -> int:
             lib.mlc_latch_add(latch, 1)
             start = time.perf_counter()
             rc = lib.mlc_team_group_arrive_part(
-                handle, GROUP_KEY, n, counts, ffi.NULL, FLOAT32, lib.MLC_OP_SUM, 0, 1, 1, k,
-                step, buf, buf, ffi.addressof(lib, "mlc_latch_done"), latch, err, 512,
+                handle, GROUP_KEY, n, counts, ffi.NULL, ffi.NULL, FLOAT32, lib.MLC_OP_SUM, 0, 1, 1,
+                k, step, buf, buf, ffi.addressof(lib, "mlc_latch_done"), latch, err, 512,
             )  # fmt: skip
             if step > args.warmup:
                 times.append(time.perf_counter() - start)

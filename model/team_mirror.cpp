@@ -97,7 +97,7 @@ std::shared_ptr<Request> Team::submit(const std::vector<int64_t> &counts, bool i
     mlc_plan_make(&in, &req->plan);
     // The layout: with plan.aligned each tensor of a segment or more starts a segment.
     std::vector<mlc_tensor> tensors(counts.size());
-    for (size_t i = 0; i < counts.size(); i++) tensors[i] = mlc_tensor{nullptr, nullptr, counts[i], 0};
+    for (size_t i = 0; i < counts.size(); i++) tensors[i] = mlc_tensor{nullptr, nullptr, counts[i], 0, 0};
     req->starts.assign(counts.size() + 1, 0);
     if (req->plan.aligned) {
         req->span = mlc_segment_aligned_starts(tensors.data(), (int)counts.size(), req->plan.seg_elems,

@@ -5,7 +5,7 @@
 
 #include "signature.h"
 
-_Static_assert(sizeof(compared) == 12 * 4 + 5 * 8 + 6 * 4 + 4 * 8 + 3 * 8, "compared has no padding");
+_Static_assert(sizeof(compared) == 12 * 4 + 6 * 8 + 6 * 4 + 4 * 8 + 3 * 8, "compared has no padding");
 _Static_assert(sizeof(compared) % 8 == 0, "the digest reads compared in 8-byte words");
 _Static_assert(sizeof(struct mlc_signature) % 8 == 0, "signatures stay 8-byte aligned");
 _Static_assert(sizeof(struct mlc_signature) == MLC_SIGNATURE_BYTES, "the size ml_comm_internal.h says");
@@ -46,12 +46,16 @@ void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s) {
     c->origin = in->call.origin;
     memcpy(s->origin_name, in->call.origin_name, sizeof s->origin_name);
     s->origin_name[sizeof s->origin_name - 1] = '\0';
-    uint64_t h = 1469598103934665603ull, shapes = h;
+    uint64_t h = 1469598103934665603ull, shapes = h, labels = h;
+    int labelled = 0;
     for (int i = 0; i < in->ntensors; i++) {
         if (i < MLC_SIG_SHOWN_COUNTS) s->counts[i] = in->tensors[i].count;
         h = fnv(h, &in->tensors[i].count, sizeof in->tensors[i].count);
         shapes = fnv(shapes, &in->tensors[i].shape, sizeof in->tensors[i].shape);
+        labels = fnv(labels, &in->tensors[i].label, sizeof in->tensors[i].label);
+        labelled |= in->tensors[i].label != 0;
     }
+    c->labels_hash = labelled ? labels : 0;
     c->row_elements = in->row_elements; /* 0 but for collectives of rows */
     c->row_ndim = in->row_shape ? in->row_ndim : -1;
     c->row_shape_hash = 0;

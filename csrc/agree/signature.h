@@ -4,7 +4,8 @@
  * Compared, in two groups:
  *   shape     kind, dtype, op (allreduce), root (broadcast), ntensors, total,
  *             layout_hash, shapes_hash (each tensor's shape digest, where its
- *             caller said it), part, nparts, call_dtypes, compression (the team's
+ *             caller said it), labels_hash (each tensor's label, where its
+ *             front end gave one), part, nparts, call_dtypes, compression (the team's
  *             16-bit wire setting, whatever the request's dtype: ranks that
  *             differ would exchange blocks of different sizes on the ring); for
  *             kinds whose sizes differ by rank (sizes_vary) total and layout are
@@ -48,6 +49,7 @@ typedef struct compared {
     uint64_t layout_hash;    /* FNV-1a over every tensor's count */
     uint64_t shapes_hash;    /* over every tensor's shape digest (mlc_tensor.shape) */
     uint64_t row_shape_hash; /* and over the rows' dimensions */
+    uint64_t labels_hash;    /* over every tensor's label (mlc_tensor.label); 0: none */
     /* settings */
     int32_t team_algorithm, algorithm, on_caller, lanes, is_group, direct;
     int64_t ksteps, max_steps, seg_elems;

@@ -32,7 +32,7 @@ static int same_shape(const mlc_signature *a, const mlc_signature *b) {
     const compared *x = &a->c, *y = &b->c;
     return x->kind == y->kind && x->dtype == y->dtype && x->op == y->op && x->root == y->root &&
            x->ntensors == y->ntensors && x->total == y->total && x->layout_hash == y->layout_hash &&
-           x->shapes_hash == y->shapes_hash &&
+           x->shapes_hash == y->shapes_hash && x->labels_hash == y->labels_hash &&
            x->part == y->part && x->nparts == y->nparts && x->call_dtypes == y->call_dtypes &&
            x->compression == y->compression && x->sizes_vary == y->sizes_vary &&
            x->row_elements == y->row_elements && x->row_ndim == y->row_ndim &&
@@ -184,27 +184,55 @@ static int shapes_alike(const table *t, int a, int b, const setting *s) {
     return at(t, a)->c.shapes_hash == at(t, b)->c.shapes_hash;
 }
 
-static void shape_message(const table *t, char *buf, size_t len, size_t *off) {
+/* Alike but for the labels the front end gave the tensors. */
+static int labels_alike(const table *t, int a, int b, const setting *s) {
+    return at(t, a)->c.labels_hash == at(t, b)->c.labels_hash;
+}
+
+/* Every rank alike to rank 0 but in one digest of compared (shapes_hash, labels_hash),
+ * given by its offset. */
+static int differ_only_in(const table *t, size_t digest) {
     const mlc_signature *first = at(t, 0);
-    int show_counts = 0, show_dtypes = 0, only_shapes = 1;
     for (int r = 1; r < t->n; r++) {
         compared x = at(t, r)->c;
-        x.shapes_hash = first->c.shapes_hash;
-        only_shapes &= same_shape(&(mlc_signature){.c = x}, first);
+        memcpy((char *)&x + digest, (const char *)&first->c + digest, sizeof(uint64_t));
+        if (!same_shape(&(mlc_signature){.c = x}, first)) return 0;
     }
-    if (only_shapes) { /* the description would read the same for every rank */
-        int groups = 0;
-        for (int r = 0; r < t->n; r++) groups += leads(t, r, shapes_alike, NULL);
-        mlc_append(buf, len, off, "every rank submitted ");
-        append_signature(buf, len, off, first, 1, 0);
-        mlc_append(buf, len, off, ", but the tensors' shapes (their dimensions) differ between ");
-        for (int r = 0, k = 0; r < t->n; r++) {
-            if (!leads(t, r, shapes_alike, NULL)) continue;
-            mlc_append(buf, len, off, "%s", !k ? "" : ++k == groups ? " and " : ", ");
-            if (!k) k = 1;
-            append_ranks(buf, len, off, t, r, shapes_alike, NULL);
-        }
-        mlc_append(buf, len, off, ". Every rank must make the same calls, with the same tensors, in the same order");
+    return 1;
+}
+
+/* "every rank submitted ..., but <what> differ between ranks 0, 2 and rank 1. <rule>":
+ * where the description would read the same for every rank. */
+static void alike_but_message(const table *t, char *buf, size_t len, size_t *off, alike_fn alike,
+                              const char *what, const char *rule) {
+    int groups = 0;
+    for (int r = 0; r < t->n; r++) groups += leads(t, r, alike, NULL);
+    mlc_append(buf, len, off, "every rank submitted ");
+    append_signature(buf, len, off, at(t, 0), 1, 0);
+    mlc_append(buf, len, off, ", but %s differ between ", what);
+    for (int r = 0, k = 0; r < t->n; r++) {
+        if (!leads(t, r, alike, NULL)) continue;
+        mlc_append(buf, len, off, "%s", !k ? "" : ++k == groups ? " and " : ", ");
+        if (!k) k = 1;
+        append_ranks(buf, len, off, t, r, alike, NULL);
+    }
+    mlc_append(buf, len, off, ". %s", rule);
+}
+
+static void shape_message(const table *t, char *buf, size_t len, size_t *off) {
+    const mlc_signature *first = at(t, 0);
+    int show_counts = 0, show_dtypes = 0;
+    if (differ_only_in(t, offsetof(compared, shapes_hash))) {
+        alike_but_message(t, buf, len, off, shapes_alike, "the tensors' shapes (their dimensions)",
+                          "Every rank must make the same calls, with the same tensors, in the same order");
+        return;
+    }
+    if (differ_only_in(t, offsetof(compared, labels_hash))) {
+        alike_but_message(t, buf, len, off, labels_alike,
+                          "the tensors' labels (ml_comm.horovod: each tensor's name=, the op and the "
+                          "scale factors)",
+                          "Calls are paired by their order on the team, not by name: every rank must "
+                          "make the same calls, with the same names and reductions, in the same order");
         return;
     }
     for (int r = 1; r < t->n; r++) {

@@ -91,12 +91,16 @@ typedef struct mlc_request mlc_request;
  * the caller a copy), else from data (in place). shape is mlc_shape_digest of the
  * tensor's dimensions, in the order its elements lie in memory (0: not said): ranks
  * compare it with the count, so that tensors of one count but different shapes
- * (17x1311 and 17x23x57) fail instead of averaging unrelated elements. */
+ * (17x1311 and 17x23x57) fail instead of averaging unrelated elements. label is a digest
+ * of what the front end calls the tensor beyond its buffer (0: nothing; ml_comm.horovod:
+ * its name, the reduction's op and scale factors): ranks compare it too, so that calls
+ * of equal shapes made in another order, or reduced otherwise, fail instead of pairing. */
 typedef struct mlc_tensor {
     void *data;
     const void *source;
     int64_t count;
     uint64_t shape;
+    uint64_t label;
 } mlc_tensor;
 
 /* Called once, from a communication thread, when a request finishes.
@@ -244,10 +248,10 @@ int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64
  * bits of call_dtypes (see mlc_team_allreduce_async_part); read at the group's opening.
  * step: the framework's id of the step that submits the tensor (0: none). A tensor
  * joins only a group of its own step, and a group its step's opener has not claimed
- * yet can still be claimed by it (mlc_team_group_open_part). shapes: each tensor's
- * mlc_tensor.shape, in layout order like counts (NULL: not said). */
+ * yet can still be claimed by it (mlc_team_group_open_part). shapes, labels: each
+ * tensor's mlc_tensor.shape and .label, in layout order like counts (NULL: not said). */
 int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                               const uint64_t *shapes, int dtype, int op, int part, int nparts,
+                               const uint64_t *shapes, const uint64_t *labels, int dtype, int op, int part, int nparts,
                                int call_dtypes, int index,
                                int64_t step, const void *source, void *data, mlc_callback done,
                                void *user_data, char *err, size_t errlen);
@@ -267,7 +271,7 @@ int mlc_team_group_cancel(mlc_team *team, int64_t key, int index, const void *us
  * claims the group that tensor opened, and where that group is complete already it
  * opens nothing (*opener = 0: nothing left to cancel). */
 int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                             const uint64_t *shapes, int dtype, int op, int part, int nparts, int call_dtypes, int64_t step,
+                             const uint64_t *shapes, const uint64_t *labels, int dtype, int op, int part, int nparts, int call_dtypes, int64_t step,
                              int64_t *opener, char *err, size_t errlen);
 /* mlc_team_group_cancel for the group opened with this id, if it is still open;
  * MLC_ERR_STATE: it is complete (the step's tensors all arrived), or finished. */

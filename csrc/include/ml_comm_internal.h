@@ -100,4 +100,4 @@ int mlc_binomial_children(int rank, int root, int size, int *children, int max_c
 /* ---- the agreement check's messages (csrc/agree/exchange.c, signature.c, verdict.c) ---- */
 /* What the check's tree combines per message (a direct allreduce's input after it), and
  * one rank's whole signature: what the table after a disagreement sends to every rank. */
-enum { MLC_AGREE_RECORD_BYTES = 48, MLC_SIGNATURE_BYTES = 304 };
+enum { MLC_AGREE_RECORD_BYTES = 48, MLC_SIGNATURE_BYTES = 312 };

@@ -104,15 +104,17 @@ static mlc_group *new_group(int64_t key, int ntensors) {
 }
 
 static int same_layout(const mlc_request *req, int ntensors, const int64_t *counts,
-                       const uint64_t *shapes, int dtype, int op) {
+                       const uint64_t *shapes, const uint64_t *labels, int dtype, int op) {
     if (req->ntensors != ntensors || req->dtype != dtype || req->op != op) return 0;
     for (int i = 0; i < ntensors; i++)
-        if (req->tensors[i].count != counts[i] || req->tensors[i].shape != (shapes ? shapes[i] : 0)) return 0;
+        if (req->tensors[i].count != counts[i] || req->tensors[i].shape != (shapes ? shapes[i] : 0) ||
+            req->tensors[i].label != (labels ? labels[i] : 0))
+            return 0;
     return 1;
 }
 
 static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                               const uint64_t *shapes, int dtype, int op, int part, int nparts,
+                               const uint64_t *shapes, const uint64_t *labels, int dtype, int op, int part, int nparts,
                                int call_dtypes) {
     mlc_request *req = calloc(1, sizeof *req);
     if (!req) return NULL;
@@ -127,6 +129,7 @@ static mlc_request *open_group(mlc_team *team, int64_t key, int ntensors, const 
     for (int i = 0; i < ntensors; i++) {
         req->tensors[i].count = counts[i];
         req->tensors[i].shape = shapes ? shapes[i] : 0;
+        req->tensors[i].label = labels ? labels[i] : 0;
         req->starts[i] = req->total;
         req->total += counts[i];
     }
@@ -295,9 +298,9 @@ static int bad_arguments(const mlc_team *team, int ntensors, const int64_t *coun
 /* Under the team lock: a new group appended at *link, the end of the open list (which
  * keeps step order), and queued; NULL: out of memory. */
 static mlc_request *open_and_queue(mlc_team *team, mlc_request **link, int64_t key, int ntensors,
-                                   const int64_t *counts, const uint64_t *shapes, int dtype, int op,
+                                   const int64_t *counts, const uint64_t *shapes, const uint64_t *labels, int dtype, int op,
                                    int part, int nparts, int call_dtypes, int64_t step, int claimed) {
-    mlc_request *req = open_group(team, key, ntensors, counts, shapes, dtype, op, part, nparts, call_dtypes);
+    mlc_request *req = open_group(team, key, ntensors, counts, shapes, labels, dtype, op, part, nparts, call_dtypes);
     if (!req) return NULL;
     req->group->step = step;
     req->group->claimed = claimed;
@@ -327,7 +330,7 @@ static int completed_unclaimed(mlc_team *team, int64_t key, int64_t step) {
 }
 
 int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                             const uint64_t *shapes, int dtype, int op, int part, int nparts, int call_dtypes, int64_t step, int64_t *opener,
+                             const uint64_t *shapes, const uint64_t *labels, int dtype, int op, int part, int nparts, int call_dtypes, int64_t step, int64_t *opener,
                              char *err, size_t errlen) {
     if (!opener) {
         snprintf(err, errlen, "mlc_team_group_open_part: no place for the opener id");
@@ -361,7 +364,7 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
         pthread_mutex_unlock(&team->lock);
         return MLC_OK;
     }
-    mlc_request *req = open_and_queue(team, link, key, ntensors, counts, shapes, dtype, op, part, nparts,
+    mlc_request *req = open_and_queue(team, link, key, ntensors, counts, shapes, labels, dtype, op, part, nparts,
                                       call_dtypes, step, 1);
     if (req) *opener = (int64_t)req->seq;
     pthread_mutex_unlock(&team->lock);
@@ -373,12 +376,12 @@ int mlc_team_group_open_part(mlc_team *team, int64_t key, int ntensors, const in
 int mlc_team_group_arrive(mlc_team *team, int64_t key, int ntensors, const int64_t *counts, int dtype,
                           int op, int index, const void *source, void *data, mlc_callback done,
                           void *user_data, char *err, size_t errlen) {
-    return mlc_team_group_arrive_part(team, key, ntensors, counts, NULL, dtype, op, 0, 1, 0, index, 0,
+    return mlc_team_group_arrive_part(team, key, ntensors, counts, NULL, NULL, dtype, op, 0, 1, 0, index, 0,
                                       source, data, done, user_data, err, errlen);
 }
 
 int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const int64_t *counts,
-                               const uint64_t *shapes, int dtype, int op, int part, int nparts, int call_dtypes, int index,
+                               const uint64_t *shapes, const uint64_t *labels, int dtype, int op, int part, int nparts, int call_dtypes, int index,
                                int64_t step, const void *source, void *data, mlc_callback done,
                                void *user_data, char *err, size_t errlen) {
     if (bad_arguments(team, ntensors, counts, dtype, op, part, nparts, call_dtypes, index, data, err,
@@ -402,9 +405,9 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
         req = *link;
         break;
     }
-    if (req && !same_layout(req, ntensors, counts, shapes, dtype, op)) {
+    if (req && !same_layout(req, ntensors, counts, shapes, labels, dtype, op)) {
         pthread_mutex_unlock(&team->lock);
-        snprintf(err, errlen, "group %lld: tensor %d arrived with another layout (count, shape, dtype or op) "
+        snprintf(err, errlen, "group %lld: tensor %d arrived with another layout (count, shape, label, dtype or op) "
                  "than the group's", (long long)key, index);
         return MLC_ERR_ARG;
     }
@@ -414,7 +417,7 @@ int mlc_team_group_arrive_part(mlc_team *team, int64_t key, int ntensors, const 
                  "(the step failed)", (long long)key, index);
         return MLC_ERR_STATE;
     }
-    if (!req && !(req = open_and_queue(team, link, key, ntensors, counts, shapes, dtype, op, part, nparts,
+    if (!req && !(req = open_and_queue(team, link, key, ntensors, counts, shapes, labels, dtype, op, part, nparts,
                                        call_dtypes, step, 0))) {
         pthread_mutex_unlock(&team->lock);
         snprintf(err, errlen, "out of memory opening a group of %d tensors", ntensors);

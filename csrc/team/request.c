@@ -391,7 +391,7 @@ int mlc_team_allreduce_buffer(mlc_team *team, void *data, int64_t count, int dty
 int mlc_team_allreduce_into(mlc_team *team, const void *source, void *data, int64_t count,
                             int dtype, int op, int call_dtypes, uint64_t shape, char *err,
                             size_t errlen) {
-    mlc_tensor tensor = {data, source, count, shape};
+    mlc_tensor tensor = {data, source, count, shape, 0};
     int64_t starts[2];
     mlc_request local = {0};
     int rc = bad_part(0, 1, call_dtypes) ? MLC_ERR_ARG

@@ -106,7 +106,7 @@ typedef struct rows_sizes {
 static int run_rows(mlc_team *team, int kind, int dtype, int op, int part, int nparts, int64_t total,
                     int sizes_vary, int64_t row_elements, const rows_sign *sign, const mlc_rows_call *call,
                     rows_sizes *sizes, int covered, int *checked, char *err, size_t errlen) {
-    mlc_tensor tensor = {call->output, call->input, total, 0};
+    mlc_tensor tensor = {call->output, call->input, total, 0, 0};
     int64_t starts[2];
     mlc_request req = {0};
     req.tensors = &tensor;

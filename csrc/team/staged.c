@@ -117,7 +117,7 @@ static int piece_layout(const staged_call *c, mlc_stager *st, int64_t k, mlc_ten
         const mlc_tensor *t = &c->tensors[i];
         const int64_t a = start > lo ? start : lo, b = start + t->count < hi ? start + t->count : hi;
         const int64_t shape = t->shape ? t->shape : mlc_shape_digest(1, &t->count);
-        host[i] = (mlc_tensor){NULL, NULL, 0, (uint64_t)shape};
+        host[i] = (mlc_tensor){NULL, NULL, 0, (uint64_t)shape, 0};
         if (b > a) {
             const int64_t skip = (a - start) * es, at = (a - lo) * es, bytes = (b - a) * es;
             host[i].data = slot + at;

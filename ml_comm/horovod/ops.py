@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 
 import numpy as np
 import tensorflow as tf
@@ -159,16 +160,26 @@ def _reduction_op(op, average, process_set):
     return op
 
 
+def _label(name, place, op, prescale_factor, postscale_factor) -> int:
+    """A Sum's or Average's tensor's mlc_tensor.label: a digest of what Horovod pairs
+    ranks' tensors by (the name the caller gave, and the place in a grouped call) and of
+    how they are reduced (the op and the scale factors, which the core's sum does not
+    see), so that ranks whose calls differ there fail instead of pairing. Never 0 (none)."""
+    key = repr((name, place, OP_NAMES[op], _as_attribute(prescale_factor),
+                _as_attribute(postscale_factor)))  # fmt: skip
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
+
+
 def _summed(
-    tensors: list, average: bool = False, prescale_factor=1.0, postscale_factor=1.0
+    tensors: list, average: bool = False, prescale_factor=1.0, postscale_factor=1.0, labels=None
 ) -> list:
     """Horovod's Sum or Average over all ranks of a list of dense tensors, scale factors
     included, in one fused call; the gradient is the same reduction, with the same
-    factors, of the upstream gradients (Horovod's)."""
+    factors, of the upstream gradients (Horovod's). labels: each tensor's (_label)."""
     tensors = list(tensors)
 
     def reduce(inputs: list) -> list:
-        return _summed_once(inputs, average, prescale_factor, postscale_factor)
+        return _summed_once(inputs, average, prescale_factor, postscale_factor, labels)
 
     if not all(t.dtype.is_floating for t in tensors):
         return reduce(tensors)
@@ -199,14 +210,21 @@ def averaging_gradients():
         _averaging_gradients.reset(token)
 
 
-def _summed_once(tensors: list, average: bool, prescale_factor=1.0, postscale_factor=1.0) -> list:
+def _summed_once(
+    tensors: list, average: bool, prescale_factor=1.0, postscale_factor=1.0, labels=None
+) -> list:
     """Each tensor times prescale_factor, summed over all ranks, times postscale_factor
     (divided by size for an Average, in double, as Horovod does: a float32 sum times
     float32(1/3) is not the sum / 3 in a third of values)."""
     size = basics.session().size
     prescaled = [_scale(t, _as_attribute(prescale_factor)) for t in tensors]
     summed = binding.gradients(
-        prescaled, _team_id(), size, average=False, check_weights=_averaging_gradients.get()
+        prescaled,
+        _team_id(),
+        size,
+        average=False,
+        check_weights=_averaging_gradients.get(),
+        labels=labels,
     )
     factor = _as_attribute(postscale_factor) / (size if average else 1)
     return [_scale(t, factor) for t in summed]
@@ -246,6 +264,7 @@ def grouped_allreduce(
         postscale_factor,
         process_set,
         "grouped_allreduce's tensors",
+        name=name,
     )
 
 
@@ -259,10 +278,12 @@ def _allreduce_list(
     process_set,
     what: str,
     one: bool = False,
+    name=None,
 ) -> list:
     """grouped_allreduce's work. Errors name the caller's argument: `what[i]`, or `what`
     alone where the caller took one tensor (`one`), which the other ranks hear of as an
-    argument, not as a place in a list."""
+    argument, not as a place in a list. name: the caller's (Horovod's name=), which the
+    ranks compare with the op and the factors (_label)."""
     if not tensors:  # no rank makes a call: nothing to tell
         _reduction_op(op, average, process_set)
         return []
@@ -302,7 +323,11 @@ def _allreduce_list(
         ]
     wire = [c[0] for c in compressed]
     if op in (Sum, Average):
-        reduced = _summed(wire, op == Average, prescale_factor, postscale_factor)
+        labels = [
+            _label(name, None if one else i, op, prescale_factor, postscale_factor)
+            for i in range(len(wire))
+        ]
+        reduced = _summed(wire, op == Average, prescale_factor, postscale_factor, labels)
     else:
         pre, post = _as_attribute(prescale_factor), _as_attribute(postscale_factor)
         reduced = [_scale(binding.allreduce(_scale(t, pre), CORE_OPS[op], 0), post) for t in wire]
@@ -351,6 +376,7 @@ def allreduce(
         process_set,
         "allreduce's tensor",
         one=True,
+        name=name,
     )[0]
 
 

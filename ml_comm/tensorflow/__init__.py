@@ -25,11 +25,14 @@ from .errors import raising_typed
 from .library import _chain, _group_keys, _last_anchor, load_ops, reset_pipelines, set_live
 
 
+def as_attribute(digest: int) -> int:
+    """A uint64 digest as the signed int64 that an op's attribute holds."""
+    return digest - (1 << 64) if digest >= 1 << 63 else digest
+
+
 def attr_digest(tensor) -> int:
-    """The core's digest of a tensor's static shape (mlc_tensor.shape), as the signed
-    int64 that an op's attribute holds."""
-    d = dims_digest(tuple(tensor.shape.as_list()))
-    return d - (1 << 64) if d >= 1 << 63 else d
+    """The core's digest of a tensor's static shape (mlc_tensor.shape), as an attribute."""
+    return as_attribute(dims_digest(tuple(tensor.shape.as_list())))
 
 
 @raising_typed
@@ -41,12 +44,15 @@ def gradients(
     ksteps: int = 0,
     max_steps: int = 0,
     check_weights: bool = False,
+    labels: list[int] | None = None,
 ) -> list:
     """The ops behind `ml_comm.gradients` with framework="tensorflow": each tensor of
     `grads` averaged (or summed) over `nranks` ranks on the team, same order; None stays
     None. Eagerly one fused op per dtype; in a graph one op per gradient (a keyed group).
     check_weights: the gradients of a training step, so in a graph each run is judged by
-    the check that the job shares its weights (eagerly the caller judges the call)."""
+    the check that the job shares its weights (eagerly the caller judges the call).
+    labels: each gradient's mlc_tensor.label (a uint64 digest of what the front end calls
+    it, which the ranks compare; None: none), as grads."""
     ops = load_ops()
     with checking(team_id, lib.MLC_KIND_ALLREDUCE):
         if not isinstance(grads, (list, tuple)):
@@ -67,6 +73,7 @@ def gradients(
         layout = fused_order([dense[i].shape.rank for i in idx], idx)
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
+        said = {"labels": [as_attribute(labels[i]) for i in layout]} if labels else {}
         if nranks == 1 and not pipelined:
             # The average over one rank is the gradient itself: no op, no cost.
             outs = tensors
@@ -85,7 +92,13 @@ def gradients(
                     )
                 else:
                     outs = ops.ml_comm_allreduce_n(
-                        tensors, team_id=team_id, average=average, part=part, **parts, **step
+                        tensors,
+                        team_id=team_id,
+                        average=average,
+                        part=part,
+                        **parts,
+                        **step,
+                        **said,
                     )
             if not tf.executing_eagerly():
                 _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
@@ -95,6 +108,7 @@ def gradients(
                 "group_key": key,
                 "counts": counts,
                 "shapes": [attr_digest(t) for t in tensors],
+                **said,
                 "average": average,
                 "nranks": nranks,
             }

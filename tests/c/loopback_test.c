@@ -332,7 +332,7 @@ static void agree_rank(job *j, int rank, mlc_tp *tp) {
     for (int k = 0; k < 3; k++) {
         int64_t count = k == 1 && rank == j->n - 1 ? 6 : 5;
         for (int i = 0; i < 8; i++) data[k][i] = (float)value(rank, i);
-        tensors[k] = (mlc_tensor){data[k], NULL, count, 0};
+        tensors[k] = (mlc_tensor){data[k], NULL, count, 0, 0};
         starts[k][0] = 0;
         starts[k][1] = count;
         mlc_sign_input in = {.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_SUM,
@@ -365,7 +365,7 @@ static void agree_compression_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agree_init(&ag);
     if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
     float data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = {.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_AVERAGE,
                          .ntensors = 1, .nparts = 1, .total = 4, .tensors = &t, .starts = starts,
@@ -393,7 +393,7 @@ static void failing_send_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agree_init(&ag);
     mlc_agree_open(&ag, tp);
     float x[4] = {0};
-    mlc_tensor t = {x, NULL, 4, 0};
+    mlc_tensor t = {x, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = {.kind = MLC_KIND_ALLREDUCE, .dtype = MLC_FLOAT32, .op = MLC_OP_SUM,
                          .ntensors = 1, .nparts = 1, .total = 4, .tensors = &t, .starts = starts,
@@ -479,7 +479,7 @@ static const setting_case SETTING_CASES[] = {
 static void settings_rank(job *j, int rank, mlc_tp *tp) {
     const setting_case *c = j->arg;
     float data[4] = {1, 2, 3, 4};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     if (rank == j->n - 1) c->change(&in);
@@ -499,7 +499,7 @@ static void settings_rank(job *j, int rank, mlc_tp *tp) {
  * named, each with its groups of ranks; the plan's settings not. */
 static void two_settings_rank(job *j, int rank, mlc_tp *tp) {
     float data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     in.ksteps = rank % 2 ? 0 : 3;
@@ -527,7 +527,7 @@ static void stop_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agree_init(&ag);
     if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
     float data[2][4] = {{1, 2, 3, 4}, {1, 2, 3, 4}};
-    mlc_tensor t[2] = {{data[0], NULL, 4, 0}, {data[1], NULL, 4, 0}};
+    mlc_tensor t[2] = {{data[0], NULL, 4, 0, 0}, {data[1], NULL, 4, 0, 0}};
     int64_t starts[2] = {0, 4};
     mlc_agreement a[2];
     char message[MLC_MSG_LEN];
@@ -554,7 +554,7 @@ static void stop_rank(job *j, int rank, mlc_tp *tp) {
  * with the same list, and knows the count, the lowest rank and its tensor. */
 static void nonfinite_rank(job *j, int rank, mlc_tp *tp) {
     float data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     if (rank % 2) in.nonfinite_tensor = rank % 3, in.nonfinite_count = 2;
@@ -581,7 +581,7 @@ static void sizes_vary_rank(job *j, int rank, mlc_tp *tp) {
     const int odd_one = *(int *)j->arg; /* the rank whose rows differ; -1: none */
     float data[64] = {0};
     const int64_t row = rank == odd_one ? 4 : 3, count = (rank + 1) * row;
-    mlc_tensor t = {data, NULL, count, 0};
+    mlc_tensor t = {data, NULL, count, 0, 0};
     int64_t starts[2] = {0, count};
     mlc_sign_input in = plain_input(&t, starts);
     in.kind = MLC_KIND_ALLGATHER;
@@ -615,7 +615,7 @@ static void rows_carried_rank(job *j, int rank, mlc_tp *tp) {
     int64_t sizes_in[MAX_RANKS] = {0}, sizes_out[MAX_RANKS] = {0};
     sizes_in[rank] = rows;
     static _Thread_local char carried[MLC_ROWS_CARRY_BYTES];
-    mlc_tensor t = {NULL, mine, rows * 3, 0};
+    mlc_tensor t = {NULL, mine, rows * 3, 0, 0};
     int64_t starts[2] = {0, rows * 3};
     mlc_sign_input in = plain_input(&t, starts);
     in.kind = MLC_KIND_ALLGATHER;
@@ -659,7 +659,7 @@ static void rows_carried_rank(job *j, int rank, mlc_tp *tp) {
 /* The judge on a table made by hand: sizes that vary are not compared, rows are. */
 static void sizes_vary_judge(void) {
     float data[16] = {0};
-    mlc_tensor t[3] = {{data, NULL, 3, 0}, {data, NULL, 9, 0}, {data, NULL, 6, 0}};
+    mlc_tensor t[3] = {{data, NULL, 3, 0, 0}, {data, NULL, 9, 0, 0}, {data, NULL, 6, 0, 0}};
     const size_t bytes = mlc_signature_bytes();
     char *slots = calloc(3, bytes);
     mlc_agreement a;
@@ -688,7 +688,7 @@ static void sizes_vary_judge(void) {
 static void bad_args_rank(job *j, int rank, mlc_tp *tp) {
     const int all = *(int *)j->arg;
     int64_t data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     in.kind = MLC_KIND_ALLTOALL;
@@ -718,7 +718,7 @@ static void bad_args_rank(job *j, int rank, mlc_tp *tp) {
 /* Rows of 2x3 and of 3x2 elements: the same length, another shape, named. */
 static void row_shape_rank(job *j, int rank, mlc_tp *tp) {
     float data[12] = {0};
-    mlc_tensor t = {data, NULL, 12, 0};
+    mlc_tensor t = {data, NULL, 12, 0, 0};
     int64_t starts[2] = {0, 12};
     const int64_t shape[2][2] = {{2, 3}, {3, 2}};
     mlc_sign_input in = plain_input(&t, starts);
@@ -746,7 +746,7 @@ static void direct_bits_rank(job *j, int rank, mlc_tp *tp) {
     float (*results)[37] = j->arg;
     float in[37];
     for (int i = 0; i < 37; i++) in[i] = 0.1f * (float)(rank + 1) + 0.37f * (float)i / (float)(rank + 3);
-    mlc_tensor t = {results[rank], in, 37, 0};
+    mlc_tensor t = {results[rank], in, 37, 0, 0};
     int64_t starts[2] = {0, 37};
     mlc_sign_input sin = plain_input(&t, starts);
     sin.direct = 1;
@@ -797,7 +797,7 @@ static void calls_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agreement a[3];
     for (int k = 0; k <= lag; k++) {
         for (int i = 0; i < 4; i++) data[k][i] = (float)value(rank, i + k);
-        t[k] = (mlc_tensor){data[k], NULL, 4, 0};
+        t[k] = (mlc_tensor){data[k], NULL, 4, 0, 0};
         starts[k][0] = 0;
         starts[k][1] = 4;
         mlc_sign_input in = plain_input(&t[k], starts[k]);
@@ -847,7 +847,7 @@ enum { MARKS_NO_STEPS, OTHER_THREAD, NO_CALL, UNNAMED_THREAD, MARKS_AND_REQUEST 
 static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
     const int kind = *(int *)j->arg, last = rank == j->n - 1;
     float data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     if (kind == OTHER_THREAD) in.call = (mlc_call_id){3, 0, last ? 2 : 1, ""}, strcpy(in.call.origin_name, last ? "B" : "A");
@@ -867,6 +867,29 @@ static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
     else if (kind == MARKS_AND_REQUEST) snprintf(want, sizeof want, "rank %d submitted 1 tensor, 4 float32 elements (max)", j->n - 1);
     else snprintf(want, sizeof want, "rank %d: an op of a traced or compiled step", j->n - 1);
     if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, kind, rc, MLC_ERR_MISMATCH);
+}
+
+/* Ranks whose tensors are alike but for their labels (a front end's names, op, scale
+ * factors: mlc_tensor.label) fail on every rank, naming the ranks apart; rank n-1 differs
+ * where *differs, else every rank gives the same label and the request goes on. */
+static void labels_rank(job *j, int rank, mlc_tp *tp) {
+    const int differs = *(int *)j->arg, last = rank == j->n - 1;
+    float data[4] = {0};
+    mlc_tensor t = {data, NULL, 4, 0, differs && last ? 2 : 1};
+    int64_t starts[2] = {0, 4};
+    mlc_sign_input in = plain_input(&t, starts);
+    mlc_agreement a;
+    char message[MLC_MSG_LEN], want[192];
+    int rc = check_request(tp, &in, &a, message, j);
+    if (!differs || j->n == 1) {
+        if (rc != MLC_OK) fail(message, j->n, rank, differs, rc, MLC_OK);
+        return;
+    }
+    char others[32];
+    snprintf(others, sizeof others, j->n == 2 ? "rank 0" : "ranks 0-%d", j->n - 2);
+    snprintf(want, sizeof want, "labels (ml_comm.horovod: each tensor's name=, the op and the scale factors) "
+             "differ between %s and rank %d", others, j->n - 1);
+    if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, differs, rc, MLC_ERR_MISMATCH);
 }
 
 /* ---- the stall watchdog names the late rank ---- */
@@ -913,7 +936,7 @@ static void stall_rank(job *j, int rank, mlc_tp *tp) {
     if (mlc_agree_open(&ag, tp)) fail("agree open", j->n, rank, -1, 0, 0);
     ag.dog.warn = 0.3;
     float data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     mlc_agreement a;
@@ -1190,7 +1213,7 @@ static void ahead_mismatch_rank(job *j, int rank, mlc_tp *tp) {
     const ahead_case *c = j->arg;
     const int n = j->n;
     float data[4] = {1, 2, 3, 4};
-    mlc_tensor t = {data, NULL, 4, 0};
+    mlc_tensor t = {data, NULL, 4, 0, 0};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     if (rank == n - 1) in.op = MLC_OP_SUM;
@@ -1261,6 +1284,7 @@ static void call_cases(int n) {
         if (n > 2) run_job(n, calls_rank, &two);
     }
     for (int kind = MARKS_NO_STEPS; kind <= MARKS_AND_REQUEST; kind++) run_job(n, call_kinds_rank, &kind);
+    for (int differs = 0; differs < 2; differs++) run_job(n, labels_rank, &differs);
 }
 
 /* Every rank agrees, three requests in a row (a direct one among them): the verdicts, the
@@ -1275,7 +1299,7 @@ static void happy_rank(job *j, int rank, mlc_tp *tp) {
     mlc_agreement a[3];
     for (int k = 0; k < 3; k++) {
         for (int i = 0; i < 5; i++) data[k][i] = (float)value(rank, i);
-        t[k] = (mlc_tensor){data[k], NULL, 5, 0};
+        t[k] = (mlc_tensor){data[k], NULL, 5, 0, 0};
         starts[k][0] = 0;
         starts[k][1] = 5;
         mlc_sign_input in = plain_input(&t[k], starts[k]);

@@ -180,7 +180,7 @@ static void mismatch_round(mlc_team *team, int t) {
         fail(err, t, -1, rc, MLC_ERR_MISMATCH);
     int64_t n = 3000 + (rank == 0);
     float *buf = calloc(n, sizeof *buf);
-    mlc_tensor two[2] = {{buf, NULL, 1000, 0}, {buf + 1000, NULL, n - 1000, 0}};
+    mlc_tensor two[2] = {{buf, NULL, 1000, 0, 0}, {buf + 1000, NULL, n - 1000, 0, 0}};
     mlc_request *req;
     if (mlc_team_allreduce_async(team, two, 2, MLC_FLOAT32, MLC_OP_AVERAGE, NULL, NULL, &req)) fail("submit", t, -1, 0, 0);
     else {
@@ -189,7 +189,7 @@ static void mismatch_round(mlc_team *team, int t) {
             fail(mlc_request_message(req), t, -1, rc, MLC_ERR_MISMATCH);
         mlc_request_free(req);
     }
-    mlc_tensor one = {buf, NULL, 10, 0};
+    mlc_tensor one = {buf, NULL, 10, 0, 0};
     rc = mlc_team_broadcast(team, &one, 1, MLC_FLOAT32, rank == 0 ? 0 : 1, err, sizeof err);
     if (rc != MLC_ERR_MISMATCH || !strstr(err, "broadcast from rank 1")) fail(err, t, -1, rc, MLC_ERR_MISMATCH);
     free(buf);
@@ -203,7 +203,7 @@ static void nonfinite_round(mlc_team *team, int t, int round) {
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 40; j++) data[i][j] = (float)j;
     if (rank == bad_rank) data[bad_tensor][round % 40] = round % 3 ? 1.0f / 0.0f : 0.0f / 0.0f;
-    mlc_tensor three[3] = {{data[0], NULL, 40, 0}, {data[1], NULL, 40, 0}, {data[2], NULL, 40, 0}};
+    mlc_tensor three[3] = {{data[0], NULL, 40, 0, 0}, {data[1], NULL, 40, 0, 0}, {data[2], NULL, 40, 0, 0}};
     mlc_request *req;
     int who = -1, which = -1;
     if (mlc_team_allreduce_async(team, three, 3, MLC_FLOAT32, MLC_OP_SUM, NULL, NULL, &req)) fail("submit", t, -1, 0, 0);
@@ -268,7 +268,7 @@ static void *driver(void *arg) {
         int64_t n = 20000 + round * 37 + t;
         float *a = malloc(n * sizeof *a);
         for (int64_t i = 0; i < n; i++) a[i] = (float)value(rank, i, round);
-        mlc_tensor one = {a, NULL, n, 0};
+        mlc_tensor one = {a, NULL, n, 0, 0};
         if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err)) fail(err, t, -1, 0, 0);
         for (int64_t i = 0; i < n; i++)
             if (a[i] != (float)expected_sum(i, round)) { fail("f32 sum", t, i, a[i], expected_sum(i, round)); break; }
@@ -277,7 +277,7 @@ static void *driver(void *arg) {
         int64_t n1 = 5 + round, n2 = 3000, n3 = 11;
         double *src = malloc((n1 + n2 + n3) * sizeof *src), *dst = malloc((n1 + n2 + n3) * sizeof *dst);
         for (int64_t i = 0; i < n1 + n2 + n3; i++) src[i] = (double)value(rank, i, round);
-        mlc_tensor three[3] = {{dst, src, n1, 0}, {dst + n1, src + n1, n2, 0}, {dst + n1 + n2, src + n1 + n2, n3, 0}};
+        mlc_tensor three[3] = {{dst, src, n1, 0, 0}, {dst + n1, src + n1, n2, 0, 0}, {dst + n1 + n2, src + n1 + n2, n3, 0, 0}};
         mlc_request *req;
         if (mlc_team_allreduce_async(team, three, 3, MLC_FLOAT64, MLC_OP_AVERAGE, NULL, NULL, &req)) fail("submit", t, -1, 0, 0);
         else {
@@ -290,7 +290,7 @@ static void *driver(void *arg) {
         /* int32 sum with a callback, polled with test */
         int32_t small[9];
         for (int i = 0; i < 9; i++) small[i] = (int32_t)value(rank, i, round);
-        mlc_tensor st = {small, NULL, 9, 0};
+        mlc_tensor st = {small, NULL, 9, 0, 0};
         flag_t flag = {0};
         if (mlc_team_allreduce_async(team, &st, 1, MLC_INT32, MLC_OP_SUM, on_done, &flag, &req)) fail("submit", t, -1, 0, 0);
         else {
@@ -306,7 +306,7 @@ static void *driver(void *arg) {
         int64_t nb = 4001;
         int64_t *b = malloc(nb * sizeof *b);
         for (int64_t i = 0; i < nb; i++) b[i] = rank * 100000 + i;
-        mlc_tensor bt = {b, NULL, nb, 0};
+        mlc_tensor bt = {b, NULL, nb, 0, 0};
         if (mlc_team_broadcast(team, &bt, 1, MLC_INT64, root, err, sizeof err)) fail(err, t, -1, 0, 0);
         for (int64_t i = 0; i < nb; i++)
             if (b[i] != root * 100000 + i) { fail("bcast", t, i, (double)b[i], root * 100000.0 + i); break; }
@@ -333,7 +333,7 @@ static void expect_all_failed(atomic_int *done_count, int expected, const char *
 static void expect_next_request_exact(mlc_team *team, const char *what) {
     char err[MLC_MSG_LEN] = "";
     float x[3] = {1, 2, 3};
-    mlc_tensor one = {x, NULL, 3, 0};
+    mlc_tensor one = {x, NULL, 3, 0, 0};
     if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err)) fail(err[0] ? err : what, -1, -1, 0, 0);
     for (int i = 0; i < 3; i++)
         if (x[i] != (float)((i + 1) * size)) fail(what, -1, i, x[i], (i + 1) * size);
@@ -377,14 +377,14 @@ static void cancel_opened_before_any_tensor(mlc_context *ctx) {
     for (int round = 0; round < 2; round++) {
         atomic_int done_count = 0;
         int64_t opener = 0;
-        if (mlc_team_group_open_part(team, 7, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 100 + round,
+        if (mlc_team_group_open_part(team, 7, 2, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 100 + round,
                                      &opener, err, sizeof err) || opener <= 0)
             fail(err[0] ? err : "no opener id", -1, round, opener, 1);
         const int fails = round == 0 && rank == 0;
         if (fails && mlc_team_group_cancel_opened(team, opener) != MLC_OK) fail("cancel_opened", -1, -1, 0, 1);
         for (int i = 0; i < 2 && !fails; i++) {
             for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + k % 7);
-            if (mlc_team_group_arrive_part(team, 7, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 100 + round,
+            if (mlc_team_group_arrive_part(team, 7, 2, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 100 + round,
                                            src[i], dst[i], on_tensor_done, &done_count, err, sizeof err))
                 fail(err, -1, i, 0, 0);
         }
@@ -425,13 +425,13 @@ static void late_tensor_of_a_cancelled_step(mlc_context *ctx) {
     const int64_t key = 13, step = 400;
     const int before_cancel = rank == 0 ? 1 : 2;
     for (int i = 0; i < before_cancel; i++)
-        if (mlc_team_group_arrive_part(team, key, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, step,
+        if (mlc_team_group_arrive_part(team, key, 2, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, step,
                                        src[i], dst[i], on_tensor_done, &done_count, err, sizeof err))
             fail(err, -1, i, 0, 0);
     if (rank == 0) {
         if (mlc_team_group_cancel(team, key, 0, &done_count) != MLC_OK) fail("cancel", -1, -1, 0, 1);
         err[0] = '\0';
-        const int rc = mlc_team_group_arrive_part(team, key, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1,
+        const int rc = mlc_team_group_arrive_part(team, key, 2, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 1,
                                                   step, src[1], dst[1], on_tensor_done, &done_count, err, sizeof err);
         if (rc != MLC_ERR_STATE || !strstr(err, "after its step was cancelled"))
             fail(err[0] ? err : "the late tensor was taken", -1, 1, rc, MLC_ERR_STATE);
@@ -468,13 +468,13 @@ static void watched_group_reports_each_tensor(mlc_context *ctx) {
     atomic_int done_count = 0;
     watch_t w = {.done_count = &done_count, .dst = dst, .counts = counts};
     int64_t opener = 0;
-    if (mlc_team_group_open_part(team, 11, 3, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 300, &opener, err,
+    if (mlc_team_group_open_part(team, 11, 3, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 300, &opener, err,
                                  sizeof err))
         fail(err, -1, -1, 0, 0);
     if (mlc_team_group_watch(team, opener, on_reduced, &w) != MLC_OK) fail("watch", -1, -1, 0, 1);
     for (int i = 2; i >= 0; i--) { /* the empty one first */
         for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + k % 3);
-        if (mlc_team_group_arrive_part(team, 11, 3, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 300, src[i],
+        if (mlc_team_group_arrive_part(team, 11, 3, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 300, src[i],
                                        dst[i], on_tensor_done, &done_count, err, sizeof err))
             fail(err, -1, i, 0, 0);
     }
@@ -506,12 +506,12 @@ static void opener_after_its_tensors(mlc_context *ctx) {
         int opened_at = step == 1 ? 1 : step == 2 ? 2 : 0; /* tensors that came before it */
         for (int i = 0; i <= 2; i++) {
             if (i == opened_at &&
-                mlc_team_group_open_part(team, 9, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 200 + step,
+                mlc_team_group_open_part(team, 9, 2, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, 200 + step,
                                          &opener, err, sizeof err))
                 fail(err, -1, step, 0, 0);
             if (i == 2) break;
             for (int k = 0; k < counts[i]; k++) src[i][k] = (float)(rank + step + k % 5);
-            if (mlc_team_group_arrive_part(team, 9, 2, counts, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 200 + step,
+            if (mlc_team_group_arrive_part(team, 9, 2, counts, NULL, NULL, MLC_FLOAT32, MLC_OP_SUM, 0, 1, 0, i, 200 + step,
                                            src[i], dst[i], on_tensor_done, &done_count, err, sizeof err))
                 fail(err, -1, i, 0, 0);
         }
@@ -588,7 +588,7 @@ static void failed_thread_start_frees_communicators(mlc_context *ctx) {
         return;
     }
     float x[3] = {1, 2, 3};
-    mlc_tensor one = {x, NULL, 3, 0};
+    mlc_tensor one = {x, NULL, 3, 0, 0};
     if (mlc_team_allreduce(team, &one, 1, MLC_FLOAT32, MLC_OP_SUM, err, sizeof err)) fail(err, -1, -1, 0, 0);
     for (int i = 0; i < 3; i++)
         if (x[i] != (float)((i + 1) * size)) fail("the team after failed ones", -1, i, x[i], (i + 1) * size);

@@ -168,6 +168,48 @@ def test_rank_dependent_call_order_fails_loudly(pair, mode):
     c.finish()
 
 
+LABELLED = ["names in another order", "op", "prescale_factor", "postscale_factor", "tape op",
+            "gradient_predivide_factor"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", LABELLED)
+@pytest.mark.parametrize("mode", MODES)
+def test_sums_that_differ_only_in_name_op_or_factors_fail_on_every_rank(pair, mode, case):
+    """The last rank's call is of the same shape as the others' but Horovod would pair or
+    reduce it otherwise (tensors named in another order, Sum against Average, other
+    scale factors): every rank fails at once, naming the ranks apart, instead of
+    averaging unrelated tensors or returning different results per rank."""
+    rank, n = pair
+    c = Checks()
+    last = rank == n - 1
+    x = tf.constant(np.arange(4, dtype=np.float32) + rank)
+    w = tf.Variable([1.0, 2.0])
+
+    def call():
+        if case == "names in another order":
+            names = ["b", "a"] if last else ["a", "b"]
+            return [hvd.allreduce(x, name=name) for name in names]
+        if case == "op":
+            return hvd.allreduce(x, op=hvd.Sum if last else hvd.Average)
+        if case in ("prescale_factor", "postscale_factor"):
+            return hvd.allreduce(x, op=hvd.Sum, **{case: 2.0 if last else 1.0})
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * w)
+        if case == "tape op":
+            tape = hvd.DistributedGradientTape(tape, op=hvd.Sum if last else hvd.Average)
+        else:
+            tape = hvd.DistributedGradientTape(tape, gradient_predivide_factor=2.0 if last else 1.0)
+        return tape.gradient(loss, [w])
+
+    others = "rank 0" if n == 2 else f"ranks 0-{n - 2}"
+    words = ("ranks disagree", "labels (ml_comm.horovod", f"between {others} and rank {n - 1}")
+    expect_error(c, mode, call, words=words)
+    if mode == "eager" and case == "names in another order":  # the second calls, alike
+        expect_error(c, mode, lambda: hvd.allreduce(x, name="a" if last else "b"), words=words)
+    still_works(c, rank, n)
+    c.finish()
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_tape_with_no_gradients_on_one_rank_fails_on_every_rank(pair, mode):
     """The last rank's loss does not reach the variable (its tape gives only None): its

@@ -125,7 +125,7 @@ int Arrive(OpenStep &step, size_t slot, char *err, size_t errlen) {
   step.completion.Add();
   int rc = mlc_team_group_arrive_part(
       step.team, kGroupKey, static_cast<int>(step.counts.size()), step.counts.data(),
-      step.shapes.data(), step.dtype, MLC_OP_AVERAGE, 0, 1, 1 << step.dtype,
+      step.shapes.data(), nullptr, step.dtype, MLC_OP_AVERAGE, 0, 1, 1 << step.dtype,
       static_cast<int>(slot), step.step, data, data, Completion::Done, &step.completion, err, errlen);
   if (rc != MLC_OK) {
     Completion::Done(&step.completion, MLC_OK);  // not handed over: nothing to wait for
@@ -225,7 +225,7 @@ ffi::Error Open(ffi::Result<ffi::Buffer<ffi::S32>> ticket, int64_t team_id,
   char err[512] = {0};
   int64_t opener = 0;
   int rc = mlc_team_group_open_part(held.get(), kGroupKey, static_cast<int>(n),
-                                    step->counts.data(), step->shapes.data(), step->dtype,
+                                    step->counts.data(), step->shapes.data(), nullptr, step->dtype,
                                     MLC_OP_AVERAGE, 0, 1, 1 << step->dtype, step->step,
                                     &opener, err, sizeof err);
   if (rc != MLC_OK) return Failure(rc, std::string("gradients failed: ") + err);

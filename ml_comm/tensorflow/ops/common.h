@@ -27,9 +27,10 @@ extern "C" {
 
 namespace ml_comm_tf {
 
-// A group's shape digests (an int64 attr holds the uint64's bits); NULL: none said.
-inline const uint64_t *Shapes(const std::vector<int64_t> &shapes) {
-  return shapes.empty() ? nullptr : reinterpret_cast<const uint64_t *>(shapes.data());
+// A group's digests per tensor, its shapes or labels (an int64 attr holds the uint64's
+// bits); NULL: none said.
+inline const uint64_t *Digests(const std::vector<int64_t> &digests) {
+  return digests.empty() ? nullptr : reinterpret_cast<const uint64_t *>(digests.data());
 }
 
 // mlc_tensor.shape for a TensorFlow tensor (row-major: its dimensions as they are).
@@ -219,9 +220,11 @@ tensorflow::Status ListTensors(OpKernelContext *ctx, const char *out_name, bool 
                                std::vector<mlc_tensor> *tensors, DataType *dtype);
 
 // Reduces the op's "tensors" into its "reduced" outputs (allocated here), adds `add`
-// (tensors shaped as the outputs, or none) to them, then calls done().
+// (tensors shaped as the outputs, or none) to them, then calls done(). labels: each
+// tensor's mlc_tensor.label (none: not said).
 void AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, const CallPart &part,
-                   std::vector<Tensor> add, AsyncOpKernel::DoneCallback done);
+                   std::vector<Tensor> add, AsyncOpKernel::DoneCallback done,
+                   const std::vector<int64_t> &labels = {});
 
 // Drops the pipelines of teams that are not in live_ids (pipelined_allreduce.cc).
 void ForgetPipelines(const std::vector<int64_t> &live_ids);

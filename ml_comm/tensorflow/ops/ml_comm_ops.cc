@@ -219,6 +219,7 @@ struct GroupAttrs {
   int64_t team_id = 0, group_key = 0;
   std::vector<int64_t> counts;
   std::vector<int64_t> shapes;  // mlc_tensor.shape of each tensor, as TensorFlow's int64 attr
+  std::vector<int64_t> labels;  // and mlc_tensor.label
   bool average = true;
   int nranks = 0;
   CallPart part;
@@ -230,6 +231,9 @@ struct GroupAttrs {
     TF_RETURN_IF_ERROR(c->GetAttr("shapes", &shapes));
     if (!shapes.empty() && shapes.size() != counts.size())
       return tensorflow::errors::InvalidArgument("shapes: one per tensor of the group, or none");
+    TF_RETURN_IF_ERROR(c->GetAttr("labels", &labels));
+    if (!labels.empty() && labels.size() != counts.size())
+      return tensorflow::errors::InvalidArgument("labels: one per tensor of the group, or none");
     TF_RETURN_IF_ERROR(c->GetAttr("average", &average));
     TF_RETURN_IF_ERROR(c->GetAttr("nranks", &nranks));
     return ReadCallPart(c, &part);
@@ -252,6 +256,7 @@ REGISTER_OP("MlCommGroupOpen")
     .Attr("group_key: int")
     .Attr("counts: list(int)")
     .Attr("shapes: list(int) = []")
+    .Attr("labels: list(int) = []")
     .Attr("average: bool = true")
     .Attr("nranks: int")
     .ML_COMM_CALL_PART_ATTRS
@@ -289,7 +294,7 @@ class GroupOpenOp : public tensorflow::OpKernel {
     int64_t id = 0;
     char err[256] = "";
     int rc = mlc_team_group_open_part(team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(),
-                                      Shapes(g.shapes), CoreDtype(dtype_), g.Op(), g.part.part,
+                                      Digests(g.shapes), Digests(g.labels), CoreDtype(dtype_), g.Op(), g.part.part,
                                       g.part.nparts, g.part.call_dtypes, StepOf(ctx), &id, err, sizeof err);
     OP_REQUIRES(ctx, rc == MLC_OK, CoreError(rc, absl::StrCat("ml_comm: ", err)));
     opener->scalar<int64_t>()() = id;
@@ -323,6 +328,7 @@ REGISTER_OP("MlCommGroupSubmit")
     .Attr("index: int")
     .Attr("counts: list(int)")
     .Attr("shapes: list(int) = []")
+    .Attr("labels: list(int) = []")
     .Attr("average: bool = true")
     .Attr("nranks: int")
     .ML_COMM_CALL_PART_ATTRS
@@ -390,8 +396,8 @@ class GroupSubmitOp : public tensorflow::OpKernel {
     const int64_t id = AddToken(completion);
     char err[256] = "";
     int rc = mlc_team_group_arrive_part(
-        team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(), Shapes(g.shapes),
-        CoreDtype(input.dtype()), g.Op(), g.part.part, g.part.nparts, g.part.call_dtypes, index_,
+        team, g.group_key, static_cast<int>(g.counts.size()), g.counts.data(), Digests(g.shapes),
+        Digests(g.labels), CoreDtype(input.dtype()), g.Op(), g.part.part, g.part.nparts, g.part.call_dtypes, index_,
         StepOf(ctx), input.tensor_data().data(), const_cast<char *>(output->tensor_data().data()),
         CompleteTensor, CoreUser(id), err, sizeof err);
     if (rc != MLC_OK) {
@@ -420,7 +426,8 @@ class GroupSubmitOp : public tensorflow::OpKernel {
   void Reduce(OpKernelContext *ctx, mlc_team *team, const Tensor &input, Tensor *output) const {
     const char *in = input.tensor_data().data();
     char *out = const_cast<char *>(output->tensor_data().data());
-    mlc_tensor tensor = {out, in == out ? nullptr : in, input.NumElements(), ShapeDigest(input)};
+    const uint64_t label = group_.labels.empty() ? 0 : static_cast<uint64_t>(group_.labels[index_]);
+    mlc_tensor tensor = {out, in == out ? nullptr : in, input.NumElements(), ShapeDigest(input), label};
     char err[256] = "";
     int rc = mlc_team_allreduce_part(team, &tensor, 1, CoreDtype(input.dtype()), group_.Op(),
                                      group_.part.part, group_.part.nparts, group_.part.call_dtypes,
@@ -539,10 +546,14 @@ void FinishList(void *user, int status) {
 }  // namespace
 
 void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, const CallPart &part,
-                               std::vector<Tensor> add, AsyncOpKernel::DoneCallback done) {
+                               std::vector<Tensor> add, AsyncOpKernel::DoneCallback done,
+                               const std::vector<int64_t> &labels) {
   std::vector<mlc_tensor> tensors;
   DataType dtype;
   OP_REQUIRES_OK_ASYNC(ctx, ListTensors(ctx, "reduced", false, &tensors, &dtype), done);
+  OP_REQUIRES_ASYNC(ctx, labels.empty() || labels.size() == tensors.size(),
+                    tensorflow::errors::InvalidArgument("labels: one per tensor, or none"), done);
+  for (size_t i = 0; i < labels.size(); ++i) tensors[i].label = static_cast<uint64_t>(labels[i]);
   auto *d = new ListPending{Pending{team, ctx, std::move(done), "allreduce"}, {}, std::move(add)};
   for (int i = 0; i < ctx->num_outputs(); ++i) d->outputs.push_back(*ctx->mutable_output(i));
   // nparts 0: a call of gradients with none to average (every entry None), which TensorFlow
@@ -558,6 +569,7 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
 REGISTER_OP("MlCommAllreduceN")
     .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
     .Attr("average: bool = true")
+    .Attr("labels: list(int) = []")
     .ML_COMM_CALL_PART_ATTRS
     .Doc("Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.");
 
@@ -565,16 +577,18 @@ class AllreduceNOp : public TeamKernel {
  public:
   explicit AllreduceNOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
+    OP_REQUIRES_OK(c, c->GetAttr("labels", &labels_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
   }
 
   void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     OP_REQUIRES_OK_ASYNC(ctx, ListWeightsStep(ctx, team, part_), done);
-    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done));
+    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done), labels_);
   }
 
  private:
   bool average_ = true;
+  std::vector<int64_t> labels_;  // mlc_tensor.label of each tensor (none: not said)
   CallPart part_;
 };
 

@@ -59,6 +59,7 @@ def allreduce(
     """A NumPy value reduced over all ranks (op: Average unless average/op say otherwise)."""
     return ops.allreduce(
         tf.constant(value),
+        name=name,
         average=average,
         op=op,
         compression=compression,

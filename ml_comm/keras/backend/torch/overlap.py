@@ -155,7 +155,7 @@ class OverlappedStep:
             raise MemoryError("ml_comm: no memory for a training step's wait")
         opener = ffi.new("int64_t *")
         rc = lib.mlc_team_group_open_part(
-            handle, GROUP_KEY, n + 1, self.counts, self.shapes, self.code,
+            handle, GROUP_KEY, n + 1, self.counts, self.shapes, ffi.NULL, self.code,
             lib.MLC_OP_AVERAGE, 0, 1, 1 << self.code, step_id, opener, self.err, ERR_LEN,
         )  # fmt: skip
         if rc != lib.MLC_OK:
@@ -177,7 +177,7 @@ class OverlappedStep:
         self.keep.append(buf)  # the core reads and writes it until the done callback
         lib.mlc_latch_add(self.latch, 1)
         rc = lib.mlc_team_group_arrive_part(
-            self.handle, GROUP_KEY, len(self.handed), self.counts, self.shapes, self.code,
+            self.handle, GROUP_KEY, len(self.handed), self.counts, self.shapes, ffi.NULL, self.code,
             lib.MLC_OP_AVERAGE, 0, 1, 1 << self.code, self.slot_of[k], self.step_id,
             buf, buf, ffi.addressof(lib, "mlc_latch_done"), self.latch, self.err, ERR_LEN,
         )  # fmt: skip
