@@ -25,6 +25,7 @@ Models opted out with `set_team(model, None)` are left alone.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import weakref
@@ -189,12 +190,8 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
         arguments["callbacks"].insert(0, _WeightsAtStart())
     stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
     sharer = next(c for c in arguments["callbacks"] if isinstance(c, ShareState))
-    try:
+    with _noting("This rank was starting fit (its ranks agree on the steps of its epochs)"):
         lengths_known = steps.agree_on_steps(arguments, team, stopper, sharer, cb)
-    except MismatchError as exc:
-        if _left_early:
-            raise MismatchError(f"{exc}. {_left_early[0]}") from exc
-        raise
     try:
         result = original(*bound.args, **bound.kwargs), stopper.stopped
     except Exception as exc:
@@ -235,6 +232,29 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
         _raise_typed(error, exc)
     _left_early.clear()
     return result
+
+
+EVALUATE_NOTE = (
+    "This rank was in evaluate, which every rank must call (its metrics are over all "
+    "ranks' rows): an evaluate on some ranks alone (if rank == 0: model.evaluate(...)) "
+    "meets the others' next call"
+)
+
+
+@contextlib.contextmanager
+def _noting(where: str = ""):
+    """Errors as ml_comm's class of their kind. A MismatchError also says where this rank
+    was (`where`), and, on a rank whose earlier fit raised and went on, so: its calls
+    now meet the others' fit, which it left."""
+    try:
+        yield
+    except Exception as exc:
+        error = current().failed_step_error(exc) or exc
+        if isinstance(error, MismatchError) and not getattr(error, "says_where", False):
+            notes = [n for n in (where, *_left_early) if n and n not in str(error)]
+            if notes:
+                raise MismatchError(". ".join((str(error), *notes))) from exc
+        _raise_typed(error, exc)
 
 
 def _where(cb: GlobalMetrics) -> str:
@@ -287,30 +307,36 @@ def _evaluate(original):
 
     @functools.wraps(original)
     def evaluate(self, *args, **kwargs):
-        team, bound, cb = _begin(self, bind, args, kwargs)
-        if bound is None:
-            return original(self, *args, **kwargs)
-        validation = isinstance(bound.arguments["callbacks"], keras.callbacks.CallbackList)
-        if _average_statistics and not validation:  # fit's ShareState shares for validation
-            share_statistics(self, team)  # one model evaluated on every rank
-        arguments = bound.arguments
-        want_dict = bool(arguments.get("return_dict", False))
-        arguments["return_dict"] = True
-        no_rows = steps.sample_count(arguments.get("x")) == 0
-        if not validation and no_rows:
-            results = _evaluate_nothing(self, arguments, team)
-        else:
-            if cb is not None:  # fit's validation: its callbacks' collective calls run
-                cb.no_test_rows = no_rows
-            original(*bound.args, **bound.kwargs)
-            results = cb.test_results if cb is not None else sum_metric_states(self, team)
-        if want_dict:
-            return dict(results)
-        # Keras's own list order (its private Model._flatten_metrics_in_order, checked
-        # against the installed Keras by tests/mpi/test_keras_scaling.py).
-        return self._flatten_metrics_in_order(dict(results))
+        in_fit = isinstance(kwargs.get("callbacks"), keras.callbacks.CallbackList)
+        with _noting("" if in_fit else EVALUATE_NOTE):  # fit's validation: fit says where
+            return _evaluate_bound(original, bind, self, args, kwargs)
 
     return evaluate
+
+
+def _evaluate_bound(original, bind, self, args, kwargs):
+    team, bound, cb = _begin(self, bind, args, kwargs)
+    if bound is None:
+        return original(self, *args, **kwargs)
+    validation = isinstance(bound.arguments["callbacks"], keras.callbacks.CallbackList)
+    if _average_statistics and not validation:  # fit's ShareState shares for validation
+        share_statistics(self, team)  # one model evaluated on every rank
+    arguments = bound.arguments
+    want_dict = bool(arguments.get("return_dict", False))
+    arguments["return_dict"] = True
+    no_rows = steps.sample_count(arguments.get("x")) == 0
+    if not validation and no_rows:
+        results = _evaluate_nothing(self, arguments, team)
+    else:
+        if cb is not None:  # fit's validation: its callbacks' collective calls run
+            cb.no_test_rows = no_rows
+        original(*bound.args, **bound.kwargs)
+        results = cb.test_results if cb is not None else sum_metric_states(self, team)
+    if want_dict:
+        return dict(results)
+    # Keras's own list order (its private Model._flatten_metrics_in_order, checked
+    # against the installed Keras by tests/mpi/test_keras_scaling.py).
+    return self._flatten_metrics_in_order(dict(results))
 
 
 def _evaluate_nothing(model, arguments, team: int) -> dict:
@@ -370,11 +396,9 @@ def _train_on_batch(original):
                 # into the compiled step: build it first, so that rank 0's go in.
                 a = bound.arguments
                 self._symbolic_build(data_batch=(a["x"], a.get("y"), a.get("sample_weight")))
-        prepare(self)
-        try:
+        with _noting():
+            prepare(self)
             return original(self, *args, **kwargs)
-        except Exception as exc:
-            _raise_typed(current().failed_step_error(exc) or exc, exc)
 
     return train_on_batch
 

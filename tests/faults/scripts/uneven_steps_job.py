@@ -15,6 +15,9 @@ MODE:
   fit_callback_raises rank 1's callback raises in fit's third step; every rank catches
                       what its fit raised and prints it, then finalizes
   fit_again_after_raise  the same, and rank 1 calls fit again before finalize
+  evaluate_after_raise   the same, and rank 1 calls evaluate before finalize
+  evaluate_on_rank_0     fit on every rank, then rank 0 evaluates while rank 1 fits again;
+                      each catches and prints what it raised, then finalizes
   barrier_after_raise rank 1 enters mc.barrier() while rank 0 waits in gradients: it
                       raises, then makes the reduction; then 4 barriers, each with
                       another rank arriving last, print whether a rank left one early
@@ -121,7 +124,18 @@ if mode == "fit_generator":
     print(f"done rank {rank}", flush=True)
     sys.exit(0)
 
-if mode in ("fit_callback_raises", "fit_again_after_raise"):
+if mode == "evaluate_on_rank_0":
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    call = "evaluate" if rank == 0 else "fit"  # rank 0 alone evaluates
+    try:
+        getattr(model, call)(x, y, batch_size=8, verbose=0)
+    except Exception as exc:  # noqa: BLE001 - what the program caught
+        print(f"rank {rank} {call} raised {type(exc).__name__}: {exc}", flush=True)
+    mk.finalize()
+    print(f"done rank {rank}", flush=True)
+    sys.exit(0)
+
+if mode in ("fit_callback_raises", "fit_again_after_raise", "evaluate_after_raise"):
 
     class FailsOnRank1(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -134,6 +148,11 @@ if mode in ("fit_callback_raises", "fit_again_after_raise"):
             model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[FailsOnRank1()])
         except Exception as exc:  # noqa: BLE001 - what the program caught
             print(f"rank {rank} fit {attempt} raised {type(exc).__name__}: {exc}", flush=True)
+    if rank == 1 and mode == "evaluate_after_raise":
+        try:
+            model.evaluate(x, y, batch_size=8, verbose=0)
+        except Exception as exc:  # noqa: BLE001 - what the program caught
+            print(f"rank {rank} evaluate raised {type(exc).__name__}: {exc}", flush=True)
     mk.finalize()
     print(f"done rank {rank}", flush=True)
     sys.exit(0)
