@@ -3,11 +3,13 @@
 
 Each rank puts in one table: its training steps per epoch and samples, a digest of its
 first batch (ranks given the same data are told so), its BackupAndRestore count, rank
-0's savers' batch counters, whether its callbacks may stop training, and the arguments
-that decide fit's collective calls (_CALL_SHAPE). After the sum every rank reads the
-same table: arguments that differ raise MismatchError naming them, and uneven data is cut
-to the fewest steps (arrays to the fewest samples, so that every step's batch is the
-same size on every rank; datasets to the fewest batches), with one warning on rank 0.
+0's savers' batch counters, whether its callbacks may stop training, the sizes of its
+first and last batch where its data say them (_batch_sizes), and the arguments that
+decide fit's collective calls (_CALL_SHAPE). After the sum every rank reads the same
+table: arguments that differ raise MismatchError naming them, and uneven data is cut to
+the fewest steps (arrays to the fewest samples, so that every step's batch is the same
+size on every rank; datasets to the fewest batches, less a last one whose size differs
+between the ranks), with one warning on rank 0.
 """
 
 from __future__ import annotations
@@ -177,7 +179,9 @@ def agree_on_steps(
     # rank 0 alone: wrapped on the other ranks, they neither save nor count there), the
     # two stop flags; last, each rank's call shape.
     shaped = len(_CALL_SHAPE) * nranks
-    table = np.zeros(4 * nranks + 4 * _MOST_COUNTERS + 2 + shaped, np.float64)
+    sized = 4 * nranks + 4 * _MOST_COUNTERS + 2  # each rank's first and last batch's size
+    table = np.zeros(sized + 2 * nranks + shaped, np.float64)
+    table[sized + 2 * rank : sized + 2 * rank + 2] = _batch_sizes(arguments, steps)
     shape_row = len(table) - shaped + rank * len(_CALL_SHAPE)
     table[shape_row : shape_row + len(_CALL_SHAPE)] = _call_shape(arguments, metrics)
     table[rank], table[nranks + rank] = steps, samples
@@ -212,12 +216,15 @@ def agree_on_steps(
         )
     sharer.agree([row for row in counters if row[0] > 0])
     _warn_if_one_data(table[2 * nranks : 3 * nranks], first_rows)
+    sizes = table[sized : sized + 2 * nranks].reshape(nranks, 2).astype(np.int64)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
     if min(all_steps) < 0:
         return False  # unknown somewhere: a mismatch is reported at the epoch's end
     fewest = min(all_steps)
+    ragged = _ragged_last_batch(sizes, all_steps, fewest)
+    fewest -= ragged
     if arguments.get("steps_per_epoch") is None and min(all_samples) >= 0:
         if len(set(all_samples)) == 1:
             return True
@@ -230,23 +237,89 @@ def agree_on_steps(
             f"{_listing(all_samples)} training samples ({_listing(all_steps)} steps of "
             f"{batch}); every rank trains on {keep} per epoch (dropping {dropped})"
         )
-    elif len(set(all_steps)) == 1:
+    elif len(set(all_steps)) == 1 and not ragged:
         return True
     elif arguments.get("steps_per_epoch") is not None:
         arguments["steps_per_epoch"] = fewest
         what = f"steps_per_epoch {_listing(all_steps)}"
-    elif isinstance(arguments["x"], keras.utils.PyDataset):
-        arguments["x"] = _FirstBatches(arguments["x"], fewest)
-        dropped = _listing(s - fewest for s in all_steps)
-        what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
     else:
-        arguments["x"] = current().first_batches(arguments["x"], fewest)  # tf.data, DataLoader
+        x = arguments["x"]
+        if isinstance(x, keras.utils.PyDataset):
+            arguments["x"] = _FirstBatches(x, fewest)
+        else:
+            arguments["x"] = current().first_batches(x, fewest)  # tf.data, DataLoader
         dropped = _listing(s - fewest for s in all_steps)
         what = f"{_listing(all_steps)} batches per epoch (dropping {dropped} batches)"
+        if ragged:
+            lasts = _listing(
+                int(sizes[r, 1 if s == fewest + 1 else 0]) for r, s in enumerate(all_steps)
+            )
+            what += (
+                f"; their batch {fewest + 1} holds {lasts} samples, and a step would average "
+                "a small batch's gradient with a large one's as equals"
+            )
     if rank == 0:
         say(
             f"ml_comm: warning: uneven data: ranks 0..{nranks - 1} have {what}, so that "
             f"every rank runs {fewest} steps per epoch"
+        )
+    return True
+
+
+def _batch_sizes(arguments, steps: int) -> tuple[int, int]:
+    """(samples in the first batch, in the last) of a PyDataset or a torch DataLoader of
+    `steps` batches, from the dataset (a PyDataset's two batches are read) or the loader's
+    sampler; (0, 0) where unknown (arrays are cut to equal batches; other data are read
+    only by training). Never raises: the others wait in the allreduce for this rank."""
+    x = arguments.get("x")
+    if steps <= 0 or arguments.get("steps_per_epoch") is not None:
+        return 0, 0
+    try:
+        if isinstance(x, keras.utils.PyDataset):
+            return _rows(x[0]), _rows(x[steps - 1])
+        sampler = getattr(x, "batch_sampler", None)  # a torch DataLoader's
+        batch = getattr(sampler, "batch_size", None)
+        if isinstance(batch, int) and isinstance(getattr(sampler, "drop_last", None), bool):
+            if sampler.drop_last:
+                return batch, batch
+            samples = len(sampler.sampler)
+            return min(batch, samples), samples - (steps - 1) * batch
+    except Exception:  # noqa: BLE001 - unknown; training reads the data and says what fails
+        pass
+    return 0, 0
+
+
+def _rows(batch) -> int:
+    """A batch's samples: the first dimension of its inputs' first array (0: unknown)."""
+    inputs = batch[0] if isinstance(batch, (tuple, list)) else batch
+    leaves = keras.tree.flatten(inputs)
+    shape = getattr(leaves[0], "shape", ()) if leaves else ()
+    return int(shape[0]) if len(shape) and shape[0] is not None else 0
+
+
+def _ragged_last_batch(sizes: np.ndarray, all_steps: list[int], fewest: int) -> bool:
+    """Whether the last of the `fewest` steps holds batches of different sizes on the
+    ranks (sizes: each rank's first and last batch's samples, 0: unknown), so that the
+    step must be dropped; MismatchError where the first batches differ (every step
+    would average batches of different sizes as equals) or the only step is ragged."""
+    if (sizes <= 0).any():
+        return False
+    firsts = sizes[:, 0].tolist()
+    if len(set(firsts)) > 1:
+        raise MismatchError(
+            "ml_comm.keras: the ranks' batches hold different numbers of samples (the first "
+            f"batch: {_listing(firsts)} on ranks 0..{len(firsts) - 1}): each step would "
+            "average a large batch's gradient with a small one's as equals. Give every rank "
+            "batches of one size"
+        )
+    used = {int(sizes[r, 1 if s == fewest else 0]) for r, s in enumerate(all_steps)}
+    if len(used) == 1:
+        return False
+    if fewest == 1:
+        raise MismatchError(
+            f"ml_comm.keras: the ranks' only batch holds {_listing(sorted(used))} samples on "
+            "different ranks: the step would average a small batch's gradient with a large "
+            "one's as equals. Give every rank batches of one size"
         )
     return True
 

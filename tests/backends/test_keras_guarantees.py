@@ -410,16 +410,19 @@ def test_batch_saves_on_rank0_alone_share_the_statistics(session, tmp_path_facto
 
 
 class Batches(keras.utils.PyDataset):
-    def __init__(self, count: int):
+    """`rows` samples (count full batches by default) in batches of `batch`."""
+
+    def __init__(self, count: int, rows: int | None = None, batch: int = B):
         super().__init__()
-        self.count = count
-        self.x, self.y = int_data(count * B, seed=2)
+        self.rows, self.batch = rows or count * batch, batch
+        self.x, self.y = int_data(self.rows, seed=2)
 
     def __len__(self):
-        return self.count
+        return -(-self.rows // self.batch)
 
     def __getitem__(self, i):
-        return self.x[i * B : (i + 1) * B], self.y[i * B : (i + 1) * B]
+        part = slice(i * self.batch, (i + 1) * self.batch)
+        return self.x[part], self.y[part]
 
 
 def uneven_inputs(rank: int):
@@ -443,6 +446,46 @@ def test_uneven_data_cut_to_the_fewest_batches(session):
         iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
         same(checks, iterations, 4, f"{what}: optimizer steps in 2 epochs of 2 batches")
         checks.same_on_all_ranks(weights(model), f"{what}: weights")
+    checks.finish()
+
+
+def ragged_inputs(rank: int):
+    """(what, fit's data arguments): 2 full batches of B and a last one of 1 + rank."""
+    rows = 2 * B + 1 + rank
+    yield "a PyDataset", {"x": Batches(0, rows)}
+    if BACKEND == "torch":
+        import torch
+
+        x, y = int_data(rows, seed=3)
+        data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+        yield "a torch DataLoader", {"x": torch.utils.data.DataLoader(data, batch_size=B)}
+
+
+def test_last_batches_of_other_sizes_are_dropped(session):
+    """A step would average the ranks' last, partial batches as equals where they hold
+    different numbers of samples: every rank runs the steps before it."""
+    rank, nranks = session
+    checks = Checks()
+    for what, data in ragged_inputs(rank):
+        model = dense_model(rank)
+        model.fit(**data, epochs=2, shuffle=False, verbose=0)
+        iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+        same(checks, iterations, 6 if nranks == 1 else 4, f"{what}: optimizer steps in 2 epochs")
+        checks.same_on_all_ranks(weights(model), f"{what}: weights")
+    checks.finish()
+
+
+def test_batches_of_other_sizes_fail_on_every_rank(session):
+    rank, nranks = session
+    if nranks == 1:
+        pytest.skip("one rank has no other rank to differ from")
+    checks = Checks()
+    model = dense_model(rank)
+    data = Batches(0, 4 * B, batch=B if rank == 0 else B // 2)
+    error = checks.raises(mc.MismatchError, model.fit, data, epochs=1, verbose=0)
+    text = str(error)
+    checks.true("batches hold different numbers of samples" in text, text)
+    checks.true(f"{B}, {B // 2}" in text, text)
     checks.finish()
 
 
