@@ -189,13 +189,19 @@ static int labels_alike(const table *t, int a, int b, const setting *s) {
     return at(t, a)->c.labels_hash == at(t, b)->c.labels_hash;
 }
 
-/* Every rank alike to rank 0 but in one digest of compared (shapes_hash, labels_hash),
- * given by its offset. */
-static int differ_only_in(const table *t, size_t digest) {
+/* Alike but for the tensors' shapes and labels. */
+static int shapes_and_labels_alike(const table *t, int a, int b, const setting *s) {
+    return shapes_alike(t, a, b, s) && labels_alike(t, a, b, s);
+}
+
+/* Every rank alike to rank 0 but in the digests of compared at offsets a and b
+ * (shapes_hash, labels_hash; a == b: one of them). */
+static int differ_only_in(const table *t, size_t a, size_t b) {
     const mlc_signature *first = at(t, 0);
     for (int r = 1; r < t->n; r++) {
         compared x = at(t, r)->c;
-        memcpy((char *)&x + digest, (const char *)&first->c + digest, sizeof(uint64_t));
+        memcpy((char *)&x + a, (const char *)&first->c + a, sizeof(uint64_t));
+        memcpy((char *)&x + b, (const char *)&first->c + b, sizeof(uint64_t));
         if (!same_shape(&(mlc_signature){.c = x}, first)) return 0;
     }
     return 1;
@@ -222,19 +228,25 @@ static void alike_but_message(const table *t, char *buf, size_t len, size_t *off
 static void shape_message(const table *t, char *buf, size_t len, size_t *off) {
     const mlc_signature *first = at(t, 0);
     int show_counts = 0, show_dtypes = 0;
-    if (differ_only_in(t, offsetof(compared, shapes_hash))) {
-        alike_but_message(t, buf, len, off, shapes_alike, "the tensors' shapes (their dimensions)",
-                          "Every rank must make the same calls, with the same tensors, in the same order");
+    const size_t shapes = offsetof(compared, shapes_hash), labels = offsetof(compared, labels_hash);
+    static const char same_calls[] = "Every rank must make the same calls, with the same tensors, in the same order";
+    static const char by_order[] = "Calls are paired by their order on the team, not by name: every rank must make "
+                                   "the same calls, with the same names and reductions, in the same order";
+#define MLC_LABELS "labels (ml_comm.horovod: each tensor's name=, the op and the scale factors)"
+    if (differ_only_in(t, shapes, shapes)) {
+        alike_but_message(t, buf, len, off, shapes_alike, "the tensors' shapes (their dimensions)", same_calls);
         return;
     }
-    if (differ_only_in(t, offsetof(compared, labels_hash))) {
-        alike_but_message(t, buf, len, off, labels_alike,
-                          "the tensors' labels (ml_comm.horovod: each tensor's name=, the op and the "
-                          "scale factors)",
-                          "Calls are paired by their order on the team, not by name: every rank must "
-                          "make the same calls, with the same names and reductions, in the same order");
+    if (differ_only_in(t, labels, labels)) {
+        alike_but_message(t, buf, len, off, labels_alike, "the tensors' " MLC_LABELS, by_order);
         return;
     }
+    if (differ_only_in(t, shapes, labels)) {
+        alike_but_message(t, buf, len, off, shapes_and_labels_alike,
+                          "the tensors' shapes (their dimensions) and " MLC_LABELS, by_order);
+        return;
+    }
+#undef MLC_LABELS
     for (int r = 1; r < t->n; r++) {
         if (at(t, r)->c.ntensors == first->c.ntensors && at(t, r)->c.total == first->c.total &&
             at(t, r)->c.layout_hash != first->c.layout_hash)

@@ -160,8 +160,8 @@ def unknown_names(comm, per_rank: list[dict[str, str | None]]) -> None:
     where = ""
     if any(len(held) < len(per_rank) for held in ranks.values()):
         where = (
-            " (set on "
-            + "; ".join(f"{name}: {_ranks(held)[:-1]}" for name, held in ranks.items())
+            " ("
+            + "; ".join(f"{name} set on {_ranks(held)[:-1]} only" for name, held in ranks.items())
             + ")"
         )
     said = f"{settings.unknown_text(closest)}{where}"

@@ -236,8 +236,8 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
 
 EVALUATE_NOTE = (
     "This rank was in evaluate, which every rank must call (its metrics are over all "
-    "ranks' rows): an evaluate on some ranks alone (if rank == 0: model.evaluate(...)) "
-    "meets the others' next call"
+    "ranks' rows): where some ranks alone evaluate (if rank == 0: model.evaluate(...)), "
+    "their evaluate meets the others' next call"
 )
 
 
@@ -251,10 +251,21 @@ def _noting(where: str = ""):
     except Exception as exc:
         error = current().failed_step_error(exc) or exc
         if isinstance(error, MismatchError) and not getattr(error, "says_where", False):
-            notes = [n for n in (where, *_left_early) if n and n not in str(error)]
+            text = getattr(error, "message", None) or str(error)
+            notes = [n for n in (where, *_left_early) if n and n not in text]
             if notes:
-                raise MismatchError(". ".join((str(error), *notes))) from exc
+                raise _noted(error, ". ".join((text, *notes))) from exc
         _raise_typed(error, exc)
+
+
+def _noted(error: BaseException, text: str) -> BaseException:
+    """`error` with the text `text`: of its class (ml_comm's kind, and TensorFlow's where
+    its op raised it), with its attributes (the mark that every rank raised it)."""
+    noted = type(error).__new__(type(error), text)
+    noted.__dict__.update(error.__dict__)
+    if "_message" in noted.__dict__:  # TensorFlow's errors keep their text there
+        noted._message = text
+    return noted
 
 
 def _where(cb: GlobalMetrics) -> str:

@@ -179,9 +179,9 @@ def agree_on_steps(
     # rank 0 alone: wrapped on the other ranks, they neither save nor count there), the
     # two stop flags; last, each rank's call shape.
     shaped = len(_CALL_SHAPE) * nranks
-    sized = 4 * nranks + 4 * _MOST_COUNTERS + 2  # each rank's first and last batch's size
-    table = np.zeros(sized + 2 * nranks + shaped, np.float64)
-    table[sized + 2 * rank : sized + 2 * rank + 2] = _batch_sizes(arguments, steps)
+    sized = 4 * nranks + 4 * _MOST_COUNTERS + 2  # each rank's _batch_sizes
+    table = np.zeros(sized + _SIZES * nranks + shaped, np.float64)
+    table[sized + _SIZES * rank : sized + _SIZES * (rank + 1)] = _batch_sizes(arguments, steps)
     shape_row = len(table) - shaped + rank * len(_CALL_SHAPE)
     table[shape_row : shape_row + len(_CALL_SHAPE)] = _call_shape(arguments, metrics)
     table[rank], table[nranks + rank] = steps, samples
@@ -216,7 +216,7 @@ def agree_on_steps(
         )
     sharer.agree([row for row in counters if row[0] > 0])
     _warn_if_one_data(table[2 * nranks : 3 * nranks], first_rows)
-    sizes = table[sized : sized + 2 * nranks].reshape(nranks, 2).astype(np.int64)
+    sizes = table[sized : sized + _SIZES * nranks].reshape(nranks, _SIZES).astype(np.int64)
     table = table[: 2 * nranks]
     all_steps = [int(s) for s in table[:nranks]]
     all_samples = [int(s) for s in table[nranks:]]
@@ -254,8 +254,9 @@ def agree_on_steps(
             lasts = _listing(
                 int(sizes[r, 1 if s == fewest + 1 else 0]) for r, s in enumerate(all_steps)
             )
+            where = "fit shuffles the batches, and it" if sizes[:, 3].any() else "its step"
             what += (
-                f"; their batch {fewest + 1} holds {lasts} samples, and a step would average "
+                f"; their batch {fewest + 1} holds {lasts} samples, and {where} would average "
                 "a small batch's gradient with a large one's as equals"
             )
     if rank == 0:
@@ -266,27 +267,37 @@ def agree_on_steps(
     return True
 
 
-def _batch_sizes(arguments, steps: int) -> tuple[int, int]:
-    """(samples in the first batch, in the last) of a PyDataset or a torch DataLoader of
-    `steps` batches, from the dataset (a PyDataset's two batches are read) or the loader's
-    sampler; (0, 0) where unknown (arrays are cut to equal batches; other data are read
-    only by training). Never raises: the others wait in the allreduce for this rank."""
+# Per rank, what its data say of their batches (_batch_sizes): the samples of the first
+# and of the last batch, whether the sizes are exact (a DataLoader's sampler; else a
+# PyDataset's two batches, read), and whether fit shuffles the batches' order.
+_SIZES = 4
+
+
+def _batch_sizes(arguments, steps: int) -> tuple[int, int, int, int]:
+    """(samples in the first batch, in the last, exact, shuffled) of a PyDataset or a
+    torch DataLoader of `steps` batches: a DataLoader's from its batch sampler (exact,
+    every batch full but the last; its sampler shuffles samples, not batches), a
+    PyDataset's by reading its first and last batch (whose others may hold other sizes;
+    fit shuffles its batches' order unless shuffle=False); zeros where unknown (arrays
+    are cut to equal batches; other data are read only by training). Never raises: the
+    others wait in the allreduce for this rank."""
     x = arguments.get("x")
     if steps <= 0 or arguments.get("steps_per_epoch") is not None:
-        return 0, 0
+        return 0, 0, 0, 0
     try:
         if isinstance(x, keras.utils.PyDataset):
-            return _rows(x[0]), _rows(x[steps - 1])
+            shuffled = int(bool(arguments.get("shuffle", True)))
+            return _rows(x[0]), _rows(x[steps - 1]), 0, shuffled
         sampler = getattr(x, "batch_sampler", None)  # a torch DataLoader's
         batch = getattr(sampler, "batch_size", None)
         if isinstance(batch, int) and isinstance(getattr(sampler, "drop_last", None), bool):
             if sampler.drop_last:
-                return batch, batch
+                return batch, batch, 1, 0
             samples = len(sampler.sampler)
-            return min(batch, samples), samples - (steps - 1) * batch
+            return min(batch, samples), samples - (steps - 1) * batch, 1, 0
     except Exception:  # noqa: BLE001 - unknown; training reads the data and says what fails
         pass
-    return 0, 0
+    return 0, 0, 0, 0
 
 
 def _rows(batch) -> int:
@@ -298,30 +309,40 @@ def _rows(batch) -> int:
 
 
 def _ragged_last_batch(sizes: np.ndarray, all_steps: list[int], fewest: int) -> bool:
-    """Whether the last of the `fewest` steps holds batches of different sizes on the
-    ranks (sizes: each rank's first and last batch's samples, 0: unknown), so that the
-    step must be dropped; MismatchError where the first batches differ (every step
-    would average batches of different sizes as equals) or the only step is ragged."""
-    if (sizes <= 0).any():
+    """Whether the last of the `fewest` steps must be dropped (sizes: each rank's
+    _batch_sizes), so that no step averages a small batch's gradient with a large one's
+    as equals: where the ranks' batches there differ in size, or, where fit shuffles a
+    PyDataset's batches, where some rank's is a partial batch (it lands on any step).
+    First batches that differ: MismatchError where the sizes are exact (another batch
+    size, or a rank with less than one batch), else a warning (a PyDataset may batch by
+    length: its sizes vary by design)."""
+    if (sizes[:, :2] <= 0).any():
         return False
     firsts = sizes[:, 0].tolist()
     if len(set(firsts)) > 1:
-        raise MismatchError(
-            "ml_comm.keras: the ranks' batches hold different numbers of samples (the first "
-            f"batch: {_listing(firsts)} on ranks 0..{len(firsts) - 1}): each step would "
-            "average a large batch's gradient with a small one's as equals. Give every rank "
-            "batches of one size"
+        what = (
+            f"the ranks' first batches hold {_listing(firsts)} samples on ranks "
+            f"0..{len(firsts) - 1} (another batch size, or a rank with less than one batch), "
+            "and a step would average a large batch's gradient with a small one's as equals"
         )
-    used = {int(sizes[r, 1 if s == fewest else 0]) for r, s in enumerate(all_steps)}
-    if len(used) == 1:
+        if sizes[:, 2].all():
+            raise MismatchError(f"ml_comm.keras: {what}. Give every rank batches of one size")
+        _warn_once("batch sizes", f"ml_comm: warning: {what}; give every rank batches of one size")
         return False
-    if fewest == 1:
-        raise MismatchError(
-            f"ml_comm.keras: the ranks' only batch holds {_listing(sorted(used))} samples on "
-            "different ranks: the step would average a small batch's gradient with a large "
-            "one's as equals. Give every rank batches of one size"
-        )
-    return True
+    if fewest < 2:  # the only step: nothing is left to train on without it
+        return False
+    used = [int(sizes[r, 1 if s == fewest else 0]) for r, s in enumerate(all_steps)]
+    if sizes[:, 3].any():
+        return min(used) < firsts[0]
+    return len(set(used)) > 1
+
+
+def _warn_once(key: str, text: str) -> None:
+    """Rank 0 says `text`, once a session."""
+    if key not in _said:
+        _said.add(key)
+        if mc.get_rank() == 0:
+            say(text)
 
 
 def _batch_size(arguments) -> int:

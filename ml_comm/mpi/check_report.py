@@ -162,13 +162,18 @@ def core_lines(facts: list[dict]) -> list[str]:
     return lines
 
 
-def test_reduction(mc, rank: int, size: int) -> tuple[bool, float]:
-    """Average (rank + 1) * i over the ranks: exactly (size + 1) / 2 * i, float32.
-    Variables that are no setting leave the environment first: they do nothing, and the
-    report lists them (init would warn about them too, or refuse them)."""
+def test_reduction(mc, rank: int, size: int) -> tuple[bool, float, str]:
+    """Average (rank + 1) * i over the ranks: exactly (size + 1) / 2 * i, float32; and
+    why init refused to start (settings that differ between the ranks, which it compares
+    on every rank alike), else "". Variables that are no setting leave the environment
+    first: they do nothing, and the report lists them (init would warn about them too,
+    or refuse them)."""
     for name in settings.unknown():
         del os.environ[name]
-    mc.init(1, 1, TEST_ELEMENTS)
+    try:
+        mc.init(1, 1, TEST_ELEMENTS)
+    except mc.MLCommError as exc:
+        return False, 0.0, f"init refused to start: {exc}"
     try:
         x = (rank + 1) * np.arange(TEST_ELEMENTS, dtype=np.float32)
         mc.barrier()
@@ -176,7 +181,7 @@ def test_reduction(mc, rank: int, size: int) -> tuple[bool, float]:
         out = mc.average(x)
         seconds = time.perf_counter() - start
         expected = np.arange(TEST_ELEMENTS, dtype=np.float32) * np.float32((size + 1) / 2)
-        return bool(np.array_equal(out, expected)), seconds
+        return bool(np.array_equal(out, expected)), seconds, ""
     finally:
         mc.finalize()
 
@@ -246,7 +251,7 @@ def run(mc) -> int:
     facts = comm.gather(mine, root=0)
     ok_here = mine["same"] and not launch.mislaunched(size) and not mine["bad value"]
     can_reduce = comm.allreduce(ok_here, op=MPI.LAND)
-    exact, seconds = test_reduction(mc, rank, size) if can_reduce else (False, 0.0)
+    exact, seconds, refused = test_reduction(mc, rank, size) if can_reduce else (False, 0.0, "")
     exact = comm.allreduce(exact, op=MPI.LAND)
     seconds = comm.allreduce(seconds, op=MPI.MAX)
     if rank != 0:
@@ -257,7 +262,10 @@ def run(mc) -> int:
         f"ml_comm        {VERSION}, python {sys.version.split()[0]}, numpy "
         f"{np.__version__}, mpi4py {_mpi4py_version()}",
     )
-    if can_reduce:
+    if refused:
+        lines.append("test reduction not run (see the problems below)")
+        problems.append(refused)
+    elif can_reduce:
         mb = TEST_ELEMENTS * 4 / 1e6
         state = "exact" if exact else "WRONG"
         lines.append(

@@ -73,7 +73,7 @@ def gradients(
         layout = fused_order([dense[i].shape.rank for i in idx], idx)
         tensors = [dense[i] for i in layout]
         counts = [t.shape.num_elements() for t in tensors]
-        said = {"labels": [as_attribute(labels[i]) for i in layout]} if labels else {}
+        said = [as_attribute(labels[i]) for i in layout] if labels else []
         if nranks == 1 and not pipelined:
             # The average over one rank is the gradient itself: no op, no cost.
             outs = tensors
@@ -93,12 +93,12 @@ def gradients(
                 else:
                     outs = ops.ml_comm_allreduce_n(
                         tensors,
+                        tf.constant(said, tf.int64, shape=[len(said)]),
                         team_id=team_id,
                         average=average,
                         part=part,
                         **parts,
                         **step,
-                        **said,
                     )
             if not tf.executing_eagerly():
                 _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
@@ -108,7 +108,7 @@ def gradients(
                 "group_key": key,
                 "counts": counts,
                 "shapes": [attr_digest(t) for t in tensors],
-                **said,
+                "labels": said,
                 "average": average,
                 "nranks": nranks,
             }
@@ -154,7 +154,8 @@ def _empty_call(ops, team_id: int) -> None:
     instead of pairing its gradients with this rank's next call. nparts=0 tells the op
     that its one placeholder input is no gradient."""
     with tf.control_dependencies(_chain(team_id)):
-        outs = ops.ml_comm_allreduce_n([tf.zeros([0])], team_id=team_id, nparts=0)
+        no_labels = tf.zeros([0], tf.int64)
+        outs = ops.ml_comm_allreduce_n([tf.zeros([0])], no_labels, team_id=team_id, nparts=0)
     if not tf.executing_eagerly():
         _last_anchor[tf.compat.v1.get_default_graph()][team_id] = outs[0].op
 

@@ -450,42 +450,62 @@ def test_uneven_data_cut_to_the_fewest_batches(session):
 
 
 def ragged_inputs(rank: int):
-    """(what, fit's data arguments): 2 full batches of B and a last one of 1 + rank."""
+    """(what, fit's data arguments, steps per epoch at more than one rank): 2 full
+    batches of B and a last one of 1 + rank samples, which differ between the ranks; and
+    a PyDataset whose last batch is partial alike on every rank, which fit's shuffling
+    would put on any step."""
     rows = 2 * B + 1 + rank
-    yield "a PyDataset", {"x": Batches(0, rows)}
+    yield "a PyDataset", {"x": Batches(0, rows), "shuffle": False}, 2
+    yield (
+        "a PyDataset of equal last batches, unshuffled",
+        {"x": Batches(0, 2 * B + 1), "shuffle": False},
+        3,
+    )
+    yield "a shuffled PyDataset of equal last batches", {"x": Batches(0, 2 * B + 1)}, 2
     if BACKEND == "torch":
         import torch
 
         x, y = int_data(rows, seed=3)
         data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
-        yield "a torch DataLoader", {"x": torch.utils.data.DataLoader(data, batch_size=B)}
+        yield "a torch DataLoader", {"x": torch.utils.data.DataLoader(data, batch_size=B)}, 2
 
 
-def test_last_batches_of_other_sizes_are_dropped(session):
-    """A step would average the ranks' last, partial batches as equals where they hold
-    different numbers of samples: every rank runs the steps before it."""
+def test_partial_last_batches_that_would_meet_a_full_one_are_dropped(session):
+    """A step would average the ranks' partial and full batches as equals where their
+    last batches hold different numbers of samples, or where fit shuffles a PyDataset's
+    batches: every rank runs the steps before it."""
     rank, nranks = session
     checks = Checks()
-    for what, data in ragged_inputs(rank):
+    for what, data, steps in ragged_inputs(rank):
         model = dense_model(rank)
-        model.fit(**data, epochs=2, shuffle=False, verbose=0)
+        model.fit(**data, epochs=2, verbose=0)
         iterations = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-        same(checks, iterations, 6 if nranks == 1 else 4, f"{what}: optimizer steps in 2 epochs")
+        same(checks, iterations, 2 * (3 if nranks == 1 else steps), f"{what}: steps in 2 epochs")
         checks.same_on_all_ranks(weights(model), f"{what}: weights")
     checks.finish()
 
 
-def test_batches_of_other_sizes_fail_on_every_rank(session):
+def test_first_batches_of_other_sizes(session):
+    """Another batch size on some rank: a torch DataLoader's (exact) fails fit on every
+    rank; a PyDataset's, which may batch by length on purpose, is trained with a
+    warning."""
     rank, nranks = session
     if nranks == 1:
         pytest.skip("one rank has no other rank to differ from")
     checks = Checks()
+    batch = B if rank == 0 else B // 2
     model = dense_model(rank)
-    data = Batches(0, 4 * B, batch=B if rank == 0 else B // 2)
-    error = checks.raises(mc.MismatchError, model.fit, data, epochs=1, verbose=0)
-    text = str(error)
-    checks.true("batches hold different numbers of samples" in text, text)
-    checks.true(f"{B}, {B // 2}" in text, text)
+    model.fit(Batches(0, 4 * B, batch=batch), epochs=1, verbose=0)
+    checks.same_on_all_ranks(weights(model), "a PyDataset: weights")
+    if BACKEND == "torch":
+        import torch
+
+        x, y = int_data(4 * B, seed=3)
+        data = torch.utils.data.TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+        loader = torch.utils.data.DataLoader(data, batch_size=batch)
+        error = checks.raises(mc.MismatchError, model.fit, loader, epochs=1, verbose=0)
+        text = str(error)
+        checks.true("first batches hold" in text and f"{B}, {B // 2}" in text, text)
     checks.finish()
 
 

@@ -870,12 +870,13 @@ static void call_kinds_rank(job *j, int rank, mlc_tp *tp) {
 }
 
 /* Ranks whose tensors are alike but for their labels (a front end's names, op, scale
- * factors: mlc_tensor.label) fail on every rank, naming the ranks apart; rank n-1 differs
- * where *differs, else every rank gives the same label and the request goes on. */
+ * factors: mlc_tensor.label), or for their labels and shapes, fail on every rank, naming
+ * the ranks apart: rank n-1's label differs where *differs (1; 2: its shape too), else
+ * every rank gives the same label and the request goes on. */
 static void labels_rank(job *j, int rank, mlc_tp *tp) {
     const int differs = *(int *)j->arg, last = rank == j->n - 1;
     float data[4] = {0};
-    mlc_tensor t = {data, NULL, 4, 0, differs && last ? 2 : 1};
+    mlc_tensor t = {data, NULL, 4, differs == 2 && last ? 7 : 0, differs && last ? 2 : 1};
     int64_t starts[2] = {0, 4};
     mlc_sign_input in = plain_input(&t, starts);
     mlc_agreement a;
@@ -887,8 +888,8 @@ static void labels_rank(job *j, int rank, mlc_tp *tp) {
     }
     char others[32];
     snprintf(others, sizeof others, j->n == 2 ? "rank 0" : "ranks 0-%d", j->n - 2);
-    snprintf(want, sizeof want, "labels (ml_comm.horovod: each tensor's name=, the op and the scale factors) "
-             "differ between %s and rank %d", others, j->n - 1);
+    snprintf(want, sizeof want, "%slabels (ml_comm.horovod: each tensor's name=, the op and the scale factors) "
+             "differ between %s and rank %d", differs == 2 ? "shapes (their dimensions) and " : "", others, j->n - 1);
     if (rc != MLC_ERR_MISMATCH || !strstr(message, want)) fail(message, j->n, rank, differs, rc, MLC_ERR_MISMATCH);
 }
 
@@ -1284,7 +1285,7 @@ static void call_cases(int n) {
         if (n > 2) run_job(n, calls_rank, &two);
     }
     for (int kind = MARKS_NO_STEPS; kind <= MARKS_AND_REQUEST; kind++) run_job(n, call_kinds_rank, &kind);
-    for (int differs = 0; differs < 2; differs++) run_job(n, labels_rank, &differs);
+    for (int differs = 0; differs < 3; differs++) run_job(n, labels_rank, &differs);
 }
 
 /* Every rank agrees, three requests in a row (a direct one among them): the verdicts, the

@@ -94,3 +94,17 @@ def test_a_value_init_would_refuse_is_a_problem():
     for rank in (0, 1):
         assert f"PROBLEM: rank {rank}: environment variable ML_COMM_COMPRESSION must be" in out
     assert "test reduction not run" in out, out
+
+
+def test_a_compared_setting_that_differs_between_ranks_is_a_problem():
+    """init refuses to start where a setting that changes how ranks communicate differs;
+    the report says so instead of the job ending in init's error."""
+    token = f"mlcfault-{uuid.uuid4().hex[:12]}"
+    rank = [PY, "-X", f"ml_comm_token={token}", "-m", "ml_comm", "--check"]
+    cmd = [MPIEXEC, "-n", "1", *rank, ":", "-n", "1", "-env", "ML_COMM_DIRECT_BYTES", "0", *rank]
+    job = run_job(cmd, token, TIMEOUT_S, clean_env(ML_COMM_CHECK_SKIP_TF="1"))
+    assert job.returncode == 1, job.detail()
+    out = job.stdout
+    assert "PROBLEM: init refused to start: " in out, job.detail()
+    assert "ML_COMM_DIRECT_BYTES: rank 0: unset (default); rank 1: 0" in out, job.detail()
+    assert "test reduction not run" in out, out

@@ -29,7 +29,7 @@ def test_a_name_set_on_one_rank_only_is_said_with_that_rank():
     warnings = WARNING.findall(job.stderr)
     assert warnings == [
         "ML_COMM_STALL_ABORT_SECOND (did you mean ML_COMM_STALL_ABORT_SECONDS?) "
-        "(set on ML_COMM_STALL_ABORT_SECOND: rank 1)"
+        "(ML_COMM_STALL_ABORT_SECOND set on rank 1 only)"
     ], job.detail()
 
 

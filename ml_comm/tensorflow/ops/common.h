@@ -134,7 +134,7 @@ class HeldTeam {
 // ReducedTypeAttr()), N out shaped as them, on the team the id team_id names.
 // Use: REGISTER_OP(name).ML_COMM_LIST_OP("reduced", ReducedTypeAttr()).Attr(...)
 inline tensorflow::Status ListShapes(tensorflow::shape_inference::InferenceContext *c) {
-  for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+  for (int i = 0; i < c->num_outputs(); ++i) c->set_output(i, c->input(i));
   return absl::OkStatus();
 }
 #define ML_COMM_LIST_OP(outputs, types) \

@@ -568,27 +568,31 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
 
 REGISTER_OP("MlCommAllreduceN")
     .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
+    .Input("labels: int64")
     .Attr("average: bool = true")
-    .Attr("labels: list(int) = []")
     .ML_COMM_CALL_PART_ATTRS
-    .Doc("Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.");
+    .Doc(R"doc(
+Sum or average a list of tensors of one dtype over all ranks, fused into one reduction.
+labels: each tensor's mlc_tensor.label, or none (an input, not an attribute: an eager
+kernel is cached per attribute value, and a label per call would grow that cache).
+)doc");
 
 class AllreduceNOp : public TeamKernel {
  public:
   explicit AllreduceNOp(OpKernelConstruction *c) : TeamKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("average", &average_));
-    OP_REQUIRES_OK(c, c->GetAttr("labels", &labels_));
     OP_REQUIRES_OK(c, ReadCallPart(c, &part_));
   }
 
   void Start(OpKernelContext *ctx, mlc_team *team, DoneCallback done) override {
     OP_REQUIRES_OK_ASYNC(ctx, ListWeightsStep(ctx, team, part_), done);
-    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done), labels_);
+    const auto labels = ctx->input(ctx->num_inputs() - 1).flat<int64_t>();
+    AllreduceList(ctx, team, average_ ? MLC_OP_AVERAGE : MLC_OP_SUM, part_, {}, std::move(done),
+                  std::vector<int64_t>(labels.data(), labels.data() + labels.size()));
   }
 
  private:
   bool average_ = true;
-  std::vector<int64_t> labels_;  // mlc_tensor.label of each tensor (none: not said)
   CallPart part_;
 };
 
