@@ -11,6 +11,7 @@ bad call raises on every rank that makes it and leaves the process usable.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from ._core import ffi, lib
 from .arrays import broadcasts, collectives, reductions
 from .core import backend, settings
 from .core import compression as _compression
-from .core.errors import BadArgumentError, BadArgumentTypeError, StateError
+from .core.errors import BadArgumentError, BadArgumentTypeError, MLCommError, StateError
 from .core.session import THRESHOLD_SETTERS, Session, TeamConfig
 from .core.status import check
 from .faults import abort, stop
@@ -311,7 +312,13 @@ def gradients(grads: Sequence, team: int = 0, out: Sequence | None = None) -> li
     s = session()
     backend = s.backend
     if not s.weights.settled:
-        s.team(team)  # a bad team id names itself before a step is counted
+        try:
+            s.calling_team(team, lib.MLC_KIND_ALLREDUCE)  # a bad team id, before a step counts
+        except BadArgumentError:
+            if len(s.teams) == 1:  # refused on team 0, where the others' call counts a step
+                with contextlib.suppress(MLCommError):
+                    s.weights.averaged(backend.runs_eagerly(grads), 0, grads, s.calls.identity()[0])
+            raise
         s.weights.averaged(backend.runs_eagerly(grads), team, grads, s.calls.identity()[0])
     if out is None:  # NumPy's calls are signed with the caller's identity there
         return backend.gradients(grads, team)
@@ -333,7 +340,7 @@ def broadcast(values, root: int = 0, team: int = 0):
     if s.backend.name != "numpy":
         result = s.backend.broadcast(values, root, team)
     else:
-        with s.calls.calling(team, s.team(team), lib.MLC_KIND_BROADCAST):
+        with _call(s, team, lib.MLC_KIND_BROADCAST):
             result = s.backend.broadcast(values, root, team)
     s.weights.shared()  # once it ran: a broadcast that failed shared nothing
     return result
@@ -342,6 +349,12 @@ def broadcast(values, root: int = 0, team: int = 0):
 def average(array: np.ndarray, team: int = 0) -> np.ndarray:
     """Average `array` over all ranks, in place; returns it."""
     return _reduce_in_place(array, team, lib.MLC_OP_AVERAGE, "average")
+
+
+def _call(s: Session, team, kind: int):
+    """A call of the NumPy-level API of `kind` on `team` (Calls.calling): a bad team id
+    raises there, refused on the job's one team (Session.calling_team)."""
+    return s.calls.calling(team, s.calling_team(team, kind), kind)
 
 
 def allreduce_sum(array: np.ndarray, team: int = 0) -> np.ndarray:
@@ -353,7 +366,7 @@ def _reduce_in_place(array: np.ndarray, team: int, op: int, what: str) -> np.nda
     s = session()
     if s.backend.name == "numpy":  # one C call for a plain array
         return s.backend.reduce_in_place(array, team, op, what)
-    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLREDUCE):
+    with _call(s, team, lib.MLC_KIND_ALLREDUCE):
         return reductions.reduce_in_place(s, array, team, op, what)
 
 
@@ -363,7 +376,7 @@ def allreduce(array: np.ndarray, op: str = "sum", team: int = 0) -> np.ndarray:
     op: "sum", "average", "min", "max" or "product" ([Collectives](collectives.md)).
     """
     s = session()
-    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLREDUCE):
+    with _call(s, team, lib.MLC_KIND_ALLREDUCE):
         return collectives.allreduce(s, array, op, team)
 
 
@@ -374,7 +387,7 @@ def allgather(array: np.ndarray, team: int = 0) -> np.ndarray:
     dtype must agree, else every rank raises MismatchError naming each rank's call.
     """
     s = session()
-    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLGATHER):
+    with _call(s, team, lib.MLC_KIND_ALLGATHER):
         return collectives.allgather(s, array, team)
 
 
@@ -383,7 +396,7 @@ def reducescatter(array: np.ndarray, op: str = "average", team: int = 0) -> np.n
     "average"; also "min", "max", "product"), of which this rank gets its share of rows:
     rows // size, one more on each of the first rows % size ranks, in rank order."""
     s = session()
-    with s.calls.calling(team, s.team(team), lib.MLC_KIND_REDUCESCATTER):
+    with _call(s, team, lib.MLC_KIND_REDUCESCATTER):
         return collectives.reducescatter(s, array, op, team)
 
 
@@ -392,7 +405,7 @@ def alltoall(array: np.ndarray, splits=None, team: int = 0) -> tuple[np.ndarray,
     in rank order, and an int64 array of how many came from each rank). splits=None:
     the rows split evenly over the ranks."""
     s = session()
-    with s.calls.calling(team, s.team(team), lib.MLC_KIND_ALLTOALL):
+    with _call(s, team, lib.MLC_KIND_ALLTOALL):
         return collectives.alltoall(s, array, splits, team)
 
 

@@ -45,7 +45,7 @@ class NumpyBackend:
             if result is not None:  # the core's status and text
                 check(result[0], "gradients", result[1])
         s = self.session
-        handle = s.team(team)  # a bad team id fails before the pipelines are touched
+        handle = s.calling_team(team, lib.MLC_KIND_ALLREDUCE)  # before the pipelines
         with s.calls.calling(team, handle, lib.MLC_KIND_ALLREDUCE):
             return self._gradients(handle, grads, team, out)
 
@@ -68,7 +68,7 @@ class NumpyBackend:
         if result is not None:
             return result
         s = self.session
-        handle = s.team(team)  # a bad team id fails here
+        handle = s.calling_team(team, lib.MLC_KIND_ALLREDUCE)  # a bad team id fails here
         with s.calls.calling(team, handle, lib.MLC_KIND_ALLREDUCE):
             result = reductions.reduce_in_place(s, array, team, op, what)
         self.binding(team, handle)

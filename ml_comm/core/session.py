@@ -213,6 +213,23 @@ class Session:
             )
         return self.teams[team]
 
+    def calling_team(self, team, kind: int):
+        """team(team) for a call of the NumPy-level API of `kind` (MLC_KIND_*). A bad id
+        on a job of one team is refused on that team, so that the others' call fails
+        naming this rank instead of pairing with this rank's next call; on a job of
+        several teams this rank cannot tell which team the others call (a refusal waits
+        for their call on its team)."""
+        try:
+            return self.team(team)
+        except BadArgumentError as exc:
+            if self.size > 1 and len(self.teams) == 1:
+                try:
+                    with self.calls.calling(0, self.teams[0], kind):
+                        raise exc
+                except MLCommError:
+                    pass
+            raise
+
     def root_index(self, root) -> int:
         """A broadcast's root as an int (BadArgumentTypeError otherwise); one out of range
         goes to the core, which fails the broadcast on every rank, naming this one."""
