@@ -164,7 +164,10 @@ def _bool(name: str, raw: str) -> bool:
         return True
     if value in FALSE:
         return False
-    raise SettingsError(f"environment variable {name} must be 0 or 1, got {raw!r}")
+    raise SettingsError(
+        f"environment variable {name} must be 0 or 1 (or true/false, yes/no, on/off), "
+        f"got {raw!r}"
+    )
 
 
 def _int(name: str, raw: str) -> int:

@@ -157,11 +157,14 @@ def test_defaults_and_values():
     assert settings.get("ML_COMM_TIMELINE_EVENTS", {}) == 1_000_000
 
 
+ZERO_OR_ONE = "0 or 1 (or true/false, yes/no, on/off)"
+
+
 @pytest.mark.parametrize(
     "name,value,message",
     [
-        ("ML_COMM_REQUEUE_ON_STOP", "maybe", "must be 0 or 1, got 'maybe'"),
-        ("ML_COMM_ALLOW_ONE_RANK", "2", "must be 0 or 1, got '2'"),
+        ("ML_COMM_REQUEUE_ON_STOP", "maybe", f"must be {ZERO_OR_ONE}, got 'maybe'"),
+        ("ML_COMM_ALLOW_ONE_RANK", "2", f"must be {ZERO_OR_ONE}, got '2'"),
         ("ML_COMM_TIMELINE_EVENTS", "1e6", "must be an integer, got '1e6'"),
         ("ML_COMM_DIRECT_BYTES", "-1", "must be >= 0, got -1"),
         (
