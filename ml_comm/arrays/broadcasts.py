@@ -37,8 +37,10 @@ def broadcast(s: Session, values, root: int, team: int = 0):
     return values
 
 
-def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int, team: int = 0) -> None:
-    """Checked arrays, on `team`: one request per dtype."""
+def broadcast_arrays(
+    s: Session, arrays: list[np.ndarray], root: int, team: int = 0, what: str = "broadcast"
+) -> None:
+    """Checked arrays, on `team`: one request per dtype; errors name the call `what`."""
     groups = group_by_dtype(arrays, reduces=False)
     dtypes = _dtypes.bits(groups)
     for part, (dtype, idx) in enumerate(groups.items()):
@@ -48,7 +50,7 @@ def broadcast_arrays(s: Session, arrays: list[np.ndarray], root: int, team: int 
         rc = lib.mlc_team_broadcast_part(
             s.teams[team], tensors, len(idx), code, root, part, len(groups), dtypes, err, ERR_LEN
         )
-        check(rc, "broadcast", err)
+        check(rc, what, err)
 
 
 def check_buffers_match(s: Session, values, flag: int) -> int:
@@ -66,9 +68,9 @@ def check_buffers_match(s: Session, values, flag: int) -> int:
         digest.update(a.tobytes())
     mine = np.frombuffer(digest.digest(), dtype=np.int64).copy()
     reference = mine.copy()
-    broadcast_arrays(s, [reference], 0)  # NumPy whatever the framework
+    broadcast_arrays(s, [reference], 0, what="check_buffers_match")  # NumPy, any framework
     differs = np.array([0 if np.array_equal(mine, reference) else 1], dtype=np.int64)
     if differs[0] and flag:
         print(f"ml_comm: rank {s.rank}: buffers differ from rank 0's", file=sys.stderr, flush=True)
-    reduce_in_place(s, differs, 0, lib.MLC_OP_SUM, "allreduce_sum")
+    reduce_in_place(s, differs, 0, lib.MLC_OP_SUM, "check_buffers_match")
     return int(differs[0])

@@ -165,8 +165,7 @@ def _bool(name: str, raw: str) -> bool:
     if value in FALSE:
         return False
     raise SettingsError(
-        f"environment variable {name} must be 0 or 1 (or true/false, yes/no, on/off), "
-        f"got {raw!r}"
+        f"environment variable {name} must be 0 or 1 (or true/false, yes/no, on/off), got {raw!r}"
     )
 
 
