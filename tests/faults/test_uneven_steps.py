@@ -130,12 +130,18 @@ def test_fit_again_after_one_rank_raised_names_it():
     """The same, but rank 1 calls fit again: its new fit's agreement meets rank 0's
     fourth step, and both fail there (realigned, the job can end well); rank 1's error
     says its earlier fit left the epoch, rank 0's that a rank may have left it early."""
-    job = mpiexec_job(2, SCRIPT, "fit_again_after_raise", timeout=TIMEOUT_S)
-    assert job.returncode is not None, f"the job hung\n{job.detail()}"
-    for pattern in (
+    ended_well_saying(
+        "fit_again_after_raise",
         r"rank 0 fit 1 raised MismatchError: .*or one left the epoch early",
         r"rank 1 fit 2 raised MismatchError: .*" + LEFT,
-    ):
+    )
+
+
+def ended_well_saying(mode: str, *patterns: str) -> None:
+    """The job of `mode` ends, its output holds every pattern, and no process is left."""
+    job = mpiexec_job(2, SCRIPT, mode, timeout=TIMEOUT_S)
+    assert job.returncode is not None, f"the job hung\n{job.detail()}"
+    for pattern in patterns:
         assert re.search(pattern, job.output), f"output lacks {pattern!r}\n{job.detail()}"
     assert not wait_gone(job.token), f"processes left behind\n{job.detail()}"
 
@@ -143,28 +149,22 @@ def test_fit_again_after_one_rank_raised_names_it():
 def test_evaluate_after_one_rank_raised_names_it():
     """The same, but rank 1 calls evaluate: its calls meet rank 0's fourth step, and its
     evaluate's error says that its fit left the epoch."""
-    job = mpiexec_job(2, SCRIPT, "evaluate_after_raise", timeout=TIMEOUT_S)
-    assert job.returncode is not None, f"the job hung\n{job.detail()}"
-    for pattern in (
+    ended_well_saying(
+        "evaluate_after_raise",
         r"rank 0 fit 1 raised MismatchError: .*or one left the epoch early",
         r"rank 1 evaluate raised MismatchError: .*" + LEFT,
-    ):
-        assert re.search(pattern, job.output), f"output lacks {pattern!r}\n{job.detail()}"
-    assert not wait_gone(job.token), f"processes left behind\n{job.detail()}"
+    )
 
 
 def test_evaluate_on_one_rank_alone_says_so():
     """Rank 0 alone evaluates between two fits: its evaluate meets rank 1's next fit, both
     fail, and rank 0's error says that evaluate is a call of every rank."""
-    job = mpiexec_job(2, SCRIPT, "evaluate_on_rank_0", timeout=TIMEOUT_S)
-    assert job.returncode is not None, f"the job hung\n{job.detail()}"
-    for pattern in (
+    ended_well_saying(
+        "evaluate_on_rank_0",
         r"rank 0 evaluate raised MismatchError: .*This rank was in evaluate, which every rank "
         r"must call",
         r"rank 1 fit raised MismatchError: .*This rank was starting fit",
-    ):
-        assert re.search(pattern, job.output), f"output lacks {pattern!r}\n{job.detail()}"
-    assert not wait_gone(job.token), f"processes left behind\n{job.detail()}"
+    )
 
 
 def test_barrier_that_raised_leaves_no_message_behind():
