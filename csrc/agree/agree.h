@@ -225,8 +225,8 @@ int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message);
 /* Messages this rank sent and received for the checks so far, and the requests checked. */
 void mlc_agree_counts(mlc_agree *ag, int64_t *messages, int64_t *checks);
 
-/* signature.c: this rank's signature and its digest; verdict.c: the verdict on n of them
- * and the messages. */
+/* signature.c: this rank's signature and its digest; verdict.c: the verdict on n of them,
+ * verdict_*.c its messages. */
 typedef struct mlc_signature mlc_signature;
 size_t mlc_signature_bytes(void); /* MLC_SIGNATURE_BYTES */
 void mlc_sign(const mlc_sign_input *in, int stop, mlc_signature *s);
@@ -243,9 +243,10 @@ void mlc_signature_nonfinite(const mlc_signature *s, int *tensor, int *count);
  * ranks), MLC_ERR_ARG (a rank's own arguments were bad: naming each such rank and what)
  * or MLC_ERR_NONFINITE, with the message. */
 int mlc_judge(const char *slots, size_t slot_bytes, int n, int rank, int team_id, mlc_agreement *a);
-/* "average of 3 float32 tensors, 1000 elements" and the like. */
+/* verdict_ranks.c: "average of 3 float32 tensors, 1000 elements" and the like. */
 void mlc_describe_input(const mlc_sign_input *in, char *buf, size_t len);
-/* "splits add up to 5 rows, the input has 6" and the like: an MLC_BAD_* with its details. */
+/* verdict_args.c: "splits add up to 5 rows, the input has 6" and the like: an MLC_BAD_*
+ * with its details. */
 void mlc_describe_bad_args(int code, const int64_t detail[2], char *buf, size_t len);
 
 #endif

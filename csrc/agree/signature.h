@@ -1,5 +1,5 @@
 /* The signature's layout, shared by signature.c (making and digesting it) and
- * verdict.c (judging n of them and naming what differs).
+ * verdict.c (judging n of them; verdict_*.c name what differs).
  *
  * Compared, in two groups:
  *   shape     kind, dtype, op (allreduce), root (broadcast), ntensors, total,

@@ -97,7 +97,7 @@ const char *mlc_algorithm_name(int algorithm);
 int mlc_binomial_parent(int rank, int root, int size); /* -1 for the root */
 int mlc_binomial_children(int rank, int root, int size, int *children, int max_children);
 
-/* ---- the agreement check's messages (csrc/agree/exchange.c, signature.c, verdict.c) ---- */
+/* ---- the agreement check's messages (csrc/agree/exchange.c, signature.c, verdict*.c) ---- */
 /* What the check's tree combines per message (a direct allreduce's input after it), and
  * one rank's whole signature: what the table after a disagreement sends to every rank. */
 enum { MLC_AGREE_RECORD_BYTES = 48, MLC_SIGNATURE_BYTES = 312 };

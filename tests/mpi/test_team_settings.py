@@ -2,7 +2,7 @@
 never called it: every rank raises MLCommError within 10 s, naming the setting, each value
 and its ranks, instead of hanging (ranks on different algorithms exchange different
 messages) or returning a pipelined step's zeros on some ranks only. The agreement check
-compares the team's schedule on every request (csrc/agree/verdict.c); the team then works
+compares the team's schedule on every request (csrc/agree/verdict*.c); the team then works
 again once the ranks agree.
 
 Every test ends with the same calls on every rank (config_team alike, a reduction, and
