@@ -62,11 +62,15 @@ def run(
     cwd: Path = ROOT,
 ) -> int:
     print("+", " ".join(str(c) for c in cmd), flush=True)
+    started = time.monotonic()
     try:
-        return subprocess.run([str(c) for c in cmd], cwd=cwd, timeout=timeout, env=env).returncode
+        rc = subprocess.run([str(c) for c in cmd], cwd=cwd, timeout=timeout, env=env).returncode
     except subprocess.TimeoutExpired:
         print(f"!! timed out after {timeout} s: {' '.join(str(c) for c in cmd)}", flush=True)
         return 124
+    # where the time of `test` goes, command by command
+    print(f"+ took {time.monotonic() - started:.0f} s (exit {rc})", flush=True)
+    return rc
 
 
 def source_fingerprint() -> str:

@@ -64,20 +64,47 @@ def patterns(text: str) -> set[str]:
     return found
 
 
-def cited(path: str, names: set[str]) -> bool:
-    """Whether a path under benchmarks/results/ matches a citation."""
-    base = path.rsplit("/", 1)[-1]
-    for name in names:
-        folder = name.rstrip("/*")
-        if folder and (path == folder or path.startswith(folder + "/")):
+WILDCARDS = "*?["
+
+
+class Citations:
+    """Citations indexed for lookups: a literal name is looked up, not matched against
+    every path (the tree holds thousands of both); the few with wildcards are matched."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.folders = {name.rstrip("/*") for name in names} - {""}
+        self.literal = {n for n in names if not any(c in n for c in WILDCARDS)}
+        self.stems = {n for n in self.literal if "_" in n and "/" not in n}
+        self.patterns = [n for n in names if n not in self.literal]
+
+    def cite(self, path: str) -> bool:
+        parts = path.split("/")
+        if any("/".join(parts[:k]) in self.folders for k in range(1, len(parts) + 1)):
             return True
+        base = parts[-1]
         for candidate in (path, base):
-            if fnmatch.fnmatchcase(candidate, name) or fnmatch.fnmatchcase(candidate, name + ".*"):
+            # the name itself, or the name and an extension: `rabenseifner/n4_ring_r1`
+            if candidate in self.literal:
+                return True
+            if any(c == "." and candidate[:i] in self.literal for i, c in enumerate(candidate)):
                 return True
         # a stem cited inside a family's name: `b8_rerun` in train_scaling_2gbit_b8_rerun.json
-        if "_" in name and "/" not in name and fnmatch.fnmatchcase(base, f"*{name}.*"):
+        for i, c in enumerate(base):
+            if c == "." and any(base[j:i] in self.stems for j in range(i)):
+                return True
+        return any(_matches(path, base, name) for name in self.patterns)
+
+
+def _matches(path: str, base: str, name: str) -> bool:
+    for candidate in (path, base):
+        if fnmatch.fnmatchcase(candidate, name) or fnmatch.fnmatchcase(candidate, name + ".*"):
             return True
-    return False
+    return "_" in name and "/" not in name and fnmatch.fnmatchcase(base, f"*{name}.*")
+
+
+def cited(path: str, names: set[str]) -> bool:
+    """Whether a path under benchmarks/results/ matches a citation."""
+    return Citations(names).cite(path)
 
 
 def uncited(root: Path = ROOT) -> list[str]:
@@ -90,7 +117,8 @@ def uncited(root: Path = ROOT) -> list[str]:
         if path.is_file():
             names |= patterns(path.read_text(errors="replace"))
     results = [f[len(RESULTS) :] for f in files if f.startswith(RESULTS)]
-    return sorted(RESULTS + r for r in results if not cited(r, names))
+    citations = Citations(names)
+    return sorted(RESULTS + r for r in results if not citations.cite(r))
 
 
 def main(argv: list[str] | None = None) -> int:
