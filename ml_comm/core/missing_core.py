@@ -23,7 +23,8 @@ def missing_core_message(package_dir: str) -> str:
     )
     return (
         f"ml_comm's compiled core (ml_comm._core, built by pip install) is missing: {where}. "
-        'Install ml_comm (`pip install ".[tf,mpich]"` in the checkout, or '
+        'Install ml_comm (`pip install ".[tf,mpich]"` in the checkout, without `mpich` where '
+        "the environment has an MPI already, or "
         "`pip install -e .` to build the core in the source folder), or, with ml_comm "
         "installed, run Python from outside the source folder; docs/install.md"
     )

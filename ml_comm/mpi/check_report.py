@@ -18,6 +18,7 @@ from importlib import metadata
 
 import numpy as np
 
+from .. import _core
 from ..core import compression, settings
 from ..core.spans import spans
 from ..core.version import VERSION
@@ -74,6 +75,7 @@ def rank_facts(MPI) -> dict:
         "core": core,
         "mpi4py": theirs,
         "same": mpi_library.same_library(core, theirs),
+        "not chosen": mpi_library.not_chosen_message(core, _core.__file__),
         "tasks": launch.launcher_tasks(),
         "network": launch.network_variables(),
         "cpus": sorted(os.sched_getaffinity(0)),
@@ -205,6 +207,8 @@ def report(facts: list[dict], size: int, env: dict[str, str]) -> tuple[list[str]
             )
         elif f["core"].path != core.path or f["core"].normalised != core.normalised:
             problems.append(f"rank {f['rank']} uses another MPI: {f['core'].describe()}")
+        if f["not chosen"]:
+            problems.append(f"rank {f['rank']}: not the MPI chosen: {f['not chosen']}")
     tasks = me["tasks"]
     if tasks:
         said = ", ".join(f"{name}={count}" for name, count, _ in tasks)

@@ -6,15 +6,25 @@ environment's lib folder, ...). Two different libraries in one process do not
 fail cleanly: communicator handles of one mean nothing to the other, or both
 "work" and each rank trains alone. `init` compares them (check_one_library) and
 fails with both named; `python -m ml_comm --check` prints them.
+
+One library in use is not yet the one the user chose. Whichever of the two loads first
+serves both (a library already loaded answers the other's request for its name), so
+the import order would decide: mpi4py first takes the environment's lib folder before
+LD_LIBRARY_PATH, and the core first leaves MPI4PY_LIBMPI unread. `init` therefore also
+compares the library in use with the one the environment names (chosen_library): an
+LD_PRELOAD of a libmpi, MPI4PY_LIBMPI, else the file the loader would give the core in
+a fresh process (LD_LIBRARY_PATH, then the core's run path; elf_dynamic.py reads it).
 """
 
 from __future__ import annotations
 
 import ctypes
+import filecmp
 import os
 from dataclasses import dataclass
 
 from ..core.errors import MLCommError
+from . import elf_dynamic
 
 INSTALL_HINT = (
     "install an MPI: `pip install 'mpich==5.0.2'` (the MPICH wheel that ml_comm's `mpich` "
@@ -123,10 +133,118 @@ def same_library(a: MpiLibrary, b: MpiLibrary) -> bool:
     return a.normalised == b.normalised
 
 
+@dataclass(frozen=True)
+class Choice:
+    path: str  # the library file the environment names
+    how: str  # the setting that names it, for messages: "LD_LIBRARY_PATH (as /x/libmpi.so.12)"
+
+
+def _mpi4py_candidates(value: str) -> list[str]:
+    """The files MPI4PY_LIBMPI names, in mpi4py's order: each entry a file, or a folder
+    searched for libmpi.so, libmpi.so.12 and libmpi.so.40."""
+    names = ("libmpi.so", "libmpi.so.12", "libmpi.so.40")
+    found = []
+    for entry in filter(None, value.split(os.pathsep)):
+        entry = os.path.expanduser(os.path.expandvars(entry))
+        found += [os.path.join(entry, n) for n in names] if os.path.isdir(entry) else [entry]
+    return found
+
+
+def _needed_mpi(elf: elf_dynamic.Dynamic | None) -> str | None:
+    """The libmpi name the core asks the loader for (libmpi.so.12, libmpi.so.40, ...)."""
+    return next((n for n in elf.needed if n.startswith("libmpi")), None) if elf else None
+
+
+def _loader_choice(core_file: str, env) -> Choice | None:
+    """The file the dynamic loader binds the core's libmpi to when nothing loaded one
+    before: DT_RPATH (only without DT_RUNPATH), LD_LIBRARY_PATH, then DT_RUNPATH. None
+    when it would come from the loader's cache or system folders (not judged)."""
+    elf = elf_dynamic.read(core_file)
+    needed = _needed_mpi(elf)
+    if needed is None:
+        return None
+    origin = os.path.dirname(os.path.abspath(core_file))
+
+    def expand(folders: list[str]) -> list[str]:
+        return [
+            os.path.normpath(d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin))
+            for d in folders
+        ]
+
+    searched = [d for d in env.get("LD_LIBRARY_PATH", "").replace(";", ":").split(":") if d]
+    order = [(d, "the core's run path") for d in expand(elf.rpath)] if not elf.runpath else []
+    order += [(d, "LD_LIBRARY_PATH") for d in searched]
+    order += [(d, "the core's run path") for d in expand(elf.runpath)]
+    for folder, how in order:
+        candidate = os.path.join(folder, needed)
+        if os.path.isfile(candidate):
+            return Choice(os.path.realpath(candidate), f"{how} (as {candidate})")
+    return None
+
+
+def chosen_library(core_file: str, env=None) -> Choice | None:
+    """The MPI library the environment names for this process, or None where it names
+    none that exists here."""
+    env = os.environ if env is None else env
+    for preloaded in env.get("LD_PRELOAD", "").replace(":", " ").split():
+        if os.path.basename(preloaded).startswith("libmpi") and os.path.isfile(preloaded):
+            return Choice(os.path.realpath(preloaded), f"LD_PRELOAD (as {preloaded})")
+    if env.get("MPI4PY_LIBMPI"):
+        files = [f for f in _mpi4py_candidates(env["MPI4PY_LIBMPI"]) if os.path.isfile(f)]
+        if not files:
+            return None
+        return Choice(os.path.realpath(files[0]), f"MPI4PY_LIBMPI (as {files[0]})")
+    return _loader_choice(core_file, env)
+
+
+def same_file_or_copy(a: str, b: str) -> bool:
+    """One file, or two with the same bytes: a wheel cannot hold symbolic links, so Intel's
+    impi-rt ships libmpi.so and libmpi.so.12 as copies (mpi4py loads the first, the core
+    asks for the second). True where either cannot be read: nothing to judge by."""
+    try:
+        return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
+    except OSError:
+        return True
+
+
+def not_chosen_message(used: MpiLibrary, core_file: str, env=None) -> str:
+    """Why the library in use is not the one the environment names; "" when it is (or
+    when the environment names none that can be found)."""
+    choice = chosen_library(core_file, env)
+    if choice is None or not used.path:
+        return ""
+    if same_file_or_copy(choice.path, used.path):
+        return ""
+    needed = _needed_mpi(elf_dynamic.read(core_file)) or "libmpi"
+    if choice.how.startswith("MPI4PY_LIBMPI"):
+        why = (
+            "mpi4py takes an MPI library already loaded over MPI4PY_LIBMPI, and ml_comm's core "
+            f"had loaded its own. Let the core find the same one: a folder first on "
+            f"LD_LIBRARY_PATH that holds it as {needed}; or unset MPI4PY_LIBMPI"
+        )
+    else:
+        why = (
+            "another MPI library was loaded before ml_comm's core, which then shared it: by "
+            "mpi4py, imported first (it looks in the environment's lib folder before "
+            "LD_LIBRARY_PATH), or by another module. Import ml_comm first, or point mpi4py at "
+            f"the chosen library (MPI4PY_LIBMPI={choice.path})"
+        )
+    return (
+        f"this process runs on {used.describe()}, but {choice.how} names {choice.path}: {why}; "
+        "docs/install.md, 'Which MPI'"
+    )
+
+
 def check_one_library(MPI) -> MpiLibrary:
-    """Raise unless the core and mpi4py use the same MPI library; return it."""
+    """Raise unless the core and mpi4py use the same MPI library, the one the environment
+    names; return it."""
     core, theirs = core_library(), mpi4py_library(MPI)
     if same_library(core, theirs):
+        from .. import _core
+
+        wrong = not_chosen_message(core, _core.__file__)
+        if wrong:
+            raise MLCommError(f"not the MPI chosen: {wrong}")
         return core
     raise MLCommError(
         "two MPI libraries in one process: mpi4py uses "
