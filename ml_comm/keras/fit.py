@@ -44,7 +44,7 @@ from .callbacks import ShareState, StopTogether, fit_callbacks
 from .metrics import GlobalMetrics, sum_metric_states
 from .model_check import check_same_model
 from .statistics import share_statistics
-from .teams import forget_all, team_of
+from .teams import driving, forget_all, team_of
 
 _seen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (optimizer, team)
 # This rank's fit that raised an exception of its own in an epoch (a callback's, the
@@ -171,7 +171,8 @@ def _fit(original):
         # the program caught itself (mc.catch_stop_signals) stay caught.
         held, heard = stop.caught_signals(), len(stop.received_signals())
         try:
-            history, stopped = _fit_bound(original, self, bound, team, cb)
+            with driving(team):
+                history, stopped = _fit_bound(original, self, bound, team, cb)
         finally:
             stop.release_stop_signals(keep=held)
         if not stopped:  # one after fit's last check (its last validation, its saves)
@@ -320,7 +321,8 @@ def _evaluate(original):
     def evaluate(self, *args, **kwargs):
         in_fit = isinstance(kwargs.get("callbacks"), keras.callbacks.CallbackList)
         with _noting("" if in_fit else EVALUATE_NOTE):  # fit's validation: fit says where
-            return _evaluate_bound(original, bind, self, args, kwargs)
+            with driving(team_of(self)):
+                return _evaluate_bound(original, bind, self, args, kwargs)
 
     return evaluate
 
@@ -407,7 +409,7 @@ def _train_on_batch(original):
                 # into the compiled step: build it first, so that rank 0's go in.
                 a = bound.arguments
                 self._symbolic_build(data_batch=(a["x"], a.get("y"), a.get("sample_weight")))
-        with _noting():
+        with _noting(), driving(team_of(self)):
             prepare(self)
             return original(self, *args, **kwargs)
 

@@ -1,11 +1,18 @@
 """Which team each model trains on: `set_team`'s choices, read by the fit wrappers and
-the global metrics."""
+the global metrics; and which thread trains on each team now (driving)."""
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..core.errors import StateError
 
 _teams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # set_team's choices
+_drivers: dict[int, tuple[threading.Thread, int]] = {}  # team -> (thread, depth)
+_drivers_lock = threading.Lock()
 
 
 def team_of(model, default=0):
@@ -22,3 +29,33 @@ def set_model_team(model, team: int | None) -> None:
 def forget_all() -> None:
     """finalize: the choices go with the session."""
     _teams.clear()
+    with _drivers_lock:
+        _drivers.clear()
+
+
+@contextmanager
+def driving(team: int | None) -> Iterator[None]:
+    """This thread's fit, evaluate or train_on_batch on `team` (None: opted out, no
+    team). A traced step's ops carry no thread, so two threads' steps on one team would
+    pair one thread's gradients with another's on another rank, in silence: a second
+    thread raises at once instead, as two threads' calls of the API on one team do."""
+    if team is None:
+        yield
+        return
+    me = threading.current_thread()
+    with _drivers_lock:
+        owner, depth = _drivers.get(team, (me, 0))
+        if owner is not me:
+            raise StateError(
+                f"team {team} is in use by thread '{owner.name}' on this rank: one thread at "
+                f"a time drives a team (thread '{me.name}' needs a team of its own: "
+                "init(nteams=...) and ml_comm.keras.set_team(model, team))"
+            )
+        _drivers[team] = (me, depth + 1)
+    try:
+        yield
+    finally:
+        with _drivers_lock:
+            owner, depth = _drivers.pop(team, (me, 1))
+            if depth > 1:
+                _drivers[team] = (owner, depth - 1)

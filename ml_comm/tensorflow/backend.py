@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import tensorflow as binding
 from ..core.output import say
-from ..core.session import Session
+from ..core.session import Session, is_pipelined
 from . import overlap_note
 
 
@@ -24,16 +24,29 @@ class TensorFlowBackend:
         binding.set_live(session)  # its teams' ops may run
 
     def gradients(self, grads, team: int) -> list:
-        self.session.team(team)
-        config = self.session.configs[team]
-        return binding.gradients(
-            grads,
-            self.session.team_ids[team],
-            self.session.size,
-            ksteps=config.ksteps,
-            max_steps=config.max_steps,
-            check_weights=True,
-        )
+        s = self.session
+        handle = s.team(team)
+        config = s.configs[team]
+
+        def ops() -> list:
+            return binding.gradients(
+                grads,
+                s.team_ids[team],
+                s.size,
+                ksteps=config.ksteps,
+                max_steps=config.max_steps,
+                check_weights=True,
+            )
+
+        if not self.runs_eagerly(grads) or is_pipelined(config.ksteps, config.max_steps):
+            # Traced: its ops run on TensorFlow's threads, in graph order. Pipelined: a
+            # step's request may be submitted after the call that made it returned.
+            return ops()
+        # Eagerly the ops submit on this thread before the call returns: a call of the API,
+        # as NumPy's, so that a second thread on the team raises at once and calls made in
+        # another order on another rank fail instead of pairing (Calls.calling).
+        with s.calls.calling(team, handle):
+            return ops()
 
     def runs_eagerly(self, grads) -> bool:
         import tensorflow as tf
