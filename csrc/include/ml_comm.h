@@ -401,6 +401,11 @@ void mlc_team_end_call(mlc_team *team);
  * in flight) before it submitted anything: it takes no place, as on a synchronous rank,
  * where the same failure ended the earlier call itself. */
 void mlc_team_forget_call(mlc_team *team);
+/* A front end's thread waits for the team from outside the core (a framework's step whose
+ * ops the core completes by callback): +1 as it starts, -1 as it ends. Meanwhile the
+ * deadlock check (mlc_context_set_deadlock_limit) counts it as blocked inside ml_comm, as a
+ * thread in mlc_request_wait; its steps' agreement checks that wait for peers decide. */
+void mlc_team_caller_waits(mlc_team *team, int delta);
 /* Why a front end refused a call on this rank (mlc_team_refuse_call). */
 enum mlc_refusal {
     MLC_REFUSED_RAISED = 0,    /* an exception of no argument check */

@@ -58,6 +58,10 @@ void mlc_team_end_call(mlc_team *team) {
         atomic_store_explicit(&team->call.depth, depth - 1, memory_order_release);
 }
 
+void mlc_team_caller_waits(mlc_team *team, int delta) {
+    if (team && (delta == 1 || delta == -1)) mlc_waits_caller(team->ctx->waits, delta);
+}
+
 void mlc_team_forget_call(mlc_team *team) {
     if (!team) return;
     pthread_mutex_lock(&team->lock);

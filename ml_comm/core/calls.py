@@ -189,6 +189,20 @@ def _refuse(handle, kind: int, exc: Exception, err) -> None:
 
 
 @contextmanager
+def waiting_on(handle) -> Iterator[None]:
+    """This thread waits for ops of a framework on the team (an eager op, a Keras step):
+    the core completes them by callback, on its own threads, so it counts this rank as
+    blocked inside ml_comm only when told (mlc_team_caller_waits), for its deadlock check:
+    two teams called in another order on another rank then end the job naming each
+    rank's wait, as blocking calls do, instead of waiting for the stall abort."""
+    lib.mlc_team_caller_waits(handle, 1)
+    try:
+        yield
+    finally:
+        lib.mlc_team_caller_waits(handle, -1)
+
+
+@contextmanager
 def refusing(handle, kind: int) -> Iterator[None]:
     """For a framework's front end, whose ops' requests carry no identity: an Exception
     raised in the block, where the call checks its arguments before it builds any op, is

@@ -3,11 +3,14 @@ the global metrics; and which thread trains on each team now (driving)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..api import session
+from ..core.calls import waiting_on
 from ..core.errors import StateError
 
 _teams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # set_team's choices
@@ -38,7 +41,8 @@ def driving(team: int | None) -> Iterator[None]:
     """This thread's fit, evaluate or train_on_batch on `team` (None: opted out, no
     team). A traced step's ops carry no thread, so two threads' steps on one team would
     pair one thread's gradients with another's on another rank, in silence: a second
-    thread raises at once instead, as two threads' calls of the API on one team do."""
+    thread raises at once instead, as two threads' calls of the API on one team do. While
+    it runs, this rank counts as waiting inside ml_comm for the deadlock check."""
     if team is None:
         yield
         return
@@ -53,7 +57,8 @@ def driving(team: int | None) -> Iterator[None]:
             )
         _drivers[team] = (me, depth + 1)
     try:
-        yield
+        with waiting_on(session().team(team)) if depth == 0 else contextlib.nullcontext():
+            yield
     finally:
         with _drivers_lock:
             owner, depth = _drivers.pop(team, (me, 1))

@@ -4,6 +4,7 @@ TensorFlow ops that take and return tensors (see backend.py for the interface)."
 from __future__ import annotations
 
 from .. import tensorflow as binding
+from ..core.calls import waiting_on
 from ..core.output import say
 from ..core.session import Session, is_pipelined
 from . import overlap_note
@@ -45,7 +46,7 @@ class TensorFlowBackend:
         # Eagerly the ops submit on this thread before the call returns: a call of the API,
         # as NumPy's, so that a second thread on the team raises at once and calls made in
         # another order on another rank fail instead of pairing (Calls.calling).
-        with s.calls.calling(team, handle):
+        with s.calls.calling(team, handle), waiting_on(handle):
             return ops()
 
     def runs_eagerly(self, grads) -> bool:

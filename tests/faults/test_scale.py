@@ -140,3 +140,20 @@ def test_a_rank_leaving_at_scale_ends_the_job(nranks):
         job.stderr,
     ), job.detail()
     assert not wait_gone(job.token, 10)
+
+
+@pytest.mark.parametrize("mode", ["eager", "keras"])
+def test_tensorflow_steps_on_teams_called_in_another_order_end_the_job(mode):
+    """The waits of TensorFlow's ops (eager calls, Keras steps) count for the deadlock
+    check as a blocking call's do: the job ends naming where each rank waits."""
+    job = mpiexec_job(2, "tf_cross_order_job.py", mode, timeout=180, ML_COMM_DEADLOCK_SECONDS="6")
+    assert job.returncode not in (0, None), job.detail()
+    assert "was not stopped" not in job.stdout, job.detail()
+    want = (
+        r"ml_comm: rank \d+: deadlock: every rank has waited inside ml_comm for requests the "
+        r"others have not made, for at least 6 s \(ML_COMM_DEADLOCK_SECONDS\): rank 0 in team 0 "
+        r"request \d+ \(.*\); rank 1 in team 1 request \d+ \(.*\)\. Every rank must call each "
+        r"team in the same order; aborting the job"
+    )
+    assert re.search(want, job.stderr), job.detail()
+    assert not wait_gone(job.token, 10)
