@@ -140,14 +140,23 @@ class Choice:
 
 
 def _mpi4py_candidates(value: str) -> list[str]:
-    """The files MPI4PY_LIBMPI names, in mpi4py's order: each entry a file, or a folder
-    searched for libmpi.so, libmpi.so.12 and libmpi.so.40."""
+    """The libraries MPI4PY_LIBMPI names, in mpi4py's order: each entry a file, or a folder
+    searched for libmpi.so, libmpi.so.12 and libmpi.so.40; only those it could load (the
+    mpich wheel's libmpi.so is a linker script, which mpi4py tries and passes over)."""
     names = ("libmpi.so", "libmpi.so.12", "libmpi.so.40")
     found = []
     for entry in filter(None, value.split(os.pathsep)):
         entry = os.path.expanduser(os.path.expandvars(entry))
         found += [os.path.join(entry, n) for n in names] if os.path.isdir(entry) else [entry]
-    return found
+    return [f for f in found if _is_elf(f)]
+
+
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def _needed_mpi(elf: elf_dynamic.Dynamic | None) -> str | None:
@@ -190,7 +199,7 @@ def chosen_library(core_file: str, env=None) -> Choice | None:
         if os.path.basename(preloaded).startswith("libmpi") and os.path.isfile(preloaded):
             return Choice(os.path.realpath(preloaded), f"LD_PRELOAD (as {preloaded})")
     if env.get("MPI4PY_LIBMPI"):
-        files = [f for f in _mpi4py_candidates(env["MPI4PY_LIBMPI"]) if os.path.isfile(f)]
+        files = _mpi4py_candidates(env["MPI4PY_LIBMPI"])
         if not files:
             return None
         return Choice(os.path.realpath(files[0]), f"MPI4PY_LIBMPI (as {files[0]})")

@@ -75,6 +75,9 @@ def test_mpi4py_libmpi_and_a_preload_name_it_first(tree):
     assert found is not None and found.path == str(tree / "b" / "libmpi.so.12")
     assert found.how.startswith("MPI4PY_LIBMPI")
     assert chosen_library(core, {"MPI4PY_LIBMPI": str(tree / "none.so")}) is None
+    (tree / "b" / "libmpi.so").write_text("INPUT(libmpi.so.12)\n")  # a linker script
+    found = chosen_library(core, {"MPI4PY_LIBMPI": str(tree / "b")})  # passed over
+    assert found is not None and found.path == str(tree / "b" / "libmpi.so.12")
     env["LD_PRELOAD"] = f"libz.so.1 {tree / 'lib' / 'libmpi.so.12'}"
     found = chosen_library(core, env)
     assert found is not None and found.path == str(tree / "lib" / "libmpi.so.12")
