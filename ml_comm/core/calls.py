@@ -189,17 +189,19 @@ def _refuse(handle, kind: int, exc: Exception, err) -> None:
 
 
 @contextmanager
-def waiting_on(handle) -> Iterator[None]:
+def waiting_on(handle, alive: Callable[[], bool] | None = None) -> Iterator[None]:
     """This thread waits for ops of a framework on the team (an eager op, a Keras step):
     the core completes them by callback, on its own threads, so it counts this rank as
     blocked inside ml_comm only when told (mlc_team_caller_waits), for its deadlock check:
     two teams called in another order on another rank then end the job naming each
-    rank's wait, as blocking calls do, instead of waiting for the stall abort."""
+    rank's wait, as blocking calls do, instead of waiting for the stall abort. alive: whether
+    the team still exists at the end (a finalize inside a Keras fit frees it)."""
     lib.mlc_team_caller_waits(handle, 1)
     try:
         yield
     finally:
-        lib.mlc_team_caller_waits(handle, -1)
+        if alive is None or alive():
+            lib.mlc_team_caller_waits(handle, -1)
 
 
 @contextmanager

@@ -3,12 +3,12 @@ the global metrics; and which thread trains on each team now (driving)."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .. import api
 from ..api import session
 from ..core.calls import waiting_on
 from ..core.errors import StateError
@@ -57,8 +57,14 @@ def driving(team: int | None) -> Iterator[None]:
             )
         _drivers[team] = (me, depth + 1)
     try:
-        with waiting_on(session().team(team)) if depth == 0 else contextlib.nullcontext():
+        if depth:
             yield
+        else:
+            s = session()
+            with waiting_on(
+                s.team(team), alive=lambda: api.is_initialized() and api.session() is s
+            ):
+                yield
     finally:
         with _drivers_lock:
             owner, depth = _drivers.pop(team, (me, 1))

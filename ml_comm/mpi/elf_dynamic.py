@@ -1,7 +1,7 @@
-"""The libraries an ELF shared object names (DT_NEEDED) and where it asks the loader to
-look for them (DT_RPATH, DT_RUNPATH), read from its dynamic section: what `readelf -d`
-prints, without needing binutils on a compute node. library.py uses it to tell which
-libmpi a fresh process would give the C core.
+"""The libraries an ELF shared object names (DT_NEEDED), the name it answers to
+(DT_SONAME) and where it asks the loader to look for them (DT_RPATH, DT_RUNPATH), read
+from its dynamic section: what `readelf -d` prints, without binutils on a compute node.
+library.py uses it to tell which libmpi a fresh process would give the C core.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import struct
 from dataclasses import dataclass
 
 PT_LOAD, PT_DYNAMIC = 1, 2
-DT_NULL, DT_NEEDED, DT_STRTAB, DT_RPATH, DT_RUNPATH = 0, 1, 5, 15, 29
+DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 14, 15, 29
 
 
 @dataclass(frozen=True)
 class Dynamic:
     needed: list[str]
+    soname: str  # the name it answers to ("" where it has none)
     rpath: list[str]  # DT_RPATH's folders: searched before LD_LIBRARY_PATH
     runpath: list[str]  # DT_RUNPATH's: after it (and DT_RPATH is then ignored)
 
@@ -71,4 +72,5 @@ def _parse(data: bytes) -> Dynamic | None:
         return [d for t, v in tags if t == tag for d in text(v).split(":") if d]
 
     needed = [text(v) for t, v in tags if t == DT_NEEDED]
-    return Dynamic(needed, folders(DT_RPATH), folders(DT_RUNPATH))
+    soname = next((text(v) for t, v in tags if t == DT_SONAME), "")
+    return Dynamic(needed, soname, folders(DT_RPATH), folders(DT_RUNPATH))

@@ -191,14 +191,32 @@ def _loader_choice(core_file: str, env) -> Choice | None:
     return None
 
 
+def _answers_to(path: str, name: str) -> bool:
+    """Whether the shared object at path is a library of that name (its DT_SONAME)."""
+    elf = elf_dynamic.read(path)
+    return elf is not None and elf.soname == name
+
+
+def _mpi4py_reads_libmpi(env) -> bool:
+    """mpi4py >= 4.1 opens MPI4PY_LIBMPI, unless MPI4PY_MPIABI names the ABI instead."""
+    import importlib.util
+
+    return importlib.util.find_spec("mpi4py._mpiabi") is not None and not env.get("MPI4PY_MPIABI")
+
+
 def chosen_library(core_file: str, env=None) -> Choice | None:
     """The MPI library the environment names for this process, or None where it names
     none that exists here."""
     env = os.environ if env is None else env
+    needed = _needed_mpi(elf_dynamic.read(core_file))
+    if needed is None:
+        return None
     for preloaded in env.get("LD_PRELOAD", "").replace(":", " ").split():
-        if os.path.basename(preloaded).startswith("libmpi") and os.path.isfile(preloaded):
+        # the MPI itself, not a library beside it (Cray's GPU transport libmpi_gtl_cuda,
+        # a profiler's libmpiP): it answers to the name the core asks for
+        if _answers_to(preloaded, needed):
             return Choice(os.path.realpath(preloaded), f"LD_PRELOAD (as {preloaded})")
-    if env.get("MPI4PY_LIBMPI"):
+    if env.get("MPI4PY_LIBMPI") and _mpi4py_reads_libmpi(env):
         files = _mpi4py_candidates(env["MPI4PY_LIBMPI"])
         if not files:
             return None
@@ -220,11 +238,13 @@ def not_chosen_message(used: MpiLibrary, core_file: str, env=None) -> str:
     """Why the library in use is not the one the environment names; "" when it is (or
     when the environment names none that can be found)."""
     choice = chosen_library(core_file, env)
-    if choice is None or not used.path:
+    needed = _needed_mpi(elf_dynamic.read(core_file))
+    # used.path holds the core's MPI_Get_library_version: judged only where that is the
+    # MPI library itself, not a profiler's or interposer's file in front of it
+    if choice is None or not needed or not used.path or not _answers_to(used.path, needed):
         return ""
     if same_file_or_copy(choice.path, used.path):
         return ""
-    needed = _needed_mpi(elf_dynamic.read(core_file)) or "libmpi"
     if choice.how.startswith("MPI4PY_LIBMPI"):
         why = (
             "mpi4py takes an MPI library already loaded over MPI4PY_LIBMPI, and ml_comm's core "

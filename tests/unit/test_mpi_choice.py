@@ -81,6 +81,14 @@ def test_mpi4py_libmpi_and_a_preload_name_it_first(tree):
     env["LD_PRELOAD"] = f"libz.so.1 {tree / 'lib' / 'libmpi.so.12'}"
     found = chosen_library(core, env)
     assert found is not None and found.path == str(tree / "lib" / "libmpi.so.12")
+    # a library preloaded beside the MPI (Cray's GPU transport, a profiler) names none
+    gtl = compile_so(tree / "a" / "libmpi_gtl_cuda.so", "-Wl,-soname,libmpi_gtl_cuda.so.0")
+    found = chosen_library(core, {"LD_PRELOAD": str(gtl), "LD_LIBRARY_PATH": str(tree / "a")})
+    assert found is not None and found.path == str(tree / "a" / "libmpi.so.12")
+    # MPI4PY_MPIABI: mpi4py opens no library, MPI4PY_LIBMPI names none
+    env = {"MPI4PY_LIBMPI": str(tree / "b"), "MPI4PY_MPIABI": "mpich"}
+    found = chosen_library(core, env)
+    assert found is not None and found.path == str(tree / "lib" / "libmpi.so.12")
 
 
 def test_the_message_names_the_library_in_use_and_the_one_named(tree):
@@ -97,6 +105,15 @@ def test_the_message_names_the_library_in_use_and_the_one_named(tree):
     said = not_chosen_message(in_lib, core, {"MPI4PY_LIBMPI": str(tree / "b" / "libmpi.so.12")})
     assert "mpi4py takes an MPI library already loaded over MPI4PY_LIBMPI" in said
     assert "holds it as libmpi.so.12" in said
+
+
+def test_an_interposer_in_front_of_the_mpi_is_not_judged(tree):
+    """The core names the file of its MPI_Get_library_version: a profiler's, where one
+    wraps it, which is no MPI library of the name the core asks for."""
+    core = str(tree / "pkg" / "core.so")
+    wrapper = compile_so(tree / "a" / "libmpiP.so", "-Wl,-soname,libmpiP.so")
+    env = {"LD_LIBRARY_PATH": str(tree / "a")}
+    assert not_chosen_message(MpiLibrary(str(wrapper), "MPICH"), core, env) == ""
 
 
 def test_a_byte_identical_copy_is_the_same_library(tree):
