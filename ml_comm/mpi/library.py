@@ -164,11 +164,10 @@ def _needed_mpi(elf: elf_dynamic.Dynamic | None) -> str | None:
     return next((n for n in elf.needed if n.startswith("libmpi")), None) if elf else None
 
 
-def _loader_choice(core_file: str, env) -> Choice | None:
+def _loader_choice(core_file: str, elf: elf_dynamic.Dynamic, env) -> Choice | None:
     """The file the dynamic loader binds the core's libmpi to when nothing loaded one
     before: DT_RPATH (only without DT_RUNPATH), LD_LIBRARY_PATH, then DT_RUNPATH. None
     when it would come from the loader's cache or system folders (not judged)."""
-    elf = elf_dynamic.read(core_file)
     needed = _needed_mpi(elf)
     if needed is None:
         return None
@@ -204,12 +203,15 @@ def _mpi4py_reads_libmpi(env) -> bool:
     return importlib.util.find_spec("mpi4py._mpiabi") is not None and not env.get("MPI4PY_MPIABI")
 
 
-def chosen_library(core_file: str, env=None) -> Choice | None:
+def chosen_library(
+    core_file: str, env=None, elf: elf_dynamic.Dynamic | None = None
+) -> Choice | None:
     """The MPI library the environment names for this process, or None where it names
-    none that exists here."""
+    none that exists here. elf: the core's dynamic section, where the caller read it."""
     env = os.environ if env is None else env
-    needed = _needed_mpi(elf_dynamic.read(core_file))
-    if needed is None:
+    elf = elf or elf_dynamic.read(core_file)
+    needed = _needed_mpi(elf)
+    if elf is None or needed is None:
         return None
     for preloaded in env.get("LD_PRELOAD", "").replace(":", " ").split():
         # the MPI itself, not a library beside it (Cray's GPU transport libmpi_gtl_cuda,
@@ -221,7 +223,7 @@ def chosen_library(core_file: str, env=None) -> Choice | None:
         if not files:
             return None
         return Choice(os.path.realpath(files[0]), f"MPI4PY_LIBMPI (as {files[0]})")
-    return _loader_choice(core_file, env)
+    return _loader_choice(core_file, elf, env)
 
 
 def same_file_or_copy(a: str, b: str) -> bool:
@@ -237,8 +239,9 @@ def same_file_or_copy(a: str, b: str) -> bool:
 def not_chosen_message(used: MpiLibrary, core_file: str, env=None) -> str:
     """Why the library in use is not the one the environment names; "" when it is (or
     when the environment names none that can be found)."""
-    choice = chosen_library(core_file, env)
-    needed = _needed_mpi(elf_dynamic.read(core_file))
+    elf = elf_dynamic.read(core_file)
+    choice = chosen_library(core_file, env, elf)
+    needed = _needed_mpi(elf)
     # used.path holds the core's MPI_Get_library_version: judged only where that is the
     # MPI library itself, not a profiler's or interposer's file in front of it
     if choice is None or not needed or not used.path or not _answers_to(used.path, needed):

@@ -61,16 +61,22 @@ def cross_order(nranks: int, limit: str | None, timeout: float):
     return mpiexec_job(nranks, "scale_job.py", "cross_order", "1", timeout=timeout, **env)
 
 
-def assert_deadlock_named(job, nranks: int, within: float) -> None:
+NUMPY_WAIT = r"request 1 \(average of 1 float32 tensor, 4 elements\)"
+
+
+def assert_deadlock_named(
+    job, nranks: int, within: float, wait: str = NUMPY_WAIT, limit: str = r"\d+"
+) -> None:
+    """The job ended, within `within` s, by the deadlock line naming rank 0 in team 0 and
+    the others in team 1, each waiting in a request that `wait` matches."""
     assert job.returncode not in (0, None), job.detail()
     assert job.seconds < within, job.detail()
     assert "was not stopped" not in job.stdout, job.detail()
     team1 = "rank 1" if nranks == 2 else f"ranks 1-{nranks - 1}"
     want = (
         rf"ml_comm: rank \d+: deadlock: every rank has waited inside ml_comm for requests the "
-        rf"others have not made, for at least \d+ s \(ML_COMM_DEADLOCK_SECONDS\): rank 0 in "
-        rf"team 0 request 1 \(average of 1 float32 tensor, 4 elements\); {team1} in team 1 "
-        rf"request 1 \(average of 1 float32 tensor, 4 elements\)\. Every rank must call each "
+        rf"others have not made, for at least {limit} s \(ML_COMM_DEADLOCK_SECONDS\): rank 0 in "
+        rf"team 0 {wait}; {team1} in team 1 {wait}\. Every rank must call each "
         rf"team in the same order; aborting the job"
     )
     assert re.search(want, job.stderr), job.detail()
@@ -147,13 +153,4 @@ def test_tensorflow_steps_on_teams_called_in_another_order_end_the_job(mode):
     """The waits of TensorFlow's ops (eager calls, Keras steps) count for the deadlock
     check as a blocking call's do: the job ends naming where each rank waits."""
     job = mpiexec_job(2, "tf_cross_order_job.py", mode, timeout=180, ML_COMM_DEADLOCK_SECONDS="6")
-    assert job.returncode not in (0, None), job.detail()
-    assert "was not stopped" not in job.stdout, job.detail()
-    want = (
-        r"ml_comm: rank \d+: deadlock: every rank has waited inside ml_comm for requests the "
-        r"others have not made, for at least 6 s \(ML_COMM_DEADLOCK_SECONDS\): rank 0 in team 0 "
-        r"request \d+ \(.*\); rank 1 in team 1 request \d+ \(.*\)\. Every rank must call each "
-        r"team in the same order; aborting the job"
-    )
-    assert re.search(want, job.stderr), job.detail()
-    assert not wait_gone(job.token, 10)
+    assert_deadlock_named(job, 2, 180, wait=r"request \d+ \(.*\)", limit="6")
