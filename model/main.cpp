@@ -128,7 +128,7 @@ void train_rank(int rank, Team &team) {
             req = team.submit({total}, false, true);
         }
         // The reduced gradients go back to the device once their request is done.
-        const mlc_pipeline_turn turn = mlc_pipeline_next(&pipeline);
+        const mlc_pipeline_turn turn = mlc_pipeline_next(&pipeline, 0);
         if (turn.finish) {
             const std::shared_ptr<Request> done = in_flight[turn.finish];
             in_flight.erase(turn.finish);

@@ -454,6 +454,17 @@ int mlc_team_set_id(mlc_team *team, int id);
 int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
                                   int dtype, int op, int part, int nparts, int call_dtypes,
                                   mlc_callback callback, void *user_data, mlc_request **out);
+/* mlc_team_allreduce_async_part for a request made outside any call of the API whose
+ * place in its caller's program the caller knows (a pipelined step of Keras, whose steps
+ * ml_comm counts: mlc_pipeline_turn's step and index): it carries step (>= 1) and index,
+ * the call's place in that step, and the ranks compare them as those of calls marked with
+ * ml_comm.step (mlc_team_begin_call): a rank that left a step before its call is found
+ * behind, instead of its next step pairing with the others' current one. step 0: as
+ * mlc_team_allreduce_async_part. */
+int mlc_team_allreduce_async_at(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                                int op, int part, int nparts, int call_dtypes, int64_t step,
+                                int64_t index, mlc_callback callback, void *user_data,
+                                mlc_request **out);
 /* Blocking form of mlc_team_allreduce_async_part: small calls run on the caller's
  * thread, with no hand-off to the team's threads (mlc_team_allreduce). */
 int mlc_team_allreduce_part(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
@@ -583,10 +594,13 @@ int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps);
  * finishes `finish` (the previous call's reduction, by the handle it gave), reduces this
  * call's gradients now where reduce_now says, starts their reduction on copies where
  * start says (and hands its handle to mlc_pipeline_started), and returns what result
- * says. A call whose `finish` failed raises that error and starts nothing. */
+ * says. A call whose `finish` failed raises that error: where restart_on_failure says
+ * so it starts nothing (the next call enters the pipeline afresh), else it first does
+ * its own part (reduces now, or starts), and the pipeline goes on. */
 typedef struct mlc_pipeline {
     int64_t calls, ksteps, max_steps;
-    void *in_flight; /* the front end's handle of the reduction the last call started */
+    int64_t step, index; /* the last call's step (0: not marked) and its place in that step */
+    void *in_flight;     /* the front end's handle of the reduction the last call started */
 } mlc_pipeline;
 enum mlc_pipeline_result {
     MLC_RESULT_NOW = 0,      /* this call's average */
@@ -600,7 +614,14 @@ typedef struct mlc_pipeline_turn {
     int reduce_now; /* reduce this call's gradients before returning */
     int start;      /* copy this call's gradients and start their reduction */
     int result;     /* MLC_RESULT_* */
+    int64_t step, index; /* the call's place, for requests made outside a call of the API
+                          * (mlc_team_allreduce_async_at); step 0: not marked */
+    int restart_on_failure; /* where `finish` failed: 1, start nothing; 0, go on */
 } mlc_pipeline_turn;
 void mlc_pipeline_init(mlc_pipeline *p, int64_t ksteps, int64_t max_steps);
-mlc_pipeline_turn mlc_pipeline_next(mlc_pipeline *p);
+/* The next call's turn. step: the caller's step number (0: steps not marked). A marked
+ * step after a gap (step numbers this rank left before its call: an exception it went
+ * on from) counts the steps skipped as calls, as the other ranks' pipelines did, so that
+ * every rank leaves the pipeline at the same step. */
+mlc_pipeline_turn mlc_pipeline_next(mlc_pipeline *p, int64_t step);
 void mlc_pipeline_started(mlc_pipeline *p, void *reduction);

@@ -262,10 +262,19 @@ int mlc_team_broadcast_async(mlc_team *team, const mlc_tensor *tensors, int nten
 int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int ntensors,
                                   int dtype, int op, int part, int nparts, int call_dtypes,
                                   mlc_callback callback, void *user_data, mlc_request **out) {
+    return mlc_team_allreduce_async_at(team, tensors, ntensors, dtype, op, part, nparts, call_dtypes, 0, 0,
+                                       callback, user_data, out);
+}
+
+int mlc_team_allreduce_async_at(mlc_team *team, const mlc_tensor *tensors, int ntensors, int dtype,
+                                int op, int part, int nparts, int call_dtypes, int64_t step,
+                                int64_t index, mlc_callback callback, void *user_data,
+                                mlc_request **out) {
     mlc_request *req;
-    if (bad_part(part, nparts, call_dtypes)) return MLC_ERR_ARG;
+    if (bad_part(part, nparts, call_dtypes) || step < 0 || index < 0) return MLC_ERR_ARG;
     int rc = make_request(team, MLC_KIND_ALLREDUCE, tensors, ntensors, dtype, op, 0, 0, &req);
     if (rc) return rc;
+    if (step > 0) req->call = (mlc_call_id){step, index, 0, ""}; /* not yet seen by any thread */
     req->part = part;
     req->nparts = nparts;
     req->call_dtypes = call_dtypes;

@@ -47,6 +47,7 @@ def layout_of(arrays: list[np.ndarray]) -> Layout:
 def step(
     stage: Stage,
     inputs: list[np.ndarray],
+    marked: int,
     reduce_now: Callable[[list[np.ndarray]], list[np.ndarray]],
     submit: Submit,
     wait: Wait,
@@ -54,21 +55,25 @@ def step(
 ) -> list[np.ndarray]:
     """Run one call of a pipeline as the core's turn says; returns what the caller gets.
 
-    reduce_now: synchronous average of a list (new arrays). submit(arrays): starts an
-    in-place average of arrays the pipeline owns, returns (request, keep). wait(request)
-    finishes it (raising on failure). earlier_failed(): told before this call raises the
-    previous call's failure, having submitted nothing of its own.
+    marked: the calling thread's step number (ml_comm.step; 0: none). reduce_now:
+    synchronous average of a list (new arrays). submit(arrays): starts an in-place average
+    of arrays the pipeline owns, returns (request, keep). wait(request) finishes it
+    (raising on failure). Where the previous call's reduction failed, this call raises
+    that failure: at once, after earlier_failed() (it submitted nothing), where the turn
+    restarts the pipeline; else once it has reduced or started its own.
     """
-    turn = lib.mlc_pipeline_next(stage.state)
-    previous = None
+    turn = lib.mlc_pipeline_next(stage.state, marked)
+    previous, failure = None, None
     if turn.finish != ffi.NULL:
         flight = stage.flights.pop(int(ffi.cast("uintptr_t", turn.finish)))
         try:
             wait(flight.request)
-        except BaseException:
-            earlier_failed()
-            raise
-        previous = flight.results
+            previous = flight.results
+        except BaseException as exc:
+            if turn.restart_on_failure or not isinstance(exc, Exception):
+                earlier_failed()
+                raise
+            failure = exc  # raised below, once this call's part is done
     now = reduce_now(inputs) if turn.reduce_now else None
     if turn.start:
         # Copies: the caller may reuse its arrays while the reduction runs.
@@ -78,6 +83,8 @@ def step(
         stage.next_handle += 1
         stage.flights[handle] = _InFlight(request, owned, keep)
         lib.mlc_pipeline_started(stage.state, ffi.cast("void *", handle))
+    if failure is not None:
+        raise failure
     if turn.result == lib.MLC_RESULT_NOW:
         return now
     if turn.result == lib.MLC_RESULT_PREVIOUS:

@@ -100,7 +100,8 @@ def gradients(
         err = None if s.guard.finite else s.team_err(team)
         average_groups(handle, inputs, groups, outputs, err)
     else:
-        _pipelined(handle, config, stages, inputs, groups, outputs, lambda: s.calls.forget(handle))
+        forget = lambda: s.calls.forget(handle)  # noqa: E731
+        _pipelined(handle, config, stages, inputs, groups, outputs, s.calls.marked_step(), forget)
     stop.note_call(team)  # what this call's waits saw of a stop request (faults/stop.py)
     # A NumPy scalar in, a NumPy scalar of its dtype out (as 0-d arrays give 0-d arrays).
     return [
@@ -137,7 +138,10 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
     return list(out)
 
 
-def _pipelined(handle, config, stages: dict, inputs, groups, outputs, earlier_failed) -> None:
+def _pipelined(handle, config, stages: dict, inputs, groups, outputs, marked: int, forget) -> None:
+    """One pipelined call: each dtype's pipeline takes its turn, also after an earlier
+    dtype's raised (the others' pipelines take theirs); the first failure is raised."""
+    failure = None
     for k, idx in enumerate(groups.values()):
         order = fused_order([inputs[i].ndim for i in idx], idx)
         arrays = [inputs[i] for i in order]
@@ -145,13 +149,20 @@ def _pipelined(handle, config, stages: dict, inputs, groups, outputs, earlier_fa
         stage = stages.get(layout) or stages.setdefault(
             layout, pipeline.Stage(config.ksteps, config.max_steps)
         )
-        results = pipeline.step(
-            stage,
-            arrays,
-            lambda a: average_now(handle, a),
-            lambda a: submit_average(handle, a, a, in_place=True),
-            wait_one,
-            earlier_failed if k == 0 else lambda: None,  # a later dtype: this call submitted
-        )
+        try:
+            results = pipeline.step(
+                stage,
+                arrays,
+                marked,
+                lambda a: average_now(handle, a),
+                lambda a: submit_average(handle, a, a, in_place=True),
+                wait_one,
+                forget if k == 0 else lambda: None,  # a later dtype: this call submitted
+            )
+        except Exception as exc:  # noqa: BLE001 - raised once every dtype took its turn
+            failure = failure or exc
+            continue
         for i, r in zip(order, results):
             outputs[i] = r
+    if failure is not None:
+        raise failure

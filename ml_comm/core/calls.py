@@ -149,6 +149,10 @@ class Calls:
         reduction in flight) before it submitted anything: it takes no place."""
         lib.mlc_team_forget_call(handle)
 
+    def marked_step(self) -> int:
+        """The step the calling thread marked (ml_comm.step; 0: none)."""
+        return self._thread.step
+
 
 class _Call:
     """Calls.calling's block: a class with two calls into the core, not a generator, for a

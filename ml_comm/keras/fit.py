@@ -187,6 +187,7 @@ def _fit_bound(original, model, bound, team: int, cb: GlobalMetrics | None):
     arguments = bound.arguments
     # Backups and checkpoints on rank 0, every rank stopping together on a signal.
     arguments["callbacks"] = fit_callbacks(arguments["callbacks"], team, _average_statistics)
+    arguments["callbacks"].insert(0, _CountSteps(team))
     if not current().BROADCAST_IN_TRACE:
         arguments["callbacks"].insert(0, _WeightsAtStart())
     stopper = next(c for c in arguments["callbacks"] if isinstance(c, StopTogether))
@@ -410,7 +411,9 @@ def _train_on_batch(original):
                 a = bound.arguments
                 self._symbolic_build(data_batch=(a["x"], a.get("y"), a.get("sample_weight")))
         with _noting(), driving(team_of(self)):
-            prepare(self)
+            team = prepare(self)
+            if team is not None:
+                current().count_step(team)
             return original(self, *args, **kwargs)
 
     return train_on_batch
@@ -419,6 +422,18 @@ def _train_on_batch(original):
 def _built_for_training(model) -> bool:
     optimizer = getattr(model, "optimizer", None)
     return model.built and (optimizer is None or optimizer.built)
+
+
+class _CountSteps(keras.callbacks.Callback):
+    """Counts fit's training steps on the model's team before each runs (one per batch
+    hook: a run of steps_per_execution steps counts once, its calls placed in it)."""
+
+    def __init__(self, team: int):
+        super().__init__()
+        self.team = team
+
+    def on_train_batch_begin(self, batch, logs=None):
+        current().count_step(self.team)
 
 
 class _WeightsAtStart(keras.callbacks.Callback):

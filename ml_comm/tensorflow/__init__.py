@@ -45,6 +45,7 @@ def gradients(
     max_steps: int = 0,
     check_weights: bool = False,
     labels: list[int] | None = None,
+    step_number=0,
 ) -> list:
     """The ops behind `ml_comm.gradients` with framework="tensorflow": each tensor of
     `grads` averaged (or summed) over `nranks` ranks on the team, same order; None stays
@@ -52,7 +53,9 @@ def gradients(
     check_weights: the gradients of a training step, so in a graph each run is judged by
     the check that the job shares its weights (eagerly the caller judges the call).
     labels: each gradient's mlc_tensor.label (a uint64 digest of what the front end calls
-    it, which the ranks compare; None: none), as grads."""
+    it, which the ranks compare; None: none), as grads. step_number: on a pipelined team, the
+    number of the training step the call runs in (an int64 scalar tensor, or an int; 0:
+    not counted), which its requests carry."""
     ops = load_ops()
     with checking(team_id, lib.MLC_KIND_ALLREDUCE):
         if not isinstance(grads, (list, tuple)):
@@ -69,6 +72,10 @@ def gradients(
     step = {"check_weights": check_weights and not tf.executing_eagerly()}
     if not groups and nranks > 1:
         _empty_call(ops, team_id)
+    # Eagerly on a pipelined team every dtype's op runs, also after an earlier one raised
+    # (the failure of the reduction it finished), so that each dtype's pipeline takes its
+    # turn as on the other ranks; the first error is raised after the last op.
+    failure = None
     for part, idx in enumerate(groups.values()):
         layout = fused_order([dense[i].shape.rank for i in idx], idx)
         tensors = [dense[i] for i in layout]
@@ -80,16 +87,21 @@ def gradients(
         elif pipelined or tf.executing_eagerly() or None in counts:
             with tf.control_dependencies(_chain(team_id)):
                 if pipelined:
-                    outs = ops.ml_comm_pipelined_allreduce_n(
-                        tensors,
-                        team_id=team_id,
-                        ksteps=ksteps,
-                        max_steps=max_steps,
-                        average=average,
-                        part=part,
-                        **parts,
-                        **step,
-                    )
+                    try:
+                        outs = ops.ml_comm_pipelined_allreduce_n(
+                            tensors,
+                            tf.cast(step_number, tf.int64),
+                            team_id=team_id,
+                            ksteps=ksteps,
+                            max_steps=max_steps,
+                            average=average,
+                            part=part,
+                            **parts,
+                            **step,
+                        )
+                    except tf.errors.OpError as exc:  # eager only; raised after the last
+                        failure = failure or exc
+                        continue
                 else:
                     outs = ops.ml_comm_allreduce_n(
                         tensors,
@@ -145,6 +157,8 @@ def gradients(
             _last_anchor[graph][team_id] = anchor
         for i, out in zip(layout, outs):
             result[i] = out
+    if failure is not None:
+        raise failure
     return result
 
 

@@ -7,7 +7,7 @@ from .. import tensorflow as binding
 from ..core.calls import waiting_on
 from ..core.output import say
 from ..core.session import Session, is_pipelined
-from . import overlap_note
+from . import library, overlap_note
 
 
 class TensorFlowBackend:
@@ -29,6 +29,9 @@ class TensorFlowBackend:
         handle = s.team(team)
         config = s.configs[team]
 
+        pipelined = is_pipelined(config.ksteps, config.max_steps)
+        eager = self.runs_eagerly(grads)
+
         def ops() -> list:
             return binding.gradients(
                 grads,
@@ -37,9 +40,10 @@ class TensorFlowBackend:
                 ksteps=config.ksteps,
                 max_steps=config.max_steps,
                 check_weights=True,
+                step_number=self._step(team, eager) if pipelined else 0,
             )
 
-        if not self.runs_eagerly(grads) or is_pipelined(config.ksteps, config.max_steps):
+        if not eager or pipelined:
             # Traced: its ops run on TensorFlow's threads, in graph order. Pipelined: a
             # step's request may be submitted after the call that made it returned.
             return ops()
@@ -48,6 +52,18 @@ class TensorFlowBackend:
         # another order on another rank fail instead of pairing (Calls.calling).
         with s.calls.calling(team, handle), waiting_on(handle):
             return ops()
+
+    def _step(self, team: int, eager: bool):
+        """A pipelined call's step number, which its requests carry: eagerly the step the
+        thread marked (ml_comm.step), in a tf.function the team's count of Keras's steps;
+        in a tf.compat.v1 graph none (its session holds no variable made outside it)."""
+        import tensorflow as tf
+
+        if eager:
+            return self.session.calls.marked_step()
+        if not tf.compat.v1.get_default_graph().building_function:
+            return 0
+        return library.step_counter(self.session.team_ids[team]).read_value()
 
     def runs_eagerly(self, grads) -> bool:
         import tensorflow as tf

@@ -23,6 +23,8 @@ _group_keys = itertools.count(1)
 _last_anchor: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # The session whose teams the ops may use (the backend's, from init to finalize), or None.
 _live = None
+# Per team id: the training steps begun on the team, for its pipelined op (step_counter).
+_step_counters: dict[int, tf.Variable] = {}
 
 
 def load_ops(say: build.Say | None = None):
@@ -70,6 +72,8 @@ def set_live(session) -> None:
     old one's address (the ops carry the team's id, never reused)."""
     global _live
     _live = session
+    if session is None:
+        _step_counters.clear()
     _mirror_live()
 
 
@@ -104,6 +108,26 @@ def team_number(team_id: int) -> int:
     if _live is not None and team_id in _live.team_ids:
         return _live.team_ids.index(team_id)
     raise StateError("ml_comm: this op belongs to a team that no longer exists")
+
+
+def step_counter(team_id: int) -> tf.Variable:
+    """The number of training steps begun on the team (count_step), which a traced
+    pipelined op reads: its requests carry it, so that a rank whose step failed before the
+    op ran is found behind at its next step instead of pairing that step's gradients with
+    the others' current ones. Stays 0 (nothing carried) where no one counts the steps."""
+    counter = _step_counters.get(team_id)
+    if counter is None:
+        with tf.init_scope():  # also from inside a tf.function being traced
+            counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="ml_comm_steps")
+        _step_counters[team_id] = counter
+    return counter
+
+
+def count_step(team: int) -> None:
+    """A training step on live team number `team` begins (ml_comm.keras, before each)."""
+    live = live_team(team)
+    if live is not None:
+        step_counter(live[0]).assign_add(1)
 
 
 def _chain(team_id: int):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from mpi_helpers import MSGLEN, expected_average, make_input
 
+import ml_comm as mc
+
 # (ksteps, max_steps, for each of 6 calls the calls whose averages it returns)
 CASES = [
     (0, 0, [(0,), (1,), (2,), (3,), (4,), (5,)]),  # default: synchronous
@@ -31,3 +33,32 @@ def expected(nranks: int, calls: tuple[int, ...]) -> list[np.ndarray]:
             total = total + expected_average(shape, dt, nranks, seed=call)
         out.append(total)
     return out
+
+
+def leave_a_marked_step_early(c, rank: int, nranks: int, gradients) -> None:
+    """Steps marked with ml_comm.step on a team configured ksteps=-1, max_steps=6;
+    gradients(arrays) makes one call on it. The last rank raises in step 2 before its call
+    and goes on. The others' reduction of step 2 finds them a step behind: their step 3
+    raises, naming that rank, and still starts its own reduction, which meets the last
+    rank's step 3. Every rank returns the same averages in the same order (none of step
+    2's), and they leave the pipeline together (step 5 drains it)."""
+    last, failing = nranks - 1, 2
+    others = {0: (), 1: (0,), 2: (1,), 3: "raises", 4: (3,), 5: (4, 5)}
+    late = {0: (), 1: (0,), 2: "left", 3: (1,), 4: (3,), 5: (4, 5)}
+    returns = late if rank == last or nranks == 1 else others
+    for s in range(6):
+        try:
+            with mc.step(s + 1):
+                if rank == last and s == failing:
+                    raise RuntimeError("a bad batch on this rank")
+                got = gradients(call_inputs(rank, s))
+        except mc.MismatchError as exc:
+            c.true(returns[s] == "raises", f"step {s}: raised {exc}")
+            c.true(f"rank {last} is at step {s + 1}" in str(exc), f"names the rank: {exc}")
+            continue
+        except RuntimeError as exc:
+            c.true(returns[s] == "left", f"step {s}: raised its own {exc}")
+            continue
+        c.true(isinstance(returns[s], tuple), f"step {s}: returned where it should not")
+        for i, (g, want) in enumerate(zip(got, expected(nranks, returns[s]))):
+            c.equal(g, want, f"step {s} gradient {i}")

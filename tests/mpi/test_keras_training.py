@@ -71,9 +71,14 @@ def shard(a: np.ndarray, rank: int, nranks: int) -> np.ndarray:
     return a[np.concatenate(rows)]
 
 
-def make_model(seed: int, built: bool = True, metrics=("mae",)) -> keras.Model:
+def make_model(
+    seed: int, built: bool = True, metrics=("mae",), checks_input: bool = False
+) -> keras.Model:
+    """checks_input: a first layer (no weights) that fails the step on NaN in its input."""
     keras.utils.set_random_seed(seed)
     layers = [keras.layers.Dense(D_HIDDEN, activation="tanh"), keras.layers.Dense(D_OUT)]
+    if checks_input:
+        layers.insert(0, keras.layers.Lambda(lambda t: tf.debugging.check_numerics(t, "input")))
     model = keras.Sequential(([keras.Input((D_IN,))] if built else []) + layers)
     model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse", metrics=list(metrics))
     return model
@@ -402,4 +407,68 @@ def test_fit_arguments_that_differ_fail_on_every_rank(keras_session, case):
         c.true(changed == (named is None), f"{case}: weight {i} changed: {changed}")
     model.fit(x, y, batch_size=2, shuffle=False, verbose=0, epochs=1)
     c.same_on_all_ranks(model.get_weights(), f"{case}: weights after a fit with equal arguments")
+    c.finish()
+
+
+def test_pipelined_team_realigns_after_a_step_failed_on_one_rank(keras_session):
+    """On a team pipelined for 4 of 5 steps (ksteps=-1, max_steps=5) the last rank's step
+    2 fails before any gradient exists (check_numerics finds a NaN in its input) and the
+    rank goes on. Its next step carries step number 4, so the others' reduction of step 3
+    finds them a step behind: their step 3 raises a MismatchError naming that rank, and
+    their next reduction meets its. Every rank applies the same averages in the same
+    order, the failed step's on none; checked against SGD by hand, where the last rank's
+    gradients of step 3 come from the weights it still had (one update behind)."""
+    c = Checks()
+    r, n = keras_session
+    steps, failing, last = 5, 2, n - 1
+    x, y = global_data(n, steps=steps, seed=5)
+    xs, ys = shard(x, r, n), shard(y, r, n)
+    model = make_model(500 + r, checks_input=True)
+    initial = register(c, model, 1, n, "pipelined, failed step")
+    mc.config_team(1, 0, -1, steps)
+    raised = {}
+    try:
+        for s in range(steps):
+            xb = xs[s * B : (s + 1) * B].copy()
+            if r == last and s == failing:
+                xb[0, 0] = np.nan
+            try:
+                model.train_on_batch(xb, ys[s * B : (s + 1) * B])
+            except Exception as exc:  # noqa: BLE001 - recorded, checked below
+                raised[s] = exc
+    finally:
+        mc.config_team(1, 0, 0, 0)
+    if r == last:
+        c.true(list(raised) == [failing], f"the last rank raised at steps {sorted(raised)}")
+        c.true(isinstance(raised.get(failing), tf.errors.InvalidArgumentError), "its own error")
+    elif n > 1:
+        c.true(list(raised) == [failing + 1], f"rank {r} raised at steps {sorted(raised)}")
+        error = raised.get(failing + 1)
+        c.true(isinstance(error, mc.MismatchError), f"a MismatchError, got {error!r}")
+        text = str(error)
+        said = f"rank {last} is at step" in text and "(1 step behind)" in text
+        c.true(said, f"names the rank a step ahead: {text[:300]}")
+    ref = reference_model(initial)
+
+    def shard_grads(weights, rank, s):  # rank's rows of global batch s
+        ref.set_weights(weights)
+        rows = slice(s * n * B + rank * B, s * n * B + (rank + 1) * B)
+        return [g.numpy() for g in mse_grads(ref, x[rows], y[rows])]
+
+    def average(per_rank):
+        return [sum(g[i] for g in per_rank) / n for i in range(len(per_rank[0]))]
+
+    def sgd(weights, *grads):
+        return [w - LR * sum(g[i] for g in grads) for i, w in enumerate(weights)]
+
+    w0 = initial  # step 0 enters the pipeline: a zero update
+    a0 = average([shard_grads(w0, q, 0) for q in range(n)])
+    a1 = average([shard_grads(w0, q, 1) for q in range(n)])
+    w1 = sgd(w0, a0)  # step 1
+    w2 = sgd(w1, a1)  # step 2 on the others, step 3 on the last rank
+    a3 = average([shard_grads(w1 if q == last else w2, q, 3) for q in range(n)])
+    a4 = average([shard_grads(w2, q, 4) for q in range(n)])
+    want = sgd(w2, a3, a4)  # step 4 drains the pipeline: steps 3 and 4
+    c.same_on_all_ranks(model.get_weights(), "weights after training")
+    check_close(c, model.get_weights(), want, "pipelined, failed step")
     c.finish()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mpi_helpers import Checks, expected_average, make_input
-from pipeline_cases import CASE_IDS, CASES, SPECS, call_inputs, expected
+from pipeline_cases import CASE_IDS, CASES, SPECS, call_inputs, expected, leave_a_marked_step_early
 
 import ml_comm as mc
 
@@ -78,4 +78,11 @@ def test_one_array_calls_follow_config_team(session, team1):
     second = mc.gradients([make_input(session.rank, shape, dt, seed=1)], team1)
     c.equal(first[0], np.zeros(shape, dt), "first pipelined call (nothing reduced before)")
     c.equal(second[0], expected_average(shape, dt, session.nranks, seed=0), "second call")
+    c.finish()
+
+
+def test_a_rank_that_leaves_a_marked_step_early_realigns(session, team1):
+    mc.config_team(team1, 0, -1, 6)
+    c = Checks()
+    leave_a_marked_step_early(c, session.rank, session.nranks, lambda a: mc.gradients(a, team1))
     c.finish()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 from mpi_helpers import Checks
-from pipeline_cases import CASES, SPECS, call_inputs, expected
-from tf_helpers import MODES, module_session_fixture, run_in_mode
+from pipeline_cases import CASES, SPECS, call_inputs, expected, leave_a_marked_step_early
+from tf_helpers import MODES, module_session_fixture, run_in_mode, to_numpy
 
 import ml_comm as mc
 
@@ -80,4 +80,19 @@ def test_report_counts_the_reductions_a_graph_runs(tf_session, capsys):
     due = [k for k in range(before + 1, before + 6) if k % 2 == 0]
     c.true(len(lines) == len(due), f"report lines: {lines}, due at calls {due}")
     c.true(all(f"team 1 (calls = {k})" in ln for k, ln in zip(due, lines)), f"{due}: {lines}")
+    c.finish()
+
+
+def test_a_rank_that_leaves_a_marked_step_early_realigns(tf_session):
+    """Eager calls inside ml_comm.step carry the step to the op (as NumPy's calls do)."""
+
+    def gradients(arrays):
+        return [to_numpy(t) for t in mc.gradients([tf.constant(a) for a in arrays], 1)]
+
+    mc.config_team(1, 0, -1, 6)
+    c = Checks()
+    try:
+        leave_a_marked_step_early(c, tf_session.rank, tf_session.nranks, gradients)
+    finally:
+        mc.config_team(1, 0, 0, 0)
     c.finish()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ml_comm._core import lib
+from ml_comm._core import ffi, lib
 
 SYNC, START, PIPE, DRAIN = (
     lib.MLC_STEP_SYNC,
@@ -53,3 +53,50 @@ def test_every_gradient_is_returned_once(max_steps):
             assert not missing, f"ksteps={ksteps}: lost {missing}"
         else:  # still pipelined at the end: only the last call's gradients are in flight
             assert missing == {max_steps - 1}, f"ksteps={ksteps}: lost {missing}"
+
+
+def turns(ksteps: int, max_steps: int, steps: list[int]) -> list[tuple[int, int, int, int]]:
+    """mlc_pipeline_next's (phase, step, index, restart_on_failure) for calls marked so."""
+    pipeline = ffi.new("mlc_pipeline *")
+    lib.mlc_pipeline_init(pipeline, ksteps, max_steps)
+    out = []
+    for step in steps:
+        t = lib.mlc_pipeline_next(pipeline, step)
+        out.append((t.phase, t.step, t.index, t.restart_on_failure))
+        lib.mlc_pipeline_started(pipeline, ffi.NULL)
+    return out
+
+
+def test_unmarked_calls_restart_the_pipeline_after_a_failure():
+    assert turns(-1, 4, [0, 0, 0, 0]) == [
+        (START, 0, 0, 1),
+        (PIPE, 0, 0, 1),
+        (PIPE, 0, 0, 1),
+        (DRAIN, 0, 0, 1),
+    ]
+
+
+def test_a_step_left_early_counts_as_a_call():
+    """Step 3 left before its call on this rank: step 4 is the fourth call, so this rank
+    drains at step 5 as the ranks that made all five calls do."""
+    got = turns(-1, 5, [1, 2, 4, 5])
+    assert [phase for phase, *_ in got] == [START, PIPE, PIPE, DRAIN]
+    assert all(t[1:] == (s, 0, 0) for t, s in zip(got, [1, 2, 4, 5]))
+
+
+def test_calls_of_one_step_are_placed_in_it():
+    got = turns(0, 10, [1, 1, 2, 2, 2, 3])
+    assert [(step, index) for _, step, index, _ in got] == [
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+        (2, 2),
+        (3, 0),
+    ]
+    assert [phase for phase, *_ in got] == [START] + [PIPE] * 5
+
+
+def test_step_numbers_that_start_again_count_on():
+    """A lower number (a new numbering) is no gap: one call each."""
+    assert [t[0] for t in turns(-1, 4, [7, 8, 1, 2])] == [START, PIPE, PIPE, DRAIN]

@@ -99,6 +99,7 @@ inline std::string ReducedTypeAttr() { return TypeAttr(true); }
 struct CallPart {
   int part = 0, nparts = 1, call_dtypes = 0;
   bool check_weights = false;
+  int64_t step = 0, index = 0;  // the call's place, where the op knows it (a pipelined step)
 };
 #define ML_COMM_CALL_PART_ATTRS                                                         \
   Attr("part: int = 0").Attr("nparts: int = 1").Attr("call_dtypes: int = 0").Attr( \

@@ -560,9 +560,9 @@ void ml_comm_tf::AllreduceList(OpKernelContext *ctx, mlc_team *team, int op, con
   // gives one empty placeholder; the core gets a request of no tensors, which every rank
   // must make too, so that a rank whose list held only None fails with the others.
   const bool empty_call = part.nparts == 0;
-  int rc = mlc_team_allreduce_async_part(
+  int rc = mlc_team_allreduce_async_at(
       team, tensors.data(), empty_call ? 0 : static_cast<int>(tensors.size()), CoreDtype(dtype), op,
-      part.part, empty_call ? 1 : part.nparts, part.call_dtypes, FinishList, d, nullptr);
+      part.part, empty_call ? 1 : part.nparts, part.call_dtypes, part.step, part.index, FinishList, d, nullptr);
   if (rc != MLC_OK) FinishList(d, rc);
 }
 

@@ -5,6 +5,12 @@
 // and this op moves the tensors: it finishes the previous call's reduction (its staging
 // tensors), reduces the inputs now, or starts their reduction on new staging tensors, and
 // returns what the turn says (this call's average, zeros, the previous average, or both).
+// Where the previous call's reduction failed, the call fails with that error, as on every
+// rank: having done its own part where its step is counted, else starting nothing (the
+// turn's restart_on_failure). `step` is the number of the training step the call runs in
+// (ml_comm counts Keras's steps; 0: not counted): its requests carry it, so that a rank
+// whose step failed before this op ran is found behind at its next step instead of
+// pairing its next step's gradients with the others' current ones.
 // No thread blocks: when the previous call's reduction is still running, the rest of the
 // call runs from that reduction's completion callback. The staging tensors of a call are
 // handed out as the next call's outputs, so nothing is copied back.
@@ -60,6 +66,7 @@ void StagingDone(void *user, int status) {
 
 REGISTER_OP("MlCommPipelinedAllreduceN")
     .ML_COMM_LIST_OP("reduced", ReducedTypeAttr())
+    .Input("step: int64")
     .Attr("ksteps: int")
     .Attr("max_steps: int")
     .Attr("average: bool = true")
@@ -68,6 +75,7 @@ REGISTER_OP("MlCommPipelinedAllreduceN")
 Average (or sum) a list over all ranks on a pipelined team: depending on the call
 number (config_team ksteps and max_steps), the result is this call's reduction,
 the previous call's, zeros (entering the pipeline) or both summed (leaving it).
+step: the training step's number (0: steps not counted), which the requests carry.
 )doc");
 
 class PipelinedAllreduceNOp : public TeamKernel {
@@ -93,10 +101,14 @@ class PipelinedAllreduceNOp : public TeamKernel {
       mlc_pipeline_init(&p->state, ksteps_, max_steps_);
       p->configured = true;
     }
-    const mlc_pipeline_turn turn = mlc_pipeline_next(&p->state);
+    const int64_t step = ctx->input(ctx->num_inputs() - 1).scalar<int64_t>()();
+    const mlc_pipeline_turn turn = mlc_pipeline_next(&p->state, step > 0 ? step : 0);
+    CallPart placed = part_;
+    placed.step = turn.step;
+    placed.index = turn.index;
     if (!turn.finish && turn.reduce_now) {  // nothing in flight to return: this call's average
       lock.unlock();
-      AllreduceList(ctx, team, Op(), part_, {}, std::move(done));
+      AllreduceList(ctx, team, Op(), placed, {}, std::move(done));
       return;
     }
     OP_REQUIRES_ASYNC(ctx, !p->resume,
@@ -105,8 +117,8 @@ class PipelinedAllreduceNOp : public TeamKernel {
                                    "once; give each model its own team"),
                                MLC_ERR_STATE),
                       done);
-    auto rest = [this, ctx, team, p, turn, done = std::move(done)]() mutable {
-      Continue(ctx, team, p, turn, std::move(done));
+    auto rest = [this, ctx, team, p, turn, placed, done = std::move(done)]() mutable {
+      Continue(ctx, team, p, turn, placed, std::move(done));
     };
     if (turn.finish && p->running) {  // StagingDone runs the rest of this call
       p->resume = std::move(rest);
@@ -119,26 +131,35 @@ class PipelinedAllreduceNOp : public TeamKernel {
  private:
   // The previous call's reduction has finished (or there was none).
   void Continue(OpKernelContext *ctx, mlc_team *team, std::shared_ptr<Pipeline> p,
-                mlc_pipeline_turn turn, DoneCallback done) {
+                mlc_pipeline_turn turn, const CallPart &placed, DoneCallback done) {
     std::vector<Tensor> previous;
     int previous_status = MLC_OK;
     if (turn.finish) {
       std::lock_guard<std::mutex> lock(p->mutex);  // StagingDone writes them on another thread
       previous = std::move(p->staging);
       p->staging.clear();
-      // The failure is this call's to report, once; it starts nothing, so the next call
-      // finds no reduction and enters the pipeline afresh (zeros), as the core says.
+      // The failure is this call's to report, once: at once where the pipeline restarts
+      // (the next call finds no reduction and enters it afresh), else after its own part.
       previous_status = p->status;
       p->status = MLC_OK;
     }
-    OP_REQUIRES_ASYNC(ctx, previous_status == MLC_OK,
+    OP_REQUIRES_ASYNC(ctx, previous_status == MLC_OK || !turn.restart_on_failure,
                       CoreError(previous_status,
                                 absl::StrCat("ml_comm pipelined allreduce failed: ",
                                              Failure(team, previous_status))),
                       done);
+    if (previous_status != MLC_OK) {
+      previous.clear();
+      const absl::Status failed = CoreError(
+          previous_status, absl::StrCat("ml_comm pipelined allreduce failed: ", Failure(team, previous_status)));
+      done = [ctx, failed, done = std::move(done)]() {
+        ctx->SetStatus(failed);  // the first error stays, where this call's own failed too
+        done();
+      };
+    }
     if (turn.reduce_now) {  // MLC_RESULT_BOTH adds the previous average; NOW has none
       if (turn.result != MLC_RESULT_BOTH) previous.clear();
-      AllreduceList(ctx, team, Op(), part_, std::move(previous), std::move(done));
+      AllreduceList(ctx, team, Op(), placed, std::move(previous), std::move(done));
       return;
     }
     OpInputList inputs;
@@ -148,7 +169,7 @@ class PipelinedAllreduceNOp : public TeamKernel {
     std::vector<Tensor> staging(inputs.size());
     std::vector<mlc_tensor> tensors(inputs.size());
     for (int i = 0; i < inputs.size(); ++i) {
-      if (turn.result == MLC_RESULT_PREVIOUS) {
+      if (turn.result == MLC_RESULT_PREVIOUS && !previous.empty()) {
         outputs.set(i, previous[i]);
       } else {  // entering the pipeline: nothing to return yet
         Tensor *zeros = nullptr;
@@ -170,9 +191,9 @@ class PipelinedAllreduceNOp : public TeamKernel {
       mlc_pipeline_started(&p->state, p.get());
     }
     auto *owner = new std::shared_ptr<Pipeline>(p);
-    int rc = mlc_team_allreduce_async_part(
+    int rc = mlc_team_allreduce_async_at(
         team, tensors.data(), static_cast<int>(tensors.size()), CoreDtype(inputs[0].dtype()), Op(),
-        part_.part, part_.nparts, part_.call_dtypes, StagingDone, owner, nullptr);
+        placed.part, placed.nparts, placed.call_dtypes, placed.step, placed.index, StagingDone, owner, nullptr);
     if (rc != MLC_OK) {
       StagingDone(owner, rc);
       ctx->SetStatus(

@@ -23,6 +23,10 @@ KEEPS_JIT = True
 BROADCAST_IN_TRACE = False
 
 
+def count_step(team: int) -> None:
+    """Steps are not counted on this backend (a pipelined team's requests carry none)."""
+
+
 def average(grads: list, team: int) -> list:
     armed = overlap.active(team)
     if armed is not None:  # submitted during backprop: wait for them

@@ -9,6 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from .... import api as mc
+from ....core.session import is_pipelined
+from ....tensorflow import library
 from ....tensorflow.errors import typed
 from .. import accumulation
 from . import sparse
@@ -24,6 +26,16 @@ def install(patches, overlap_backprop: bool) -> None:
 
 def forget() -> None:
     """Nothing installed."""
+
+
+def count_step(team: int) -> None:
+    """A training step on `team` begins. A pipelined team's op carries the count, so that
+    a rank whose step failed before the op ran is found behind at its next step, and the
+    ranks realign (pipelined.md), instead of that rank's next step pairing with the
+    others' current one. A synchronous team needs none (its failed steps are cancelled)."""
+    config = mc.session().configs[team]
+    if is_pipelined(config.ksteps, config.max_steps):
+        library.count_step(team)
 
 
 def average(grads: list, team: int) -> list:

@@ -44,6 +44,10 @@ def _tensor(array: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return out if like.device.type == "cpu" else out.to(like.device)
 
 
+def count_step(team: int) -> None:
+    """Steps are not counted on this backend (a pipelined team's requests carry none)."""
+
+
 def average(grads: list, team: int) -> list:
     step = overlap.active(team)
     if step is not None:  # handed over during backprop: wait for them
