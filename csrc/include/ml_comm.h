@@ -596,7 +596,8 @@ int mlc_step_phase(int64_t call, int64_t ksteps, int64_t max_steps);
  * start says (and hands its handle to mlc_pipeline_started), and returns what result
  * says. A call whose `finish` failed raises that error: where restart_on_failure says
  * so it starts nothing (the next call enters the pipeline afresh), else it first does
- * its own part (reduces now, or starts), and the pipeline goes on. */
+ * its own part (starts; or reduces now and hands the average to mlc_pipeline_started as
+ * a reduction done), and the pipeline goes on. */
 typedef struct mlc_pipeline {
     int64_t calls, ksteps, max_steps;
     int64_t step, index; /* the last call's step (0: not marked) and its place in that step */
@@ -619,9 +620,6 @@ typedef struct mlc_pipeline_turn {
     int restart_on_failure; /* where `finish` failed: 1, start nothing; 0, go on */
 } mlc_pipeline_turn;
 void mlc_pipeline_init(mlc_pipeline *p, int64_t ksteps, int64_t max_steps);
-/* The next call's turn. step: the caller's step number (0: steps not marked). A marked
- * step after a gap (step numbers this rank left before its call: an exception it went
- * on from) counts the steps skipped as calls, as the other ranks' pipelines did, so that
- * every rank leaves the pipeline at the same step. */
+/* The next call's turn. step: the caller's step number (0: steps not marked). */
 mlc_pipeline_turn mlc_pipeline_next(mlc_pipeline *p, int64_t step);
 void mlc_pipeline_started(mlc_pipeline *p, void *reduction);

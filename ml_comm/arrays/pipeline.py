@@ -21,7 +21,7 @@ Layout = tuple[str, tuple[tuple[int, ...], ...]]
 
 @dataclass
 class _InFlight:
-    request: object  # mlc_request *
+    request: object  # mlc_request *; None: reduced already (a call that raised, below)
     results: list[np.ndarray]  # reduced in place; the arrays handed out when done
     keep: object  # cffi buffers that must outlive the request
 
@@ -67,7 +67,8 @@ def step(
     if turn.finish != ffi.NULL:
         flight = stage.flights.pop(int(ffi.cast("uintptr_t", turn.finish)))
         try:
-            wait(flight.request)
+            if flight.request is not None:
+                wait(flight.request)
             previous = flight.results
         except BaseException as exc:
             if turn.restart_on_failure or not isinstance(exc, Exception):
@@ -79,11 +80,10 @@ def step(
         # Copies: the caller may reuse its arrays while the reduction runs.
         owned = [np.array(a, order="C", copy=True) for a in inputs]
         request, keep = submit(owned)
-        handle = stage.next_handle
-        stage.next_handle += 1
-        stage.flights[handle] = _InFlight(request, owned, keep)
-        lib.mlc_pipeline_started(stage.state, ffi.cast("void *", handle))
+        _started(stage, _InFlight(request, owned, keep))
     if failure is not None:
+        if now is not None:  # this call's average, for the next call to return
+            _started(stage, _InFlight(None, now, None))
         raise failure
     if turn.result == lib.MLC_RESULT_NOW:
         return now
@@ -94,10 +94,19 @@ def step(
     return [np.zeros_like(a) for a in inputs]
 
 
+def _started(stage: Stage, flight: _InFlight) -> None:
+    handle = stage.next_handle
+    stage.next_handle += 1
+    stage.flights[handle] = flight
+    lib.mlc_pipeline_started(stage.state, ffi.cast("void *", handle))
+
+
 def drain_all(stages: dict, wait: Wait) -> None:
     """Finish every reduction still in flight (config_team, finalize), ignoring results."""
     for stage in stages.values():
         for flight in stage.flights.values():
+            if flight.request is None:
+                continue
             try:
                 wait(flight.request)
             except Exception:  # noqa: BLE001 - finalize must release the rest

@@ -127,7 +127,7 @@ def count_step(team: int) -> None:
     """A training step on live team number `team` begins (ml_comm.keras, before each)."""
     live = live_team(team)
     if live is not None:
-        step_counter(live[0]).assign_add(1)
+        step_counter(live[0]).assign_add(1, read_value=False)  # 18 us, against 27 us read
 
 
 def _chain(team_id: int):

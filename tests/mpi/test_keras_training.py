@@ -411,13 +411,14 @@ def test_fit_arguments_that_differ_fail_on_every_rank(keras_session, case):
 
 
 def test_pipelined_team_realigns_after_a_step_failed_on_one_rank(keras_session):
-    """On a team pipelined for 4 of 5 steps (ksteps=-1, max_steps=5) the last rank's step
-    2 fails before any gradient exists (check_numerics finds a NaN in its input) and the
-    rank goes on. Its next step carries step number 4, so the others' reduction of step 3
-    finds them a step behind: their step 3 raises a MismatchError naming that rank, and
-    their next reduction meets its. Every rank applies the same averages in the same
-    order, the failed step's on none; checked against SGD by hand, where the last rank's
-    gradients of step 3 come from the weights it still had (one update behind)."""
+    """On a pipelined team (ksteps=0) the last rank's step 2 fails before any gradient
+    exists (check_numerics finds a NaN in its input) and the rank goes on. Its next step
+    carries its step's number, so the others' reduction of step 2 finds them a step
+    behind: their step 3 raises a MismatchError naming that rank, and their next reduction
+    meets its. Every rank applies the same averages in the same order, the failed step's
+    on none, and the weights are bit-identical again after step 3. Checked against SGD by
+    hand, where the last rank's gradients of step 3 come from the weights it still had
+    (one update behind)."""
     c = Checks()
     r, n = keras_session
     steps, failing, last = 5, 2, n - 1
@@ -425,7 +426,7 @@ def test_pipelined_team_realigns_after_a_step_failed_on_one_rank(keras_session):
     xs, ys = shard(x, r, n), shard(y, r, n)
     model = make_model(500 + r, checks_input=True)
     initial = register(c, model, 1, n, "pipelined, failed step")
-    mc.config_team(1, 0, -1, steps)
+    mc.config_team(1, 0, 0, 100)
     raised = {}
     try:
         for s in range(steps):
@@ -455,20 +456,20 @@ def test_pipelined_team_realigns_after_a_step_failed_on_one_rank(keras_session):
         rows = slice(s * n * B + rank * B, s * n * B + (rank + 1) * B)
         return [g.numpy() for g in mse_grads(ref, x[rows], y[rows])]
 
-    def average(per_rank):
+    def average(weights_of_rank, s):
+        per_rank = [shard_grads(weights_of_rank(q), q, s) for q in range(n)]
         return [sum(g[i] for g in per_rank) / n for i in range(len(per_rank[0]))]
 
     def sgd(weights, *grads):
         return [w - LR * sum(g[i] for g in grads) for i, w in enumerate(weights)]
 
     w0 = initial  # step 0 enters the pipeline: a zero update
-    a0 = average([shard_grads(w0, q, 0) for q in range(n)])
-    a1 = average([shard_grads(w0, q, 1) for q in range(n)])
+    a0 = average(lambda q: w0, 0)
+    a1 = average(lambda q: w0, 1)
     w1 = sgd(w0, a0)  # step 1
     w2 = sgd(w1, a1)  # step 2 on the others, step 3 on the last rank
-    a3 = average([shard_grads(w1 if q == last else w2, q, 3) for q in range(n)])
-    a4 = average([shard_grads(w2, q, 4) for q in range(n)])
-    want = sgd(w2, a3, a4)  # step 4 drains the pipeline: steps 3 and 4
+    a3 = average(lambda q: w1 if q == last else w2, 3)
+    want = sgd(w2, a3)  # step 4 (step 4's own average is still in flight)
     c.same_on_all_ranks(model.get_weights(), "weights after training")
     check_close(c, model.get_weights(), want, "pipelined, failed step")
     c.finish()

@@ -55,38 +55,38 @@ def test_every_gradient_is_returned_once(max_steps):
             assert missing == {max_steps - 1}, f"ksteps={ksteps}: lost {missing}"
 
 
-def turns(ksteps: int, max_steps: int, steps: list[int]) -> list[tuple[int, int, int, int]]:
-    """mlc_pipeline_next's (phase, step, index, restart_on_failure) for calls marked so."""
+def turns(ksteps: int, max_steps: int, steps: list[int], hand_over=()) -> list[tuple]:
+    """mlc_pipeline_next's (phase, step, index, restart_on_failure, result) for calls marked
+    so; each call whose turn starts a reduction hands one over, and so do the calls whose
+    positions are in hand_over (a call that reduced now, then raised)."""
     pipeline = ffi.new("mlc_pipeline *")
     lib.mlc_pipeline_init(pipeline, ksteps, max_steps)
     out = []
-    for step in steps:
+    for k, step in enumerate(steps):
         t = lib.mlc_pipeline_next(pipeline, step)
-        out.append((t.phase, t.step, t.index, t.restart_on_failure))
-        lib.mlc_pipeline_started(pipeline, ffi.NULL)
+        out.append((t.phase, t.step, t.index, t.restart_on_failure, t.result))
+        if t.start or k in hand_over:
+            lib.mlc_pipeline_started(pipeline, ffi.cast("void *", k + 1))
     return out
 
 
+NOW, ZEROS, PREVIOUS, BOTH = (
+    lib.MLC_RESULT_NOW,
+    lib.MLC_RESULT_ZEROS,
+    lib.MLC_RESULT_PREVIOUS,
+    lib.MLC_RESULT_BOTH,
+)
+
+
 def test_unmarked_calls_restart_the_pipeline_after_a_failure():
-    assert turns(-1, 4, [0, 0, 0, 0]) == [
-        (START, 0, 0, 1),
-        (PIPE, 0, 0, 1),
-        (PIPE, 0, 0, 1),
-        (DRAIN, 0, 0, 1),
-    ]
-
-
-def test_a_step_left_early_counts_as_a_call():
-    """Step 3 left before its call on this rank: step 4 is the fourth call, so this rank
-    drains at step 5 as the ranks that made all five calls do."""
-    got = turns(-1, 5, [1, 2, 4, 5])
-    assert [phase for phase, *_ in got] == [START, PIPE, PIPE, DRAIN]
-    assert all(t[1:] == (s, 0, 0) for t, s in zip(got, [1, 2, 4, 5]))
+    got = turns(-1, 4, [0, 0, 0, 0])
+    assert [t[3] for t in got] == [1, 1, 1, 1]
+    assert [t[4] for t in got] == [ZEROS, PREVIOUS, PREVIOUS, BOTH]
 
 
 def test_calls_of_one_step_are_placed_in_it():
     got = turns(0, 10, [1, 1, 2, 2, 2, 3])
-    assert [(step, index) for _, step, index, _ in got] == [
+    assert [(step, index) for _, step, index, _, _ in got] == [
         (1, 0),
         (1, 1),
         (2, 0),
@@ -94,9 +94,18 @@ def test_calls_of_one_step_are_placed_in_it():
         (2, 2),
         (3, 0),
     ]
-    assert [phase for phase, *_ in got] == [START] + [PIPE] * 5
+    assert [t[3] for t in got] == [0] * 6
 
 
-def test_step_numbers_that_start_again_count_on():
-    """A lower number (a new numbering) is no gap: one call each."""
-    assert [t[0] for t in turns(-1, 4, [7, 8, 1, 2])] == [START, PIPE, PIPE, DRAIN]
+def test_step_numbers_count_calls_not_gaps():
+    """Numbers used alike on every rank may skip (epoch * 1000 + batch): one call each."""
+    assert [t[0] for t in turns(-1, 4, [1000, 1001, 2000, 2001])] == [START, PIPE, PIPE, DRAIN]
+
+
+def test_a_reduction_handed_over_is_returned_whatever_the_phase():
+    """A rank a call behind the others (it left a step) reaches the synchronous phase with
+    the average of its last pipelined call still to return: returned with its own (BOTH),
+    and a call that reduced now and raised hands its average to the next call."""
+    got = turns(-1, 3, [1, 2, 3, 4, 5], hand_over=(2,))
+    assert [t[0] for t in got] == [START, PIPE, DRAIN, SYNC, SYNC]
+    assert [t[4] for t in got] == [ZEROS, PREVIOUS, BOTH, BOTH, NOW]

@@ -6,8 +6,9 @@
 // tensors), reduces the inputs now, or starts their reduction on new staging tensors, and
 // returns what the turn says (this call's average, zeros, the previous average, or both).
 // Where the previous call's reduction failed, the call fails with that error, as on every
-// rank: having done its own part where its step is counted, else starting nothing (the
-// turn's restart_on_failure). `step` is the number of the training step the call runs in
+// rank: having done its own part where its step is counted (an average reduced now is
+// kept for the next call, as a reduction started is), else starting nothing (the turn's
+// restart_on_failure). `step` is the number of the training step the call runs in
 // (ml_comm counts Keras's steps; 0: not counted): its requests carry it, so that a rank
 // whose step failed before this op ran is found behind at its next step instead of
 // pairing its next step's gradients with the others' current ones.
@@ -152,7 +153,16 @@ class PipelinedAllreduceNOp : public TeamKernel {
       previous.clear();
       const absl::Status failed = CoreError(
           previous_status, absl::StrCat("ml_comm pipelined allreduce failed: ", Failure(team, previous_status)));
-      done = [ctx, failed, done = std::move(done)]() {
+      const bool hand_over = turn.reduce_now;
+      done = [ctx, p, hand_over, failed, done = std::move(done)]() {
+        if (hand_over && ctx->status().ok()) {  // this call's average, for the next call to return
+          std::vector<Tensor> now;
+          for (int i = 0; i < ctx->num_outputs(); ++i) now.push_back(*ctx->mutable_output(i));
+          std::lock_guard<std::mutex> lock(p->mutex);
+          p->staging = std::move(now);
+          p->status = MLC_OK;
+          mlc_pipeline_started(&p->state, p.get());
+        }
         ctx->SetStatus(failed);  // the first error stays, where this call's own failed too
         done();
       };
