@@ -33,7 +33,8 @@ enum { MLC_AGREE_TREE_TAG = 0, MLC_AGREE_TABLE_TAG = 1, MLC_AGREE_NOTICE_TAG = 2
 
 /* Where a request stands in its caller's program, beyond its layout: ranks whose calls
  * differ here are at different calls (one skipped a call, left a step early, or is a
- * step behind), or on different threads. All zero: not said (a framework's op). */
+ * step behind), or on different threads. All zero: not said (a framework's op, but for a
+ * pipelined op that carries its counted step: mlc_team_allreduce_async_at). */
 typedef struct mlc_call_id {
     int64_t step;  /* the caller's step number; 0: the caller marks no steps */
     int64_t index; /* the call's place in its step on the team (from 0), or, where steps

@@ -456,8 +456,9 @@ int mlc_team_allreduce_async_part(mlc_team *team, const mlc_tensor *tensors, int
                                   mlc_callback callback, void *user_data, mlc_request **out);
 /* mlc_team_allreduce_async_part for a request made outside any call of the API whose
  * place in its caller's program the caller knows (a pipelined step of Keras, whose steps
- * ml_comm counts: mlc_pipeline_turn's step and index): it carries step (>= 1) and index,
- * the call's place in that step, and the ranks compare them as those of calls marked with
+ * ml_comm counts: mlc_pipeline_turn's step and index, the call's place among its
+ * pipeline's calls in that step): it carries step (>= 1) and index, and the ranks
+ * compare them as those of calls marked with
  * ml_comm.step (mlc_team_begin_call): a rank that left a step before its call is found
  * behind, instead of its next step pairing with the others' current one. step 0: as
  * mlc_team_allreduce_async_part. */
@@ -584,7 +585,9 @@ int64_t mlc_rows_first(int64_t rows, int size, int rank);
  * `call` (0-based, per team and gradient layout) does. */
 enum mlc_step_phase {
     MLC_STEP_SYNC = 0,           /* reduce this call's gradients, return their average */
-    MLC_STEP_PIPELINE_START = 1, /* start this call's reduction, return zeros */
+    MLC_STEP_PIPELINE_START = 1, /* start this call's reduction, return zeros (mlc_pipeline_next:
+                                  * with a reduction still to return, these two act as DRAIN
+                                  * and PIPELINED) */
     MLC_STEP_PIPELINED = 2,      /* return the previous call's average, start this call's */
     MLC_STEP_DRAIN = 3           /* return the previous call's average plus this call's */
 };

@@ -3,8 +3,10 @@
  * the TensorFlow op, the scale model) moves the data.
  *
  * Steps of call c (its phase is mlc_step_phase(c, ksteps, max_steps), base/schedule.c):
- *   SYNC            reduce this call's gradients now; return their average
- *   PIPELINE_START  start this call's reduction (on copies); return zeros
+ *   SYNC            reduce this call's gradients now; return their average (with a
+ *                   reduction still to return, a rank a call behind: as DRAIN)
+ *   PIPELINE_START  start this call's reduction (on copies); return zeros (with a
+ *                   reduction still to return: as PIPELINED)
  *   PIPELINED       finish the previous call's reduction; start this one's; return the
  *                   previous average (zeros if there is none: it failed, or was dropped)
  *   DRAIN           finish the previous call's reduction; reduce this call's now; return
@@ -34,6 +36,7 @@ void mlc_pipeline_init(mlc_pipeline *p, int64_t ksteps, int64_t max_steps) {
 }
 
 mlc_pipeline_turn mlc_pipeline_next(mlc_pipeline *p, int64_t step) {
+    if (step < 0) step = 0;
     p->index = step > 0 && step == p->step ? p->index + 1 : 0;
     p->step = step;
     mlc_pipeline_turn t = {mlc_step_phase(p->calls++, p->ksteps, p->max_steps), p->in_flight, 0, 0, MLC_RESULT_NOW,

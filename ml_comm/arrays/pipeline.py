@@ -75,12 +75,17 @@ def step(
                 earlier_failed()
                 raise
             failure = exc  # raised below, once this call's part is done
-    now = reduce_now(inputs) if turn.reduce_now else None
-    if turn.start:
-        # Copies: the caller may reuse its arrays while the reduction runs.
-        owned = [np.array(a, order="C", copy=True) for a in inputs]
-        request, keep = submit(owned)
-        _started(stage, _InFlight(request, owned, keep))
+    try:
+        now = reduce_now(inputs) if turn.reduce_now else None
+        if turn.start:
+            # Copies: the caller may reuse its arrays while the reduction runs.
+            owned = [np.array(a, order="C", copy=True) for a in inputs]
+            request, keep = submit(owned)
+            _started(stage, _InFlight(request, owned, keep))
+    except Exception as exc:
+        if failure is not None:  # the first error is this call's to raise
+            raise failure from exc
+        raise
     if failure is not None:
         if now is not None:  # this call's average, for the next call to return
             _started(stage, _InFlight(None, now, None))

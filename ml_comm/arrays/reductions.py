@@ -139,8 +139,10 @@ def _checked_out(out, inputs: list[np.ndarray], pipelined: bool) -> list[np.ndar
 
 
 def _pipelined(handle, config, stages: dict, inputs, groups, outputs, marked: int, forget) -> None:
-    """One pipelined call: each dtype's pipeline takes its turn, also after an earlier
-    dtype's raised (the others' pipelines take theirs); the first failure is raised."""
+    """One pipelined call, a turn per dtype. With steps marked every dtype's pipeline
+    takes its turn, also after an earlier dtype's raised (each did its part, as on the
+    other ranks), and the first failure is raised after the last; unmarked, the first
+    failure ends the call (its pipelines start afresh)."""
     failure = None
     for k, idx in enumerate(groups.values()):
         order = fused_order([inputs[i].ndim for i in idx], idx)
@@ -160,6 +162,8 @@ def _pipelined(handle, config, stages: dict, inputs, groups, outputs, marked: in
                 forget if k == 0 else lambda: None,  # a later dtype: this call submitted
             )
         except Exception as exc:  # noqa: BLE001 - raised once every dtype took its turn
+            if not marked:
+                raise
             failure = failure or exc
             continue
         for i, r in zip(order, results):

@@ -11,7 +11,9 @@ A call of the NumPy-level API on a team carries (step, place, thread):
   rank, fail instead of pairing their calls. One thread at a time drives a team: a second
   thread that calls while the first is inside a call on it raises at once.
 
-Requests that a framework's ops submit from their own threads carry no identity.
+Requests that a framework's ops submit from their own threads carry no identity, but for
+a pipelined team's op, which carries its step where steps are counted (the TensorFlow op:
+mlc_team_allreduce_async_at).
 """
 
 from __future__ import annotations

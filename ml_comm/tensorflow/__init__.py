@@ -72,9 +72,10 @@ def gradients(
     step = {"check_weights": check_weights and not tf.executing_eagerly()}
     if not groups and nranks > 1:
         _empty_call(ops, team_id)
-    # Eagerly on a pipelined team every dtype's op runs, also after an earlier one raised
-    # (the failure of the reduction it finished), so that each dtype's pipeline takes its
-    # turn as on the other ranks; the first error is raised after the last op.
+    # Eagerly on a pipelined team with counted steps every dtype's op runs, also after an
+    # earlier one raised (the failure of the reduction it finished, having done its part),
+    # so that each dtype's pipeline takes its turn as on the other ranks; the first error
+    # is raised after the last op.
     failure = None
     for part, idx in enumerate(groups.values()):
         layout = fused_order([dense[i].shape.rank for i in idx], idx)
@@ -100,6 +101,8 @@ def gradients(
                             **step,
                         )
                     except tf.errors.OpError as exc:  # eager only; raised after the last
+                        if isinstance(step_number, int) and step_number == 0:
+                            raise  # steps not counted: the call ends, its pipelines restart
                         failure = failure or exc
                         continue
                 else:

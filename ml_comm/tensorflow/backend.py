@@ -54,16 +54,18 @@ class TensorFlowBackend:
             return ops()
 
     def _step(self, team: int, eager: bool):
-        """A pipelined call's step number, which its requests carry: eagerly the step the
-        thread marked (ml_comm.step), in a tf.function the team's count of Keras's steps;
-        in a tf.compat.v1 graph none (its session holds no variable made outside it)."""
+        """A pipelined call's step number, which its requests carry: the step the thread
+        marked (ml_comm.step), else the team's count of Keras's steps (read eagerly, or
+        by the traced step), 0 where no one counts them; none in a tf.compat.v1 graph (its
+        session holds no variable made outside it)."""
         import tensorflow as tf
 
+        team_id = self.session.team_ids[team]
         if eager:
-            return self.session.calls.marked_step()
-        if not tf.compat.v1.get_default_graph().building_function:
+            return self.session.calls.marked_step() or library.counted_steps(team_id)
+        if not tf.compat.v1.executing_eagerly_outside_functions():
             return 0
-        return library.step_counter(self.session.team_ids[team]).read_value()
+        return library.step_counter(team_id).read_value()
 
     def runs_eagerly(self, grads) -> bool:
         import tensorflow as tf

@@ -117,10 +117,17 @@ def step_counter(team_id: int) -> tf.Variable:
     the others' current ones. Stays 0 (nothing carried) where no one counts the steps."""
     counter = _step_counters.get(team_id)
     if counter is None:
-        with tf.init_scope():  # also from inside a tf.function being traced
+        # Eager (also from inside a tf.function being traced), on the host, as the op.
+        with tf.init_scope(), tf.device("/CPU:0"):
             counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="ml_comm_steps")
         _step_counters[team_id] = counter
     return counter
+
+
+def counted_steps(team_id: int) -> int:
+    """The team's count of training steps now (an eager call's), 0 where none counts."""
+    counter = _step_counters.get(team_id)
+    return 0 if counter is None else int(counter.numpy())
 
 
 def count_step(team: int) -> None:

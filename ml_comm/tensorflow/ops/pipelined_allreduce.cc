@@ -102,7 +102,10 @@ class PipelinedAllreduceNOp : public TeamKernel {
       mlc_pipeline_init(&p->state, ksteps_, max_steps_);
       p->configured = true;
     }
-    const int64_t step = ctx->input(ctx->num_inputs() - 1).scalar<int64_t>()();
+    const Tensor &step_input = ctx->input(ctx->num_inputs() - 1);
+    OP_REQUIRES_ASYNC(ctx, tensorflow::TensorShapeUtils::IsScalar(step_input.shape()),
+                      tensorflow::errors::InvalidArgument("step: a scalar"), done);
+    const int64_t step = step_input.scalar<int64_t>()();
     const mlc_pipeline_turn turn = mlc_pipeline_next(&p->state, step > 0 ? step : 0);
     CallPart placed = part_;
     placed.step = turn.step;
