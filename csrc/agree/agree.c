@@ -20,6 +20,7 @@ void mlc_agree_init(mlc_agree *ag) {
     pthread_mutex_init(&ag->exchange_lock, NULL);
     pthread_mutex_init(&ag->list_lock, NULL);
     pthread_cond_init(&ag->ready_cv, NULL);
+    pthread_cond_init(&ag->verdict_cv, NULL);
 }
 
 int mlc_agree_set_direct_bytes(mlc_agree *ag, int64_t bytes) {
@@ -79,6 +80,7 @@ void mlc_agree_destroy(mlc_agree *ag) {
     pthread_mutex_destroy(&ag->exchange_lock);
     pthread_mutex_destroy(&ag->list_lock);
     pthread_cond_destroy(&ag->ready_cv);
+    pthread_cond_destroy(&ag->verdict_cv);
 }
 
 int mlc_agree_set_ahead_endpoint(mlc_agree *ag, const mlc_tp *tp) {

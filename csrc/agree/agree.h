@@ -163,6 +163,8 @@ typedef struct mlc_agree {
     pthread_mutex_t exchange_lock; /* held by the one thread exchanging */
     pthread_mutex_t list_lock;     /* the list below; taken inside the team's lock */
     pthread_cond_t ready_cv;       /* an agreement became ready, or shutdown */
+    pthread_cond_t verdict_cv;     /* a verdict is out, or the exchanging thread let go */
+    int exchanging;                /* a thread is exchanging (under list_lock) */
     mlc_agreement *head, *tail;    /* registered, not yet exchanged, in queue order */
     int shutting_down;
     int64_t direct_bytes; /* the most a direct allreduce carries (MLC_DIRECT_MAX_BYTES) */

@@ -4,7 +4,8 @@
  * Steps, per request, n ranks: the first thread of this rank that needs the
  * verdict (a team thread starting the request, or a blocking caller about to run
  * it) takes the exchange lock and, for each registered request up to its own, in
- * queue order: waits until the team layer has made it ready (a keyed group with
+ * queue order (the others sleep until their verdict is out: never behind the lock,
+ * whose holder may go on to a request the peers start only after theirs): waits until the team layer has made it ready (a keyed group with
  * the finite check waits for its last tensor), signs it (signature.c) and makes
  * a fixed-size record of it: the signature's digest as both minimum and maximum,
  * its stop flag, its NaN/Inf scan (count of ranks, lowest rank and its first
@@ -485,9 +486,17 @@ static void check_one(mlc_agree *ag, mlc_agreement *a) {
 
 int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message) {
     if (atomic_load_explicit(&a->state, memory_order_acquire) == MLC_CHECK_NONE) return MLC_OK;
+    pthread_mutex_lock(&ag->list_lock);
     while (atomic_load_explicit(&a->state, memory_order_acquire) != MLC_CHECK_DONE) {
-        /* Another thread may be exchanging, maybe this very request: wait for it
-         * asleep (its exchange may wait long for a late peer). */
+        if (ag->exchanging) {
+            /* Another thread exchanges, maybe this very request: sleep until a verdict is
+             * out. Never behind the exchange lock: that thread goes on to later requests,
+             * whose peers may wait for this one's data first. */
+            pthread_cond_wait(&ag->verdict_cv, &ag->list_lock);
+            continue;
+        }
+        ag->exchanging = 1;
+        pthread_mutex_unlock(&ag->list_lock);
         pthread_mutex_lock(&ag->exchange_lock);
         while (atomic_load_explicit(&a->state, memory_order_acquire) != MLC_CHECK_DONE) {
             pthread_mutex_lock(&ag->list_lock);
@@ -496,9 +505,16 @@ int mlc_agree_verdict(mlc_agree *ag, mlc_agreement *a, char *message) {
             if (!ag->head) ag->tail = NULL;
             pthread_mutex_unlock(&ag->list_lock);
             check_one(ag, next);
+            pthread_mutex_lock(&ag->list_lock);
+            pthread_cond_broadcast(&ag->verdict_cv);
+            pthread_mutex_unlock(&ag->list_lock);
         }
         pthread_mutex_unlock(&ag->exchange_lock);
+        pthread_mutex_lock(&ag->list_lock);
+        ag->exchanging = 0;
+        pthread_cond_broadcast(&ag->verdict_cv); /* a waiter whose request is later takes over */
     }
+    pthread_mutex_unlock(&ag->list_lock);
     if (a->status != MLC_OK && message) snprintf(message, MLC_MSG_LEN, "%s", a->message);
     return a->status;
 }
