@@ -193,7 +193,8 @@ int mlc_mismatch_message(const table *t, int team_id, mlc_agreement *a) {
         append_settings(t, 0, buf, len, &off);
         mlc_append(buf, len, &off, ". Every rank must configure the team alike (config_team, "
                                    "ML_COMM_* variables) and call it alike (blocking or not, "
-                                   "keyed group or not)");
+                                   "keyed group or not; in TensorFlow, eagerly on every rank or "
+                                   "inside tf.function on every rank)");
     }
     return MLC_ERR_MISMATCH;
 }
