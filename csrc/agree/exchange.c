@@ -5,7 +5,8 @@
  * verdict (a team thread starting the request, or a blocking caller about to run
  * it) takes the exchange lock and, for each registered request up to its own, in
  * queue order (the others sleep until their verdict is out: never behind the lock,
- * whose holder may go on to a request the peers start only after theirs): waits until the team layer has made it ready (a keyed group with
+ * whose holder may go on to a request the peers start only after theirs): waits
+ * until the team layer has made it ready (a keyed group with
  * the finite check waits for its last tensor), signs it (signature.c) and makes
  * a fixed-size record of it: the signature's digest as both minimum and maximum,
  * its stop flag, its NaN/Inf scan (count of ranks, lowest rank and its first
